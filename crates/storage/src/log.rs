@@ -1,0 +1,424 @@
+//! One partition's log: an ordered list of segments, the last one active.
+//!
+//! Invariants (asserted where cheap): segments are contiguous and ordered by base offset;
+//! `log_start_offset <= log_end_offset`; offsets only grow; the checkpoint's recovery point
+//! never passes data that has not been fsynced.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use runnel_wire::batch::{stamp, BatchHeader, Batches};
+use thiserror::Error;
+use tracing::{info, warn};
+
+use crate::producer::{ProducerError, ProducerTable};
+use crate::segment::Segment;
+
+const CHECKPOINT_FILE: &str = "checkpoint";
+const CHECKPOINT_VERSION: &str = "v1";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Roll to a new segment before the active one would grow past this.
+    pub segment_bytes: u64,
+    /// Roll the active segment once it is this old (and not empty).
+    pub segment_ms: i64,
+    /// Delete segments whose newest record is older than this; negative: keep forever.
+    pub retention_ms: i64,
+    /// Delete the oldest segments while the log is bigger than this; negative: no limit.
+    pub retention_bytes: i64,
+    /// Bytes between two sparse offset-index entries.
+    pub index_interval_bytes: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            index_interval_bytes: 4096,
+        }
+    }
+}
+
+/// Largest segment the u32 positions of the offset index can address.
+pub const SEGMENT_BYTES_MAX: u64 = i32::MAX as u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// The batch was a retry of one already in the log; nothing was written.
+    pub duplicate: bool,
+}
+
+#[derive(Debug, Error)]
+pub enum AppendError {
+    #[error("producer state: {0:?}")]
+    Producer(ProducerError),
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+}
+
+#[derive(Debug, Error)]
+pub enum ReadError {
+    #[error("offset {offset} is outside [{log_start_offset}, {log_end_offset}]")]
+    OffsetOutOfRange { offset: i64, log_start_offset: i64, log_end_offset: i64 },
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// What to read for a fetch, decided under the partition lock and carried out without it
+/// (the `Arc<File>` keeps a segment readable even if retention deletes it meanwhile).
+#[derive(Debug)]
+pub struct ReadPlan {
+    file: Option<Arc<File>>,
+    pos: u64,
+    len: usize,
+    /// Exclusive upper offset: batches at or past it (not yet committed) are cut off.
+    upper: i64,
+}
+
+impl ReadPlan {
+    pub fn is_empty(&self) -> bool {
+        self.file.is_none() || self.len == 0
+    }
+
+    /// Reads whole batches below `upper`. A batch cut by the byte limit is dropped unless
+    /// it is the first (the plan already sized itself to hold the first one when asked).
+    pub fn execute(self) -> io::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let Some(file) = self.file else { return Ok(Vec::new()) };
+        let mut buf = vec![0u8; self.len];
+        file.read_exact_at(&mut buf, self.pos)?;
+        let mut keep = 0;
+        for item in Batches::new(&buf) {
+            match item {
+                Ok((h, range)) if h.base_offset < self.upper => keep = range.end,
+                _ => break,
+            }
+        }
+        buf.truncate(keep);
+        Ok(buf)
+    }
+}
+
+pub struct Log {
+    dir: PathBuf,
+    config: LogConfig,
+    /// Never empty; the last one is active.
+    segments: Vec<Segment>,
+    log_start_offset: i64,
+    /// Everything below this offset was fsynced and validated; recovery checks from here.
+    recovery_point: i64,
+    producers: ProducerTable,
+    leader_epoch: i32,
+    scratch: Vec<u8>,
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, recovering from a crash if needed: batches from
+    /// the last recovery point on are CRC-checked and a torn or corrupt tail is truncated.
+    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> io::Result<Log> {
+        fs::create_dir_all(dir)?;
+        let (recovery_point, mut log_start_offset) = read_checkpoint(dir)?;
+        let mut bases: Vec<i64> = fs::read_dir(dir)?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                name.strip_suffix(".log")?.parse::<i64>().ok()
+            })
+            .collect();
+        bases.sort_unstable();
+        let mut producers = ProducerTable::default();
+        let mut segments: Vec<Segment> = Vec::with_capacity(bases.len());
+        let mut truncated = false;
+        for base in bases {
+            if truncated {
+                warn!(dir = %dir.display(), base, "deleting segment after a truncated one");
+                Segment::open(dir, base, config.index_interval_bytes, now_ms)?.delete()?;
+                continue;
+            }
+            let mut seg = Segment::open(dir, base, config.index_interval_bytes, now_ms)?;
+            if let Some(prev) = segments.last() {
+                if prev.next_offset > base {
+                    warn!(dir = %dir.display(), base, "segment overlaps its predecessor; deleting it");
+                    seg.delete()?;
+                    truncated = true;
+                    continue;
+                }
+            }
+            let outcome = seg.scan(recovery_point, |h, _| producers.record(h))?;
+            if let Some(why) = outcome.torn {
+                warn!(dir = %dir.display(), base, valid_bytes = outcome.valid_bytes, %why, "truncating torn log tail");
+                seg.truncate_to(outcome.valid_bytes)?;
+                truncated = true;
+            }
+            segments.push(seg);
+        }
+        if segments.is_empty() {
+            segments.push(Segment::create(dir, log_start_offset.max(0), config.index_interval_bytes, now_ms)?);
+        }
+        log_start_offset = log_start_offset.max(segments[0].base_offset);
+        let mut log = Log {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            log_start_offset,
+            recovery_point,
+            producers,
+            leader_epoch: 0,
+            scratch: Vec::new(),
+        };
+        log.log_start_offset = log.log_start_offset.min(log.log_end_offset());
+        if truncated {
+            info!(dir = %dir.display(), log_end_offset = log.log_end_offset(), "recovered");
+        }
+        log.recovery_point = log.recovery_point.min(log.log_end_offset());
+        Ok(log)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    pub fn producer_count(&self) -> usize {
+        self.producers.len()
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments.last().expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments.last_mut().expect("a log always has an active segment")
+    }
+
+    /// Appends one validated batch, assigning its offsets. A retry of a batch the producer
+    /// already wrote is not stored again: its original offsets come back as a duplicate.
+    pub fn append(&mut self, batch: &[u8], h: &BatchHeader, now_ms: i64) -> Result<AppendInfo, AppendError> {
+        if let Some((base_offset, last_offset)) = self.producers.check(h).map_err(AppendError::Producer)? {
+            return Ok(AppendInfo { base_offset, last_offset, duplicate: true });
+        }
+        self.maybe_roll(batch.len() as u64, now_ms)?;
+        let base_offset = self.log_end_offset();
+        self.scratch.clear();
+        self.scratch.extend_from_slice(batch);
+        stamp(&mut self.scratch, base_offset, self.leader_epoch);
+        let stamped = BatchHeader { base_offset, partition_leader_epoch: self.leader_epoch, ..*h };
+        let scratch = std::mem::take(&mut self.scratch);
+        let written = self.active_mut().append(&scratch, &stamped);
+        self.scratch = scratch;
+        if let Err(e) = written {
+            // The tail may now hold a partial batch; cut it so the next append lands cleanly.
+            let size = self.active().size;
+            let _ = self.active_mut().truncate_to(size);
+            return Err(e.into());
+        }
+        self.producers.record(&stamped);
+        assert_eq!(self.log_end_offset(), stamped.next_offset(), "log end must follow the appended batch");
+        Ok(AppendInfo { base_offset, last_offset: stamped.last_offset(), duplicate: false })
+    }
+
+    fn maybe_roll(&mut self, incoming: u64, now_ms: i64) -> io::Result<()> {
+        let active = self.active();
+        let full = active.size + incoming > self.config.segment_bytes.min(SEGMENT_BYTES_MAX);
+        let old = now_ms - active.created_ms >= self.config.segment_ms;
+        if active.size > 0 && (full || old) {
+            self.roll(now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a new active segment at the log end. The old one is fsynced first, so the
+    /// recovery point can move to the new segment's base offset.
+    fn roll(&mut self, now_ms: i64) -> io::Result<()> {
+        let base = self.log_end_offset();
+        self.active().file.sync_data()?;
+        let seg = Segment::create(&self.dir, base, self.config.index_interval_bytes, now_ms)?;
+        self.segments.push(seg);
+        self.recovery_point = base;
+        self.write_checkpoint()
+    }
+
+    /// Files holding writes that must be fsynced for everything appended so far to be
+    /// durable. Segments other than the active one were fsynced when they rolled.
+    pub fn sync_handle(&self) -> Arc<File> {
+        self.active().file.clone()
+    }
+
+    /// Plans a read of at most `max_bytes` starting at the batch that holds `offset`,
+    /// stopping before `upper`. With `min_one`, the first batch is returned whole even if
+    /// it is bigger than `max_bytes` (KIP-74), so a consumer can always make progress.
+    pub fn read(&self, offset: i64, max_bytes: usize, upper: i64, min_one: bool) -> Result<ReadPlan, ReadError> {
+        let (start, end) = (self.log_start_offset, self.log_end_offset());
+        if offset < start || offset > end {
+            return Err(ReadError::OffsetOutOfRange { offset, log_start_offset: start, log_end_offset: end });
+        }
+        let empty = ReadPlan { file: None, pos: 0, len: 0, upper };
+        if offset >= upper {
+            return Ok(empty);
+        }
+        let first = self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
+        for seg in &self.segments[first..] {
+            if let Some((pos, h)) = seg.position_of(offset)? {
+                if h.base_offset >= upper {
+                    return Ok(empty);
+                }
+                let want = if min_one { max_bytes.max(h.total_bytes()) } else { max_bytes };
+                let len = want.min((seg.size - pos) as usize);
+                return Ok(ReadPlan { file: Some(seg.file.clone()), pos, len, upper });
+            }
+        }
+        Ok(empty)
+    }
+
+    /// The first batch (whole bytes) holding a record with timestamp >= `ts` and an offset
+    /// at or past the log start; the caller finds the record inside it.
+    pub fn batch_for_timestamp(&self, ts: i64) -> io::Result<Option<Vec<u8>>> {
+        for seg in &self.segments {
+            if seg.next_offset <= self.log_start_offset {
+                continue;
+            }
+            if let Some((pos, h)) = seg.batch_for_timestamp(ts)? {
+                return seg.read_at(pos, h.total_bytes()).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The batch holding the largest timestamp in the log (the earliest such batch).
+    pub fn batch_with_max_timestamp(&self) -> io::Result<Option<Vec<u8>>> {
+        let live = self.segments.iter().filter(|s| s.next_offset > self.log_start_offset);
+        let Some(seg) = live.rev().max_by_key(|s| s.max_timestamp) else { return Ok(None) };
+        match seg.batch_with_max_timestamp()? {
+            Some((pos, h)) => seg.read_at(pos, h.total_bytes()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// DeleteRecords: moves the log start offset to `offset` (at most the log end) and
+    /// deletes segments that lie wholly below it.
+    pub fn delete_records_before(&mut self, offset: i64) -> io::Result<i64> {
+        assert!(offset <= self.log_end_offset(), "caller checks the bound against the high watermark");
+        if offset > self.log_start_offset {
+            self.log_start_offset = offset;
+            self.delete_segments_while(|log, s| s.next_offset <= log.log_start_offset)?;
+            self.write_checkpoint()?;
+        }
+        Ok(self.log_start_offset)
+    }
+
+    /// Deletes segments past retention (time or size). Returns how many were deleted.
+    pub fn enforce_retention(&mut self, now_ms: i64) -> io::Result<usize> {
+        let retention_ms = self.config.retention_ms;
+        let expired = |s: &Segment| retention_ms >= 0 && s.size > 0 && s.max_timestamp.max(s.created_ms) < now_ms - retention_ms;
+        if expired(self.active()) {
+            self.roll(now_ms)?;
+        }
+        let by_time = self.delete_segments_while(|_, s| expired(s))?;
+        let retention_bytes = self.config.retention_bytes;
+        let mut total = self.size_bytes() as i64;
+        let by_size = if retention_bytes >= 0 {
+            self.delete_segments_while(|_, s| {
+                let delete = total - s.size as i64 >= retention_bytes;
+                if delete {
+                    total -= s.size as i64;
+                }
+                delete
+            })?
+        } else {
+            0
+        };
+        let deleted = by_time + by_size;
+        if deleted > 0 {
+            self.log_start_offset = self.log_start_offset.max(self.segments[0].base_offset);
+            self.write_checkpoint()?;
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes segments from the front while `pred` holds, never the active one.
+    fn delete_segments_while(&mut self, mut pred: impl FnMut(&Log, &Segment) -> bool) -> io::Result<usize> {
+        let mut n = 0;
+        while self.segments.len() > 1 && pred(self, &self.segments[0]) {
+            let seg = self.segments.remove(0);
+            info!(dir = %self.dir.display(), base_offset = seg.base_offset, "deleting segment");
+            seg.delete()?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Clean shutdown: fsync and record that everything up to the log end is good.
+    pub fn close(&mut self) -> io::Result<()> {
+        self.active().file.sync_data()?;
+        self.recovery_point = self.log_end_offset();
+        self.write_checkpoint()
+    }
+
+    fn write_checkpoint(&self) -> io::Result<()> {
+        let tmp = self.dir.join(format!("{CHECKPOINT_FILE}.tmp"));
+        let mut f = File::create(&tmp)?;
+        writeln!(f, "{CHECKPOINT_VERSION} {} {}", self.recovery_point, self.log_start_offset)?;
+        f.sync_all()?;
+        fs::rename(&tmp, self.dir.join(CHECKPOINT_FILE))?;
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+/// (recovery point, log start offset); a missing or unreadable checkpoint means "check
+/// everything" and "start at the first segment".
+fn read_checkpoint(dir: &Path) -> io::Result<(i64, i64)> {
+    let text = match fs::read_to_string(dir.join(CHECKPOINT_FILE)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, 0)),
+        Err(e) => return Err(e),
+    };
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    match parts.as_slice() {
+        [CHECKPOINT_VERSION, rp, ls] => match (rp.parse::<i64>(), ls.parse::<i64>()) {
+            (Ok(rp), Ok(ls)) if rp >= 0 && ls >= 0 => Ok((rp, ls)),
+            _ => {
+                warn!(dir = %dir.display(), "unreadable checkpoint; recovering the whole log");
+                Ok((0, 0))
+            }
+        },
+        _ => {
+            warn!(dir = %dir.display(), "unknown checkpoint format; recovering the whole log");
+            Ok((0, 0))
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! One segment: a `.log` file of whole batches plus its sparse offset and time indexes.
+//!
+//! The indexes live in memory and are mirrored to `.index` (relative offset u32,
+//! position u32) and `.timeindex` (timestamp i64, relative offset u32) for tooling. They
+//! are rebuilt from batch headers whenever a segment is opened, so the log alone is the
+//! truth (an index can never point at data the log does not hold).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use runnel_wire::batch::{BatchHeader, HEADER_BYTES};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IndexEntry {
+    pub rel_offset: u32,
+    pub position: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimeEntry {
+    /// Largest timestamp of any batch up to and including the batch ending at `offset`.
+    pub timestamp: i64,
+    pub offset: i64,
+}
+
+pub(crate) struct Segment {
+    pub base_offset: i64,
+    pub file: Arc<File>,
+    path: PathBuf,
+    pub size: u64,
+    /// One past the last offset stored in this segment (== base_offset when empty).
+    pub next_offset: i64,
+    pub max_timestamp: i64,
+    pub created_ms: i64,
+    index: Vec<IndexEntry>,
+    time_index: Vec<TimeEntry>,
+    index_file: File,
+    time_index_file: File,
+    bytes_since_index: u64,
+    index_interval_bytes: u64,
+}
+
+pub(crate) fn file_name(base_offset: i64, ext: &str) -> String {
+    format!("{base_offset:020}.{ext}")
+}
+
+/// What a scan of a segment found: where valid data ends and why.
+pub(crate) struct ScanOutcome {
+    pub valid_bytes: u64,
+    pub torn: Option<String>,
+}
+
+impl Segment {
+    pub fn create(dir: &Path, base_offset: i64, index_interval_bytes: u64, now_ms: i64) -> io::Result<Segment> {
+        let path = dir.join(file_name(base_offset, "log"));
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        Segment::with_file(dir, base_offset, file, path, index_interval_bytes, now_ms)
+    }
+
+    /// Opens an existing segment; call [`Segment::scan`] before using it.
+    pub fn open(dir: &Path, base_offset: i64, index_interval_bytes: u64, now_ms: i64) -> io::Result<Segment> {
+        let path = dir.join(file_name(base_offset, "log"));
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        let created = file
+            .metadata()?
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(now_ms);
+        Segment::with_file(dir, base_offset, file, path, index_interval_bytes, created)
+    }
+
+    fn with_file(
+        dir: &Path,
+        base_offset: i64,
+        file: File,
+        path: PathBuf,
+        index_interval_bytes: u64,
+        created_ms: i64,
+    ) -> io::Result<Segment> {
+        let open_index = |ext: &str| {
+            OpenOptions::new().read(true).write(true).create(true).truncate(true).open(dir.join(file_name(base_offset, ext)))
+        };
+        Ok(Segment {
+            base_offset,
+            file: Arc::new(file),
+            path,
+            size: 0,
+            next_offset: base_offset,
+            max_timestamp: -1,
+            created_ms,
+            index: Vec::new(),
+            time_index: Vec::new(),
+            index_file: open_index("index")?,
+            time_index_file: open_index("timeindex")?,
+            bytes_since_index: 0,
+            index_interval_bytes,
+        })
+    }
+
+    /// Reads every batch header from the start, rebuilding the indexes and handing each
+    /// header to `visit`. From `validate_from` on (an offset), batches are fully validated
+    /// (CRC included); the scan stops at the first batch that is torn or invalid and
+    /// reports how many bytes are good. The caller truncates.
+    pub fn scan(&mut self, validate_from: i64, mut visit: impl FnMut(&BatchHeader, u64)) -> io::Result<ScanOutcome> {
+        let len = self.file.metadata()?.len();
+        let mut pos = 0u64;
+        let mut head = [0u8; HEADER_BYTES];
+        let mut body = Vec::new();
+        let torn = loop {
+            if pos == len {
+                break None;
+            }
+            if len - pos < HEADER_BYTES as u64 {
+                break Some(format!("{} trailing bytes at position {pos}", len - pos));
+            }
+            self.file.read_exact_at(&mut head, pos)?;
+            let h = match BatchHeader::parse(&head) {
+                Ok(h) => h,
+                Err(e) => break Some(format!("bad header at position {pos}: {e}")),
+            };
+            let total = h.total_bytes() as u64;
+            if pos + total > len {
+                break Some(format!("batch at position {pos} needs {total} bytes, {} remain", len - pos));
+            }
+            if h.base_offset < self.next_offset || h.last_offset_delta < 0 {
+                break Some(format!("offset {} at position {pos} goes backwards", h.base_offset));
+            }
+            if h.last_offset() >= validate_from {
+                body.resize(total as usize, 0);
+                self.file.read_exact_at(&mut body, pos)?;
+                if let Err(e) = BatchHeader::validate(&body) {
+                    break Some(format!("invalid batch at offset {} position {pos}: {e}", h.base_offset));
+                }
+            }
+            self.note_appended(&h, pos, total)?;
+            visit(&h, pos);
+            pos += total;
+        };
+        self.size = pos;
+        Ok(ScanOutcome { valid_bytes: pos, torn })
+    }
+
+    pub fn truncate_to(&mut self, bytes: u64) -> io::Result<()> {
+        self.file.set_len(bytes)?;
+        self.file.sync_data()
+    }
+
+    /// Appends one stamped batch at the end of the file.
+    pub fn append(&mut self, batch: &[u8], h: &BatchHeader) -> io::Result<()> {
+        let pos = self.size;
+        self.file.write_all_at(batch, pos)?;
+        self.note_appended(h, pos, batch.len() as u64)?;
+        self.size += batch.len() as u64;
+        Ok(())
+    }
+
+    fn note_appended(&mut self, h: &BatchHeader, pos: u64, bytes: u64) -> io::Result<()> {
+        debug_assert!(h.base_offset >= self.next_offset, "offsets only grow");
+        if self.index.is_empty() || self.bytes_since_index >= self.index_interval_bytes {
+            let e = IndexEntry { rel_offset: (h.base_offset - self.base_offset) as u32, position: pos as u32 };
+            let mut raw = [0u8; 8];
+            raw[..4].copy_from_slice(&e.rel_offset.to_be_bytes());
+            raw[4..].copy_from_slice(&e.position.to_be_bytes());
+            self.index_file.write_all_at(&raw, self.index.len() as u64 * 8)?;
+            self.index.push(e);
+            self.bytes_since_index = 0;
+            if h.max_timestamp > self.max_timestamp || self.time_index.is_empty() {
+                self.push_time_entry(h.max_timestamp.max(self.max_timestamp), h.last_offset())?;
+            }
+        }
+        self.bytes_since_index += bytes;
+        if h.max_timestamp > self.max_timestamp {
+            self.max_timestamp = h.max_timestamp;
+        }
+        self.next_offset = h.next_offset();
+        Ok(())
+    }
+
+    fn push_time_entry(&mut self, timestamp: i64, offset: i64) -> io::Result<()> {
+        let mut raw = [0u8; 12];
+        raw[..8].copy_from_slice(&timestamp.to_be_bytes());
+        raw[8..].copy_from_slice(&((offset - self.base_offset) as u32).to_be_bytes());
+        self.time_index_file.write_all_at(&raw, self.time_index.len() as u64 * 12)?;
+        self.time_index.push(TimeEntry { timestamp, offset });
+        Ok(())
+    }
+
+    /// Position of the batch holding `offset`, or of the first batch after it; None when
+    /// the segment has nothing at or after `offset`.
+    pub fn position_of(&self, offset: i64) -> io::Result<Option<(u64, BatchHeader)>> {
+        let rel = (offset - self.base_offset).max(0);
+        let i = self.index.partition_point(|e| (e.rel_offset as i64) <= rel);
+        let mut pos = if i == 0 { 0 } else { self.index[i - 1].position as u64 };
+        self.find_batch(&mut pos, |h| h.last_offset() >= offset)
+    }
+
+    /// Walks batch headers from `pos` until `pred` holds.
+    fn find_batch(&self, pos: &mut u64, pred: impl Fn(&BatchHeader) -> bool) -> io::Result<Option<(u64, BatchHeader)>> {
+        let mut head = [0u8; HEADER_BYTES];
+        while *pos + HEADER_BYTES as u64 <= self.size {
+            self.file.read_exact_at(&mut head, *pos)?;
+            let h = BatchHeader::parse(&head).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if pred(&h) {
+                return Ok(Some((*pos, h)));
+            }
+            *pos += h.total_bytes() as u64;
+        }
+        Ok(None)
+    }
+
+    /// First batch whose max timestamp is at least `ts`.
+    pub fn batch_for_timestamp(&self, ts: i64) -> io::Result<Option<(u64, BatchHeader)>> {
+        if self.max_timestamp < ts {
+            return Ok(None);
+        }
+        let i = self.time_index.partition_point(|e| e.timestamp < ts);
+        let start = if i == 0 { self.base_offset } else { self.time_index[i - 1].offset + 1 };
+        match self.position_of(start)? {
+            Some((mut pos, _)) => self.find_batch(&mut pos, |h| h.max_timestamp >= ts),
+            None => Ok(None),
+        }
+    }
+
+    /// The batch holding this segment's largest timestamp (the first such batch).
+    pub fn batch_with_max_timestamp(&self) -> io::Result<Option<(u64, BatchHeader)>> {
+        if self.max_timestamp < 0 {
+            return Ok(None);
+        }
+        self.batch_for_timestamp(self.max_timestamp)
+    }
+
+    pub fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        self.file.read_exact_at(&mut buf, pos)?;
+        Ok(buf)
+    }
+
+    pub fn delete(self) -> io::Result<()> {
+        let dir = self.path.parent().map(Path::to_path_buf).unwrap_or_default();
+        std::fs::remove_file(&self.path)?;
+        for ext in ["index", "timeindex"] {
+            let _ = std::fs::remove_file(dir.join(file_name(self.base_offset, ext)));
+        }
+        Ok(())
+    }
+}

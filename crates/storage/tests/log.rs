@@ -1,0 +1,186 @@
+//! The partition log's contract: offsets assigned in order, reads return whole committed
+//! batches, a crash's torn tail is cut on reopen, retention and DeleteRecords move the log
+//! start, and idempotent retries are answered from the log without a second copy.
+
+use bytes::BytesMut;
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use runnel_storage::{AppendError, Log, LogConfig, ProducerError, ReadError};
+use runnel_wire::batch::{BatchHeader, Batches};
+use std::io::Write;
+
+fn batch(n: usize, ts: i64, pid: i64, seq: i32) -> Vec<u8> {
+    let records: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: pid,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: seq + i as i32,
+            timestamp: ts + i as i64,
+            key: None,
+            value: Some(bytes::Bytes::from(vec![b'x'; 100])),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None })
+        .expect("encode");
+    buf.to_vec()
+}
+
+fn append(log: &mut Log, b: &[u8]) -> Result<runnel_storage::AppendInfo, AppendError> {
+    let h = BatchHeader::validate_for_append(b).expect("valid");
+    log.append(b, &h, 0)
+}
+
+/// Reads like a consumer: one segment per read, from `from` to the log end.
+fn read_all(log: &Log, mut from: i64) -> Vec<BatchHeader> {
+    let mut out = Vec::new();
+    while from < log.log_end_offset() {
+        let plan = log.read(from, 1 << 30, log.log_end_offset(), true).expect("read");
+        let bytes = plan.execute().expect("execute");
+        let batches: Vec<BatchHeader> = Batches::new(&bytes).map(|r| r.expect("whole batch").0).collect();
+        from = batches.last().expect("progress").next_offset();
+        out.extend(batches);
+    }
+    out
+}
+
+fn small_segments() -> LogConfig {
+    LogConfig { segment_bytes: 2000, index_interval_bytes: 500, ..LogConfig::default() }
+}
+
+#[test]
+fn appends_get_consecutive_offsets_and_read_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log = Log::open(dir.path(), small_segments(), 0).expect("open");
+    for i in 0..50 {
+        let info = append(&mut log, &batch(3, i * 10, -1, 0)).expect("append");
+        assert_eq!((info.base_offset, info.last_offset), (i * 3, i * 3 + 2));
+    }
+    assert!(log.segment_count() > 5, "small segments roll");
+    assert_eq!(log.log_end_offset(), 150);
+    // A read from the middle of a batch starts at that batch.
+    let got = log.read(31, 1 << 20, 150, true).expect("plan").execute().expect("read");
+    let first = Batches::new(&got).next().expect("one").expect("whole").0;
+    assert_eq!(first.base_offset, 30);
+    // The upper bound (high watermark) cuts the read.
+    let got = log.read(0, 1 << 20, 9, true).expect("plan").execute().expect("read");
+    let offsets: Vec<i64> = Batches::new(&got).map(|r| r.expect("b").0.base_offset).collect();
+    assert_eq!(offsets, vec![0, 3, 6]);
+    // max_bytes smaller than one batch still returns that batch when min_one is set.
+    let got = log.read(0, 1, 150, true).expect("plan").execute().expect("read");
+    assert_eq!(Batches::new(&got).count(), 1);
+    assert!(log.read(0, 1, 150, false).expect("plan").execute().expect("read").is_empty());
+    assert!(matches!(log.read(151, 100, 150, true), Err(ReadError::OffsetOutOfRange { .. })));
+}
+
+#[test]
+fn reopen_after_crash_truncates_a_torn_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let mut log = Log::open(dir.path(), small_segments(), 0).expect("open");
+        for _ in 0..20 {
+            append(&mut log, &batch(2, 0, -1, 0)).expect("append");
+        }
+        // no close(): like kill -9
+    }
+    let newest = newest_segment(dir.path());
+    let mut f = std::fs::OpenOptions::new().append(true).open(&newest).expect("open segment");
+    f.write_all(&batch(2, 0, -1, 0)[..40]).expect("torn write");
+    drop(f);
+    let mut log = Log::open(dir.path(), small_segments(), 0).expect("reopen");
+    assert_eq!(log.log_end_offset(), 40);
+    assert_eq!(read_all(&log, 0).len(), 20);
+    let info = append(&mut log, &batch(2, 0, -1, 0)).expect("append after recovery");
+    assert_eq!(info.base_offset, 40);
+
+    // A flipped bit in the last batch is caught by its CRC and cut as well.
+    log.close().expect("close");
+    drop(log);
+    std::fs::remove_file(dir.path().join("checkpoint")).expect("forget the clean point");
+    let newest = newest_segment(dir.path());
+    let bytes = std::fs::read(&newest).expect("read");
+    let mut corrupt = bytes.clone();
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    std::fs::write(&newest, &corrupt).expect("corrupt");
+    let log = Log::open(dir.path(), small_segments(), 0).expect("reopen");
+    assert_eq!(log.log_end_offset(), 40);
+}
+
+fn newest_segment(dir: &std::path::Path) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .expect("ls")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .max()
+        .expect("a segment")
+}
+
+#[test]
+fn idempotent_retries_are_not_stored_twice_even_after_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log = Log::open(dir.path(), LogConfig::default(), 0).expect("open");
+    let b0 = batch(5, 0, 42, 0);
+    assert_eq!(append(&mut log, &b0).expect("first").base_offset, 0);
+    let again = append(&mut log, &b0).expect("retry");
+    assert!(again.duplicate);
+    assert_eq!((again.base_offset, again.last_offset), (0, 4));
+    assert!(matches!(
+        append(&mut log, &batch(1, 0, 42, 7)),
+        Err(AppendError::Producer(ProducerError::OutOfOrder { expected: 5, got: 7 }))
+    ));
+    drop(log);
+    let mut log = Log::open(dir.path(), LogConfig::default(), 0).expect("reopen");
+    assert!(append(&mut log, &b0).expect("retry after restart").duplicate);
+    assert_eq!(append(&mut log, &batch(1, 0, 42, 5)).expect("next").base_offset, 5);
+    assert_eq!(log.log_end_offset(), 6);
+}
+
+#[test]
+fn retention_and_delete_records_move_the_log_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = small_segments();
+    cfg.retention_bytes = 4000;
+    let mut log = Log::open(dir.path(), cfg, 0).expect("open");
+    for i in 0..60 {
+        append(&mut log, &batch(2, 1000 + i, -1, 0)).expect("append");
+    }
+    let before = log.segment_count();
+    assert!(log.enforce_retention(0).expect("retention") > 0);
+    assert!(log.segment_count() < before);
+    assert!(log.size_bytes() <= 4000 + 2000);
+    let start = log.log_start_offset();
+    assert!(start > 0);
+    assert_eq!(read_all(&log, start)[0].base_offset, start);
+    assert!(matches!(log.read(start - 1, 10, 120, true), Err(ReadError::OffsetOutOfRange { .. })));
+
+    assert_eq!(log.delete_records_before(101).expect("delete records"), 101);
+    drop(log);
+    let log = Log::open(dir.path(), cfg, 0).expect("reopen");
+    assert_eq!(log.log_start_offset(), 101, "log start survives a restart");
+
+    // By timestamp: first batch with a record at or after ts.
+    let b = log.batch_for_timestamp(1055).expect("lookup").expect("found");
+    let h = BatchHeader::parse(&b).expect("header");
+    assert!(h.max_timestamp >= 1055 && h.base_timestamp <= 1055);
+    let m = log.batch_with_max_timestamp().expect("lookup").expect("found");
+    assert_eq!(BatchHeader::parse(&m).expect("header").max_timestamp, 1060);
+}
+
+#[test]
+fn time_retention_rolls_and_deletes_an_expired_active_segment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = LogConfig { retention_ms: 1000, ..LogConfig::default() };
+    let mut log = Log::open(dir.path(), cfg, 0).expect("open");
+    append(&mut log, &batch(2, 5_000, -1, 0)).expect("append");
+    assert_eq!(log.enforce_retention(5_500).expect("not yet"), 0);
+    assert_eq!(log.enforce_retention(10_000).expect("expired"), 1);
+    assert_eq!(log.log_start_offset(), 2);
+    assert_eq!(log.log_end_offset(), 2);
+}

@@ -1,0 +1,11 @@
+//! Wire-level building blocks shared by storage and the broker: Kafka RecordBatch v2
+//! headers (parse, validate, patch offsets) and request framing limits.
+//!
+//! Nothing here touches sockets or files, and nothing here trusts its input: every parser
+//! returns a typed error instead of panicking, because these bytes come from clients and
+//! from disk. The Kafka message codec itself is the `kafka-protocol` crate; this crate
+//! holds what that crate leaves to the broker.
+
+pub mod batch;
+
+pub use batch::{BatchError, BatchHeader, Batches};
