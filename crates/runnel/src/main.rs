@@ -1,1 +1,99 @@
-fn main() {}
+//! `runnel`: the single binary. `runnel dev` runs one broker on localhost with data in a
+//! local folder; `runnel serve --config server.properties` runs a configured broker.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use runnel_broker::{server, BrokerConfig, Settings};
+
+#[derive(Parser)]
+#[command(name = "runnel", version, about = "A Kafka-compatible streaming platform in one binary")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one broker for development: 127.0.0.1:9092, data in ./data.
+    Dev {
+        /// Port to listen on (127.0.0.1 only).
+        #[arg(long, default_value_t = 9092)]
+        port: u16,
+        /// Where the logs and metadata live.
+        #[arg(long, default_value = "./data")]
+        data_dir: PathBuf,
+        /// Override a broker setting, in Kafka's names: --set log.segment.bytes=1048576
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        settings: Vec<String>,
+    },
+    /// Run a broker from a Kafka-style .properties file.
+    Serve {
+        /// node.id, listeners, advertised.listeners, log.dirs, limits, retention defaults.
+        #[arg(long)]
+        config: PathBuf,
+        /// Override a setting from the file.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        settings: Vec<String>,
+    },
+}
+
+fn apply_overrides(settings: &mut Settings, overrides: &[String]) -> Result<()> {
+    for o in overrides {
+        let (k, v) = o.split_once('=').with_context(|| format!("--set {o}: expected KEY=VALUE"))?;
+        settings.set(k.trim(), v.trim())?;
+    }
+    Ok(())
+}
+
+fn config(command: Command) -> Result<BrokerConfig> {
+    let settings = match command {
+        Command::Dev { port, data_dir, settings: overrides } => {
+            let mut s = Settings::default();
+            s.set("listeners", &format!("PLAINTEXT://127.0.0.1:{port}"))?;
+            s.set("log.dirs", &data_dir.to_string_lossy())?;
+            apply_overrides(&mut s, &overrides)?;
+            s
+        }
+        Command::Serve { config, settings: overrides } => {
+            let text = std::fs::read_to_string(&config).with_context(|| format!("reading {}", config.display()))?;
+            let mut s = Settings::from_properties(&text).with_context(|| format!("in {}", config.display()))?;
+            apply_overrides(&mut s, &overrides)?;
+            s
+        }
+    };
+    BrokerConfig::from_settings(settings)
+}
+
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        // Without signal handlers the broker still runs; it just cannot stop cleanly.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RUNNEL_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cli = Cli::parse();
+    let result = config(cli.command).and_then(|config| {
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+        rt.block_on(server::run(config, stop_signal()))
+    });
+    if let Err(e) = result {
+        // An environment we cannot run in (port taken, data dir unwritable): say why, exit 1.
+        eprintln!("runnel: {e:#}");
+        std::process::exit(1);
+    }
+}

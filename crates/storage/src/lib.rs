@@ -11,5 +11,5 @@ mod log;
 mod producer;
 mod segment;
 
-pub use log::{AppendError, AppendInfo, Log, LogConfig, ReadError, ReadPlan};
+pub use log::{AppendError, AppendInfo, Log, LogConfig, ReadError, ReadPlan, SEGMENT_BYTES_MAX};
 pub use producer::{ProducerError, ProducerTable};

@@ -1,0 +1,245 @@
+//! Broker configuration, in Kafka's own names so an operator's `server.properties`
+//! knowledge carries over: a `.properties` file for `runnel serve`, `--set key=value`
+//! overrides for `runnel dev`. Every setting the broker reads is listed in [`SETTINGS`]
+//! with its type and default; anything else is refused at start-up rather than ignored.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Bool,
+    Int,
+    Long,
+    Str,
+    List,
+}
+
+impl Kind {
+    /// The DescribeConfigs `config_type` code (KIP-569).
+    pub fn code(self) -> i8 {
+        match self {
+            Kind::Bool => 1,
+            Kind::Str => 2,
+            Kind::Int => 3,
+            Kind::Long => 5,
+            Kind::List => 7,
+        }
+    }
+}
+
+/// (name, kind, default). Limits are named with their unit last, as everywhere here.
+pub const SETTINGS: &[(&str, Kind, &str)] = &[
+    ("node.id", Kind::Int, "1"),
+    ("listeners", Kind::List, "PLAINTEXT://127.0.0.1:9092"),
+    ("advertised.listeners", Kind::List, ""),
+    ("log.dirs", Kind::Str, "./data"),
+    ("num.partitions", Kind::Int, "1"),
+    ("default.replication.factor", Kind::Int, "1"),
+    ("auto.create.topics.enable", Kind::Bool, "true"),
+    ("delete.topic.enable", Kind::Bool, "true"),
+    ("log.segment.bytes", Kind::Int, "1073741824"),
+    ("log.roll.ms", Kind::Long, "604800000"),
+    ("log.retention.ms", Kind::Long, "604800000"),
+    ("log.retention.bytes", Kind::Long, "-1"),
+    ("log.retention.check.interval.ms", Kind::Long, "300000"),
+    ("log.index.interval.bytes", Kind::Int, "4096"),
+    ("log.cleanup.policy", Kind::List, "delete"),
+    ("log.message.timestamp.type", Kind::Str, "CreateTime"),
+    ("compression.type", Kind::Str, "producer"),
+    ("min.insync.replicas", Kind::Int, "1"),
+    ("unclean.leader.election.enable", Kind::Bool, "false"),
+    ("message.max.bytes", Kind::Int, "1048588"),
+    // Runnel's durability switch: `always` fsyncs before acks=all is answered and before
+    // the high watermark moves (group commit); `never` leaves flushing to the OS, as
+    // Kafka does by default.
+    ("log.fsync.policy", Kind::Str, "always"),
+    ("socket.request.max.bytes", Kind::Int, "104857600"),
+    ("max.connections", Kind::Int, "10000"),
+    ("queued.max.requests.per.connection", Kind::Int, "100"),
+    ("max.incremental.fetch.session.cache.slots", Kind::Int, "1000"),
+    ("fetch.max.wait.ms.max", Kind::Long, "30000"),
+];
+
+pub fn setting(name: &str) -> Option<(Kind, &'static str)> {
+    SETTINGS.iter().find(|(n, _, _)| *n == name).map(|(_, k, d)| (*k, *d))
+}
+
+/// Checks that `value` parses as the setting's kind.
+pub fn check_value(kind: Kind, value: &str) -> Result<()> {
+    match kind {
+        Kind::Bool => {
+            value.parse::<bool>().map_err(|_| anyhow!("expected true or false"))?;
+        }
+        Kind::Int => {
+            value.parse::<i32>().map_err(|_| anyhow!("expected a 32-bit integer"))?;
+        }
+        Kind::Long => {
+            value.parse::<i64>().map_err(|_| anyhow!("expected a 64-bit integer"))?;
+        }
+        Kind::Str | Kind::List => {}
+    }
+    Ok(())
+}
+
+/// Settings given explicitly (file or --set), over the defaults in [`SETTINGS`].
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    explicit: BTreeMap<String, String>,
+    /// Changed at run time through IncrementalAlterConfigs; persisted in the metadata.
+    dynamic: BTreeMap<String, String>,
+}
+
+/// Broker settings that can be changed while running (the rest need a restart).
+pub const DYNAMIC_SETTINGS: &[&str] = &[
+    "auto.create.topics.enable",
+    "log.retention.ms",
+    "log.retention.bytes",
+    "log.segment.bytes",
+    "log.roll.ms",
+    "log.cleanup.policy",
+    "log.message.timestamp.type",
+    "message.max.bytes",
+    "num.partitions",
+    "min.insync.replicas",
+    "compression.type",
+    "log.index.interval.bytes",
+    "unclean.leader.election.enable",
+];
+
+impl Settings {
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        let (kind, _) = setting(name).ok_or_else(|| anyhow!("unknown setting {name}"))?;
+        check_value(kind, value).with_context(|| format!("setting {name}={value}"))?;
+        self.explicit.insert(name.to_string(), value.to_string());
+        Ok(())
+    }
+
+    /// Parses a Kafka-style `.properties` file: `key=value` lines, `#` comments.
+    pub fn from_properties(text: &str) -> Result<Settings> {
+        let mut s = Settings::default();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .or_else(|| line.split_once(':'))
+                .ok_or_else(|| anyhow!("line {}: expected key=value", n + 1))?;
+            s.set(k.trim(), v.trim()).with_context(|| format!("line {}", n + 1))?;
+        }
+        Ok(s)
+    }
+
+    pub fn is_explicit(&self, name: &str) -> bool {
+        self.explicit.contains_key(name)
+    }
+
+    pub fn is_dynamic(&self, name: &str) -> bool {
+        self.dynamic.contains_key(name)
+    }
+
+    pub fn dynamic(&self) -> &BTreeMap<String, String> {
+        &self.dynamic
+    }
+
+    /// Replaces the dynamic layer (already validated by the caller).
+    pub fn set_dynamic(&mut self, dynamic: BTreeMap<String, String>) {
+        self.dynamic = dynamic;
+    }
+
+    pub fn get(&self, name: &str) -> &str {
+        if let Some(v) = self.dynamic.get(name) {
+            return v;
+        }
+        match self.explicit.get(name) {
+            Some(v) => v,
+            None => setting(name).map(|(_, d)| d).unwrap_or_else(|| panic!("setting {name} is not declared")),
+        }
+    }
+
+    pub fn i64(&self, name: &str) -> i64 {
+        self.get(name).parse().unwrap_or_else(|_| panic!("setting {name} was checked at set time"))
+    }
+
+    pub fn bool(&self, name: &str) -> bool {
+        self.get(name) == "true"
+    }
+
+    pub fn usize(&self, name: &str) -> usize {
+        self.i64(name).max(0) as usize
+    }
+}
+
+/// What the server needs, derived once from [`Settings`].
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub listen: SocketAddr,
+    pub advertised_host: String,
+    pub advertised_port: u16,
+    pub data_dir: PathBuf,
+    pub settings: Settings,
+}
+
+fn parse_listener(s: &str) -> Result<(String, u16)> {
+    let s = s.trim();
+    let rest = s.split_once("://").map(|(proto, rest)| (proto, rest));
+    let hostport = match rest {
+        Some(("PLAINTEXT", hp)) => hp,
+        Some((proto, _)) => bail!("listener {s}: only PLAINTEXT is supported so far, not {proto}"),
+        None => s,
+    };
+    let (host, port) = hostport.rsplit_once(':').ok_or_else(|| anyhow!("listener {s}: expected host:port"))?;
+    let port: u16 = port.parse().with_context(|| format!("listener {s}: bad port"))?;
+    let host = if host.is_empty() { "0.0.0.0" } else { host };
+    Ok((host.trim_matches(['[', ']']).to_string(), port))
+}
+
+impl BrokerConfig {
+    pub fn from_settings(settings: Settings) -> Result<BrokerConfig> {
+        let (host, port) = parse_listener(settings.get("listeners").split(',').next().unwrap_or_default())?;
+        let listen: SocketAddr = format!("{host}:{port}")
+            .parse()
+            .or_else(|_| format!("[{host}]:{port}").parse())
+            .with_context(|| format!("listener address {host}:{port}"))?;
+        let advertised = settings.get("advertised.listeners");
+        let (advertised_host, advertised_port) = if advertised.is_empty() {
+            let h = if listen.ip().is_unspecified() { "127.0.0.1".to_string() } else { listen.ip().to_string() };
+            (h, port)
+        } else {
+            parse_listener(advertised.split(',').next().unwrap_or_default())?
+        };
+        Ok(BrokerConfig {
+            node_id: settings.i64("node.id") as i32,
+            listen,
+            advertised_host,
+            advertised_port,
+            data_dir: PathBuf::from(settings.get("log.dirs").split(',').next().unwrap_or("./data")),
+            settings,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_files_and_listeners() {
+        let s = Settings::from_properties(
+            "# comment\nnode.id=3\nlisteners=PLAINTEXT://0.0.0.0:19092\nadvertised.listeners=PLAINTEXT://kafka-1:19092\nlog.dirs=/var/lib/runnel\n",
+        )
+        .expect("parses");
+        let c = BrokerConfig::from_settings(s).expect("valid");
+        assert_eq!(c.node_id, 3);
+        assert_eq!(c.listen.port(), 19092);
+        assert_eq!((c.advertised_host.as_str(), c.advertised_port), ("kafka-1", 19092));
+        assert!(Settings::from_properties("no.such.thing=1").is_err());
+        assert!(Settings::from_properties("num.partitions=abc").is_err());
+    }
+}

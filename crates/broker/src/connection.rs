@@ -1,0 +1,130 @@
+//! One client connection: size-prefixed frames in, responses out in request order.
+//!
+//! The reader decodes each request and runs its handler up to the point where it would
+//! wait (so appends from one connection happen in the order they were sent); the writer
+//! awaits the replies in order. The queue between them is bounded by
+//! `queued.max.requests.per.connection`, which is also how a client that pipelines too
+//! much is slowed down. A frame that cannot be decoded ends this connection, never the
+//! process.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, warn};
+
+use crate::broker::Broker;
+use crate::dispatch::{self, Reply};
+use crate::handlers::api_versions;
+
+type Framed = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>>;
+
+pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut shutdown: watch::Receiver<bool>) {
+    let _ = stream.set_nodelay(true);
+    let (rd, wr) = stream.into_split();
+    let inflight_max = broker.config.settings.usize("queued.max.requests.per.connection").max(1);
+    let (tx, rx) = mpsc::channel::<Framed>(inflight_max);
+    let writer = tokio::spawn(write_loop(wr, rx));
+    let request_bytes_max = broker.config.settings.i64("socket.request.max.bytes");
+    let mut rd = BufReader::with_capacity(64 * 1024, rd);
+    loop {
+        let size = tokio::select! {
+            r = rd.read_i32() => match r {
+                Ok(size) => size,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                Err(e) => { debug!(%peer, error = %e, "read failed"); break; }
+            },
+            _ = shutdown.changed() => break,
+        };
+        if size < 8 || size as i64 > request_bytes_max {
+            warn!(%peer, size, request_bytes_max, "closing connection: frame size outside [8, socket.request.max.bytes]");
+            break;
+        }
+        let mut frame = BytesMut::zeroed(size as usize);
+        if let Err(e) = rd.read_exact(&mut frame).await {
+            debug!(%peer, error = %e, "connection closed mid-frame");
+            break;
+        }
+        match decode(&broker, frame.freeze()) {
+            Ok(reply) => {
+                if tx.send(reply).await.is_err() {
+                    break;
+                }
+            }
+            Err(why) => {
+                warn!(%peer, %why, "closing connection: bad request");
+                break;
+            }
+        }
+    }
+    drop(tx);
+    // The writer drains the replies already queued, then the socket closes.
+    let _ = writer.await;
+    debug!(%peer, "connection closed");
+}
+
+async fn write_loop(wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiver<Framed>) {
+    let mut wr = BufWriter::with_capacity(64 * 1024, wr);
+    while let Some(reply) = rx.recv().await {
+        if let Some(bytes) = reply.await {
+            if wr.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+        if rx.is_empty() && wr.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = wr.flush().await;
+    let _ = wr.shutdown().await;
+}
+
+/// Parses one frame and starts its handler. An error means: close the connection.
+fn decode(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Framed, String> {
+    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let key = ApiKey::try_from(raw_key).map_err(|_| format!("unknown API key {raw_key}"))?;
+    if !dispatch::supported(key, version) {
+        if key == ApiKey::ApiVersions {
+            // KIP-511: answer an ApiVersions we cannot parse with a v0 response listing
+            // what we support, so the client can pick a version and retry.
+            let resp = api_versions::unsupported_version_response();
+            return Ok(Box::pin(std::future::ready(encode_response(key, 0, correlation_id, &resp.into()))));
+        }
+        return Err(format!("unsupported version {version} of {key:?}"));
+    }
+    let header = RequestHeader::decode(&mut frame, key.request_header_version(version))
+        .map_err(|e| format!("bad {key:?} v{version} header: {e}"))?;
+    let request = RequestKind::decode(key, &mut frame, version).map_err(|e| format!("bad {key:?} v{version} body: {e}"))?;
+    if frame.has_remaining() {
+        debug!(?key, version, trailing = frame.remaining(), "request has trailing bytes");
+    }
+    let reply: Reply = dispatch::dispatch(broker, &header, request);
+    Ok(Box::pin(async move {
+        let resp = reply.await?;
+        encode_response(key, version, correlation_id, &resp)
+    }))
+}
+
+fn encode_response(key: ApiKey, version: i16, correlation_id: i32, resp: &ResponseKind) -> Option<Bytes> {
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    // ApiVersions responses always carry a v0 header, whatever the request version.
+    let header_version = if key == ApiKey::ApiVersions { 0 } else { key.response_header_version(version) };
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    if let Err(e) = header.encode(&mut buf, header_version).and_then(|_| resp.encode(&mut buf, version)) {
+        // A bug in a handler (a field set that this version lacks): log it loudly; the
+        // client times out and retries, and the connection goes on.
+        tracing::error!(?key, version, error = %e, "could not encode response");
+        return None;
+    }
+    let len = (buf.len() - 4) as i32;
+    buf[0..4].copy_from_slice(&len.to_be_bytes());
+    Some(buf.freeze())
+}

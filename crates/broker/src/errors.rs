@@ -1,0 +1,46 @@
+//! The one place where subsystem errors become Kafka error codes.
+
+use kafka_protocol::error::ResponseError;
+use runnel_storage::{AppendError, ProducerError, ReadError};
+use runnel_wire::BatchError;
+
+use crate::catalog::CatalogError;
+
+pub fn catalog(e: &CatalogError) -> ResponseError {
+    match e {
+        CatalogError::TopicExists(_) => ResponseError::TopicAlreadyExists,
+        CatalogError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
+        CatalogError::InvalidTopic(_) => ResponseError::InvalidTopicException,
+        CatalogError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+        CatalogError::InvalidConfig(_) => ResponseError::InvalidConfig,
+        CatalogError::Storage(_) => ResponseError::KafkaStorageError,
+    }
+}
+
+pub fn append(e: &AppendError) -> ResponseError {
+    match e {
+        // Kafka answers a produce from a fenced (older) epoch with INVALID_PRODUCER_EPOCH.
+        AppendError::Producer(ProducerError::Fenced) => ResponseError::InvalidProducerEpoch,
+        AppendError::Producer(ProducerError::OutOfOrder { .. }) => ResponseError::OutOfOrderSequenceNumber,
+        AppendError::Io(_) => ResponseError::KafkaStorageError,
+    }
+}
+
+pub fn read(e: &ReadError) -> ResponseError {
+    match e {
+        ReadError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        ReadError::Io(_) => ResponseError::KafkaStorageError,
+    }
+}
+
+/// Every malformed batch (CRC, magic, counts, framing) is CORRUPT_MESSAGE, as Kafka's
+/// log validator reports it for produce v3+.
+pub fn batch(_: &BatchError) -> ResponseError {
+    ResponseError::CorruptMessage
+}
+
+/// A flush (fsync) that failed leaves the write's fate unknown; like a Raft write that was
+/// interrupted, that is a timeout to the client, which then retries (idempotently).
+pub fn flush_failed() -> ResponseError {
+    ResponseError::KafkaStorageError
+}

@@ -1,0 +1,36 @@
+//! CreatePartitions (key 37): grow a topic's partition count (never shrink).
+
+use std::sync::Arc;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::dispatch::{now, Reply};
+use crate::errors;
+
+pub fn handle(b: &Arc<Broker>, r: CreatePartitionsRequest, _v: i16) -> Reply {
+    let me = b.node_id();
+    let results = r
+        .topics
+        .into_iter()
+        .map(|t| {
+            let res = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+            let bad_assignment = t.assignments.iter().flatten().any(|a| a.broker_ids.iter().any(|id| id.0 != me));
+            let outcome = if bad_assignment {
+                Err((ResponseError::InvalidReplicaAssignment, "Assignment names a broker that does not exist".to_string()))
+            } else if r.validate_only {
+                b.catalog.check_add_partitions(&t.name.0, t.count).map(|_| ()).map_err(|e| (errors::catalog(&e), e.to_string()))
+            } else {
+                b.catalog.add_partitions(&t.name.0, t.count).map_err(|e| (errors::catalog(&e), e.to_string()))
+            };
+            match outcome {
+                Ok(()) => res,
+                Err((code, msg)) => res.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg))),
+            }
+        })
+        .collect();
+    now(CreatePartitionsResponse::default().with_results(results))
+}

@@ -1,0 +1,55 @@
+//! DeleteTopics (key 20): by name, or (v6+) by topic id.
+
+use std::sync::Arc;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
+
+use super::{str_bytes, topic_name};
+use crate::broker::Broker;
+use crate::dispatch::{now, Reply};
+use crate::errors;
+
+pub fn handle(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Reply {
+    let enabled = b.catalog.settings().bool("delete.topic.enable");
+    // v6 moved the names into `topics`, which may name a topic by id instead.
+    let wanted: Vec<(Option<String>, uuid::Uuid)> = if v >= 6 {
+        r.topics.into_iter().map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id)).collect()
+    } else {
+        r.topic_names.into_iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect()
+    };
+    let responses = wanted
+        .into_iter()
+        .map(|(name, id)| {
+            let topic = match &name {
+                Some(n) => b.catalog.topic(n),
+                None => b.catalog.topic_by_id(id),
+            };
+            let mut res = DeletableTopicResult::default().with_name(name.as_deref().map(topic_name));
+            let fail = |mut res: DeletableTopicResult, code: ResponseError, msg: String| {
+                res.error_code = code.code();
+                if v >= 5 {
+                    res.error_message = Some(str_bytes(&msg));
+                }
+                res
+            };
+            let Some(topic) = topic else {
+                let code = if name.is_some() { ResponseError::UnknownTopicOrPartition } else { ResponseError::UnknownTopicId };
+                return fail(res, code, "This server does not host this topic.".into());
+            };
+            if v >= 6 {
+                res.topic_id = topic.id;
+                res.name = Some(topic_name(&topic.name));
+            }
+            if !enabled {
+                return fail(res, ResponseError::TopicDeletionDisabled, "Topic deletion is disabled.".into());
+            }
+            match b.catalog.delete_topic(&topic.name) {
+                Ok(_) => res,
+                Err(e) => fail(res, errors::catalog(&e), e.to_string()),
+            }
+        })
+        .collect();
+    now(DeleteTopicsResponse::default().with_responses(responses))
+}

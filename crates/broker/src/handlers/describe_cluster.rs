@@ -1,0 +1,27 @@
+//! DescribeCluster (key 60): this broker, the cluster id, and who is the controller.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::dispatch::{now, Reply};
+
+pub fn handle(b: &Arc<Broker>, _r: DescribeClusterRequest, v: i16) -> Reply {
+    let c = &b.config;
+    let me = DescribeClusterBroker::default()
+        .with_broker_id(BrokerId(c.node_id))
+        .with_host(str_bytes(&c.advertised_host))
+        .with_port(c.advertised_port as i32)
+        .with_rack(None);
+    let mut resp = DescribeClusterResponse::default()
+        .with_cluster_id(str_bytes(&b.catalog.cluster_id))
+        .with_controller_id(BrokerId(c.node_id))
+        .with_brokers(vec![me]);
+    if v >= 1 {
+        resp.endpoint_type = 1; // brokers
+    }
+    now(resp)
+}

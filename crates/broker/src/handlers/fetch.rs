@@ -1,0 +1,167 @@
+//! Fetch (key 1): read committed batches (below the high watermark) for each partition,
+//! within `max_bytes` for the response and `partition_max_bytes` for each partition, and
+//! long-poll up to `max_wait_ms` until `min_bytes` are there. Incremental fetch sessions
+//! (KIP-227) are in `fetch_session`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+use tokio::time::Instant;
+
+use super::topic_name;
+use crate::broker::Broker;
+use crate::dispatch::Reply;
+use crate::errors;
+use crate::fetch_session::{PartKey, PartState, SessionError};
+
+struct Wanted {
+    parts: Vec<(PartKey, PartState)>,
+    forgotten: Vec<PartKey>,
+}
+
+/// Topic names and ids from the request, resolved against the catalog. v13+ names topics
+/// by id only; an id we do not know keeps its nil name and fails per partition.
+fn wanted(b: &Broker, r: &FetchRequest, v: i16) -> Wanted {
+    let key = |name: &str, id: uuid::Uuid, partition: i32| {
+        if v >= 13 {
+            let name = b.catalog.topic_by_id(id).map(|t| t.name.to_string()).unwrap_or_default();
+            PartKey { topic: name, topic_id: id, partition }
+        } else {
+            let id = b.catalog.topic(name).map(|t| t.id).unwrap_or_default();
+            PartKey { topic: name.to_string(), topic_id: id, partition }
+        }
+    };
+    let parts = r
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                (key(&t.topic.0, t.topic_id, p.partition), PartState::new(p.fetch_offset, p.partition_max_bytes))
+            })
+        })
+        .collect();
+    let forgotten = r
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| key(&t.topic.0, t.topic_id, *p)))
+        .collect();
+    Wanted { parts, forgotten }
+}
+
+struct Read {
+    key: PartKey,
+    data: PartitionData,
+    /// Send it even in an incremental response (records, an error, or changed offsets).
+    news: bool,
+}
+
+/// One pass over the partitions: what a response sent now would hold.
+fn read_all(b: &Broker, parts: &[(PartKey, PartState)], max_bytes: usize, v: i16) -> (Vec<Read>, usize) {
+    let mut total = 0usize;
+    let mut out = Vec::with_capacity(parts.len());
+    for (key, st) in parts {
+        let mut data = PartitionData::default().with_partition_index(key.partition).with_high_watermark(-1);
+        data.last_stable_offset = -1;
+        if v >= 5 {
+            data.log_start_offset = -1;
+        }
+        if v >= 11 {
+            data.preferred_read_replica = BrokerId(-1);
+        }
+        let part = b.catalog.topic(&key.topic).filter(|t| t.id == key.topic_id || v < 13).and_then(|t| t.partitions.get(key.partition as usize).cloned());
+        let Some(part) = part else {
+            let code = if v >= 13 && key.topic.is_empty() { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
+            data.error_code = code.code();
+            out.push(Read { key: key.clone(), data, news: true });
+            continue;
+        };
+        let hw = part.high_watermark();
+        data.high_watermark = hw;
+        data.last_stable_offset = hw;
+        if v >= 5 {
+            data.log_start_offset = part.log_start_offset();
+        }
+        data.aborted_transactions = if v >= 4 { Some(Vec::new()) } else { None };
+        let budget = max_bytes.saturating_sub(total).min(st.max_bytes.max(0) as usize);
+        let records = part.read(st.fetch_offset, budget, total == 0).and_then(|plan| plan.execute().map_err(Into::into));
+        let mut news = hw != st.sent_high_watermark || data.log_start_offset != st.sent_log_start_offset;
+        match records {
+            Ok(bytes) => {
+                total += bytes.len();
+                news |= !bytes.is_empty();
+                data.records = Some(Bytes::from(bytes));
+            }
+            Err(e) => {
+                data.error_code = errors::read(&e).code();
+                data.records = Some(Bytes::new());
+                news = true;
+            }
+        }
+        out.push(Read { key: key.clone(), data, news });
+    }
+    (out, total)
+}
+
+pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16) -> Reply {
+    Box::pin(async move {
+        let w = wanted(&b, &r, v);
+        let (session_id, epoch) = if v >= 7 { (r.session_id, r.session_epoch) } else { (0, -1) };
+        let resolved = match b.fetch_sessions.resolve(session_id, epoch, w.parts, &w.forgotten) {
+            Ok(res) => res,
+            Err(e) => {
+                let code = match e {
+                    SessionError::NotFound => ResponseError::FetchSessionIdNotFound,
+                    SessionError::InvalidEpoch => ResponseError::InvalidFetchSessionEpoch,
+                };
+                return Some(FetchResponse::default().with_error_code(code.code()).into());
+            }
+        };
+        let max_bytes = if v >= 3 { r.max_bytes.max(0) as usize } else { usize::MAX };
+        let wait_ms_max = b.config.settings.i64("fetch.max.wait.ms.max");
+        let deadline = Instant::now() + Duration::from_millis(r.max_wait_ms.clamp(0, wait_ms_max as i32) as u64);
+        let reads = loop {
+            let notified = b.data_arrived.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (reads, total) = read_all(&b, &resolved.parts, max_bytes, v);
+            let errors = reads.iter().any(|rd| rd.data.error_code != 0);
+            if total >= r.min_bytes.max(0) as usize || errors || Instant::now() >= deadline || b.is_shutting_down() {
+                break reads;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                break read_all(&b, &resolved.parts, max_bytes, v).0;
+            }
+        };
+        let mut sent = Vec::new();
+        let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+        for rd in reads {
+            if resolved.incremental && !rd.news {
+                continue;
+            }
+            sent.push((rd.key.clone(), rd.data.high_watermark, rd.data.log_start_offset));
+            let same_topic = topics.last().is_some_and(|t| if v >= 13 { t.topic_id == rd.key.topic_id } else { t.topic.0.as_str() == rd.key.topic });
+            if !same_topic {
+                let mut t = FetchableTopicResponse::default();
+                if v >= 13 {
+                    t.topic_id = rd.key.topic_id;
+                } else {
+                    t.topic = topic_name(&rd.key.topic);
+                }
+                topics.push(t);
+            }
+            if let Some(t) = topics.last_mut() {
+                t.partitions.push(rd.data);
+            }
+        }
+        b.fetch_sessions.record_sent(resolved.session_id, &sent);
+        let mut resp = FetchResponse::default().with_responses(topics);
+        if v >= 7 {
+            resp.session_id = resolved.session_id;
+        }
+        Some(resp.into())
+    })
+}

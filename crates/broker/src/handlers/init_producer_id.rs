@@ -1,0 +1,31 @@
+//! InitProducerId (key 22): producer ids for idempotent producers, and the epoch bump of
+//! KIP-360 when a producer asks to continue with its id after an error.
+
+use std::sync::Arc;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+
+use crate::broker::Broker;
+use crate::dispatch::{now, Reply};
+
+pub fn handle(b: &Arc<Broker>, r: InitProducerIdRequest, _v: i16) -> Reply {
+    let resp = InitProducerIdResponse::default();
+    if r.transactional_id.is_some() {
+        // Transactions are a later capability; refuse clearly rather than pretend.
+        return now(resp.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code()));
+    }
+    let bump = r.producer_id.0 >= 0 && r.producer_id.0 != -1 && r.producer_epoch >= 0 && r.producer_epoch < i16::MAX - 1;
+    let (id, epoch) = if bump {
+        (r.producer_id.0, r.producer_epoch + 1)
+    } else {
+        match b.catalog.allocate_producer_id() {
+            Ok(id) => (id, 0),
+            Err(e) => {
+                tracing::error!(error = %e, "allocating a producer id");
+                return now(resp.with_error_code(ResponseError::KafkaStorageError.code()));
+            }
+        }
+    };
+    now(resp.with_producer_id(ProducerId(id)).with_producer_epoch(epoch))
+}

@@ -1,0 +1,96 @@
+//! ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3, KIP-734),
+//! earliest-local (-4) and latest-tiered (-5, KIP-405), or the first offset whose record
+//! timestamp is at or after a given time, found by decoding the batch that holds it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::records::RecordBatchDecoder;
+
+use crate::broker::Broker;
+use crate::dispatch::{now, Reply};
+use crate::partition::Partition;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
+
+/// (offset, timestamp) of the first record in `batch` matching `pick`, among offsets in
+/// [from, below).
+fn find_record(batch: Vec<u8>, from: i64, below: i64, pick: impl Fn(i64) -> bool) -> Option<(i64, i64)> {
+    let mut buf = Bytes::from(batch);
+    let set = RecordBatchDecoder::decode(&mut buf).ok()?;
+    set.records.iter().filter(|r| r.offset >= from && r.offset < below).find(|r| pick(r.timestamp)).map(|r| (r.offset, r.timestamp))
+}
+
+fn lookup(p: &Partition, ts: i64) -> Result<(i64, i64), ResponseError> {
+    let hw = p.high_watermark();
+    let start = p.log_start_offset();
+    let io = |e: std::io::Error| {
+        tracing::error!(topic = %p.topic, partition = p.index, error = %e, "ListOffsets");
+        ResponseError::KafkaStorageError
+    };
+    Ok(match ts {
+        LATEST => (hw, -1),
+        EARLIEST | EARLIEST_LOCAL => (start, -1),
+        LATEST_TIERED => (-1, -1),
+        MAX_TIMESTAMP => {
+            let batch = p.log().batch_with_max_timestamp().map_err(io)?;
+            batch
+                .and_then(|b| {
+                    let max = runnel_wire::BatchHeader::parse(&b).ok()?.max_timestamp;
+                    find_record(b, start, hw, |t| t == max)
+                })
+                .unwrap_or((-1, -1))
+        }
+        ts if ts >= 0 => {
+            let batch = p.log().batch_for_timestamp(ts).map_err(io)?;
+            batch.and_then(|b| find_record(b, start, hw, |t| t >= ts)).unwrap_or((-1, -1))
+        }
+        _ => return Err(ResponseError::InvalidRequest),
+    })
+}
+
+pub fn handle(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16) -> Reply {
+    let topics = r
+        .topics
+        .into_iter()
+        .map(|t| {
+            let topic = b.catalog.topic(&t.name.0);
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let mut res = ListOffsetsPartitionResponse::default()
+                        .with_partition_index(p.partition_index)
+                        .with_offset(-1)
+                        .with_timestamp(-1);
+                    let Some(part) = topic.as_ref().and_then(|t| t.partitions.get(p.partition_index as usize)) else {
+                        return res.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    };
+                    if p.current_leader_epoch > 0 {
+                        return res.with_error_code(ResponseError::UnknownLeaderEpoch.code());
+                    }
+                    match lookup(part, p.timestamp) {
+                        Ok((offset, timestamp)) => {
+                            res.offset = offset;
+                            res.timestamp = timestamp;
+                            if v >= 4 {
+                                res.leader_epoch = if offset >= 0 { 0 } else { -1 };
+                            }
+                            res
+                        }
+                        Err(code) => res.with_error_code(code.code()),
+                    }
+                })
+                .collect();
+            ListOffsetsTopicResponse::default().with_name(t.name).with_partitions(partitions)
+        })
+        .collect();
+    now(ListOffsetsResponse::default().with_topics(topics))
+}

@@ -1,0 +1,29 @@
+//! One file per Kafka API. Each handler takes the decoded request and its version and
+//! returns a [`Reply`](crate::dispatch::Reply); errors become Kafka codes through
+//! `crate::errors`, never panics.
+
+pub mod alter_configs;
+pub mod api_versions;
+pub mod create_partitions;
+pub mod create_topics;
+pub mod delete_records;
+pub mod delete_topics;
+pub mod describe_cluster;
+pub mod describe_configs;
+pub mod fetch;
+pub mod init_producer_id;
+pub mod list_offsets;
+pub mod metadata;
+pub mod offset_for_leader_epoch;
+pub mod produce;
+
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::StrBytes;
+
+pub(crate) fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+pub(crate) fn topic_name(s: &str) -> TopicName {
+    TopicName(str_bytes(s))
+}

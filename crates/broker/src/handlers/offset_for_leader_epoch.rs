@@ -1,0 +1,50 @@
+//! OffsetForLeaderEpoch (key 23): consumers validate their position after a leader change
+//! (KIP-320). A single broker has one leader epoch (0) for every partition, so the end
+//! offset of any epoch at or above it is the log end.
+
+use std::sync::Arc;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+
+use crate::broker::Broker;
+use crate::dispatch::{now, Reply};
+
+pub fn handle(b: &Arc<Broker>, r: OffsetForLeaderEpochRequest, _v: i16) -> Reply {
+    let topics = r
+        .topics
+        .into_iter()
+        .map(|t| {
+            let topic = b.catalog.topic(&t.topic.0);
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let mut out = EpochEndOffset::default().with_partition(p.partition);
+                    let part = topic.as_ref().and_then(|t| t.partitions.get(p.partition as usize));
+                    match part {
+                        None => out.error_code = ResponseError::UnknownTopicOrPartition.code(),
+                        Some(part) => {
+                            let epoch = part.log().leader_epoch();
+                            if p.current_leader_epoch > epoch {
+                                out.error_code = ResponseError::UnknownLeaderEpoch.code();
+                            } else if p.current_leader_epoch >= 0 && p.current_leader_epoch < epoch {
+                                out.error_code = ResponseError::FencedLeaderEpoch.code();
+                            } else if p.leader_epoch >= epoch {
+                                out.leader_epoch = epoch;
+                                out.end_offset = part.log_end_offset();
+                            } else {
+                                out.leader_epoch = -1;
+                                out.end_offset = -1;
+                            }
+                        }
+                    }
+                    out
+                })
+                .collect();
+            OffsetForLeaderTopicResult::default().with_topic(t.topic).with_partitions(partitions)
+        })
+        .collect();
+    now(OffsetForLeaderEpochResponse::default().with_topics(topics))
+}

@@ -1,0 +1,103 @@
+//! The listener: accepts connections (at most `max.connections`), runs retention in the
+//! background, and on shutdown stops reading new requests, answers those in flight, and
+//! closes every log cleanly.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tracing::{info, warn};
+
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
+use crate::connection;
+
+/// How long shutdown waits for connections to finish their in-flight requests.
+pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
+
+/// Runs a broker until `stop` resolves. Returns once every log is closed.
+pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = ()>) -> Result<()> {
+    let started = std::time::Instant::now();
+    let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+    let broker = Broker::open(config)?;
+    let connections_max = broker.config.settings.usize("max.connections").max(1);
+    let permits = Arc::new(Semaphore::new(connections_max));
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    tokio::spawn(retention_loop(broker.clone(), shutdown_rx.clone()));
+    info!(
+        listen = %broker.config.listen,
+        advertised = %format!("{}:{}", broker.config.advertised_host, broker.config.advertised_port),
+        data_dir = %broker.config.data_dir.display(),
+        node_id = broker.node_id(),
+        ready_ms = started.elapsed().as_millis() as u64,
+        "runnel broker ready"
+    );
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => { warn!(error = %e, "accept failed"); continue; }
+                };
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    warn!(%peer, connections_max, "refusing connection: max.connections reached");
+                    continue;
+                };
+                let (b, rx) = (broker.clone(), shutdown_rx.clone());
+                tokio::spawn(async move {
+                    connection::serve(b, stream, peer, rx).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+    info!("shutting down: draining connections");
+    broker.shutting_down.store(true, Ordering::Release);
+    drop(listener);
+    let _ = shutdown_tx.send(true);
+    let drained = tokio::time::timeout(
+        Duration::from_millis(SHUTDOWN_DRAIN_MS_MAX),
+        permits.acquire_many(connections_max as u32),
+    )
+    .await;
+    if drained.is_err() {
+        warn!("some connections did not finish within the drain limit");
+    }
+    let b = broker.clone();
+    tokio::task::spawn_blocking(move || b.close()).await.context("closing logs")?;
+    info!("shutdown complete");
+    Ok(())
+}
+
+async fn retention_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let interval = broker.catalog.settings().i64("log.retention.check.interval.ms").max(10) as u64;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(interval)) => {}
+            _ = shutdown.changed() => return,
+        }
+        let b = broker.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let now = crate::now_ms();
+            for t in b.catalog.topics_snapshot() {
+                for p in &t.partitions {
+                    let mut log = p.log();
+                    match log.enforce_retention(now) {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            info!(topic = %t.name, partition = p.index, segments = n, log_start_offset = log.log_start_offset(), "retention deleted segments");
+                            p.refresh_bounds(&log);
+                        }
+                        Err(e) => warn!(topic = %t.name, partition = p.index, error = %e, "retention failed"),
+                    }
+                }
+            }
+        })
+        .await;
+    }
+}

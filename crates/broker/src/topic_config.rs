@@ -1,0 +1,74 @@
+//! Topic-level configs: which ones exist, their broker-level defaults (synonyms), how they
+//! are validated, and how they turn into a storage `LogConfig`.
+
+use std::collections::BTreeMap;
+
+use runnel_storage::LogConfig;
+
+use crate::config::{check_value, Kind, Settings};
+
+/// (topic config, broker synonym, kind). The broker synonym supplies the default.
+pub const TOPIC_CONFIGS: &[(&str, &str, Kind)] = &[
+    ("cleanup.policy", "log.cleanup.policy", Kind::List),
+    ("compression.type", "compression.type", Kind::Str),
+    ("index.interval.bytes", "log.index.interval.bytes", Kind::Int),
+    ("max.message.bytes", "message.max.bytes", Kind::Int),
+    ("message.timestamp.type", "log.message.timestamp.type", Kind::Str),
+    ("min.insync.replicas", "min.insync.replicas", Kind::Int),
+    ("retention.bytes", "log.retention.bytes", Kind::Long),
+    ("retention.ms", "log.retention.ms", Kind::Long),
+    ("segment.bytes", "log.segment.bytes", Kind::Int),
+    ("segment.ms", "log.roll.ms", Kind::Long),
+    ("unclean.leader.election.enable", "unclean.leader.election.enable", Kind::Bool),
+];
+
+pub fn lookup(name: &str) -> Option<(&'static str, Kind)> {
+    TOPIC_CONFIGS.iter().find(|(n, _, _)| *n == name).map(|(_, syn, k)| (*syn, *k))
+}
+
+/// Validates one topic config value; the error text goes back to the client.
+pub fn validate(name: &str, value: &str) -> Result<(), String> {
+    let (_, kind) = lookup(name).ok_or_else(|| format!("Unknown topic config name: {name}"))?;
+    check_value(kind, value).map_err(|e| format!("Invalid value {value} for configuration {name}: {e}"))?;
+    let int = || value.parse::<i64>().unwrap_or(0);
+    let ok = match name {
+        "cleanup.policy" => value == "delete",
+        "compression.type" => value == "producer",
+        "message.timestamp.type" => matches!(value, "CreateTime" | "LogAppendTime"),
+        "segment.bytes" => (1024..=runnel_storage::SEGMENT_BYTES_MAX as i64).contains(&int()),
+        "segment.ms" | "index.interval.bytes" => int() >= 1,
+        "max.message.bytes" => int() >= 0,
+        "min.insync.replicas" => int() >= 1,
+        "retention.ms" | "retention.bytes" => int() >= -1,
+        _ => true,
+    };
+    if ok {
+        Ok(())
+    } else {
+        let why = match name {
+            "cleanup.policy" => " (log compaction is not supported yet; use delete)",
+            "compression.type" => " (the broker stores batches as the producer compressed them; use producer)",
+            _ => "",
+        };
+        Err(format!("Invalid value {value} for configuration {name}{why}"))
+    }
+}
+
+/// The effective value of a topic config: the topic's override, else the broker's.
+pub fn effective<'a>(name: &str, overrides: &'a BTreeMap<String, String>, broker: &'a Settings) -> &'a str {
+    match overrides.get(name) {
+        Some(v) => v,
+        None => broker.get(lookup(name).map(|(syn, _)| syn).unwrap_or(name)),
+    }
+}
+
+pub fn log_config(overrides: &BTreeMap<String, String>, broker: &Settings) -> LogConfig {
+    let num = |name: &str| effective(name, overrides, broker).parse::<i64>().unwrap_or(-1);
+    LogConfig {
+        segment_bytes: num("segment.bytes").max(1024) as u64,
+        segment_ms: num("segment.ms").max(1),
+        retention_ms: num("retention.ms"),
+        retention_bytes: num("retention.bytes"),
+        index_interval_bytes: num("index.interval.bytes").max(1) as u64,
+    }
+}
