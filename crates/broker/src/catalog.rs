@@ -129,7 +129,8 @@ impl Catalog {
             let mut partitions = Vec::with_capacity(t.partitions as usize);
             for i in 0..t.partitions {
                 let dir = partition_dir(data_dir, &t.name, i);
-                let log = Log::open(&dir, log_config, now_ms()).with_context(|| format!("opening {}", dir.display()))?;
+                let log =
+                    Log::open(&dir, log_config, now_ms()).with_context(|| format!("opening {}", dir.display()))?;
                 partitions.push(Arc::new(Partition::new(name.clone(), i, log)));
             }
             topics.insert(name.clone(), Arc::new(Topic { name, id: t.id, partitions, configs: t.configs.clone() }));
@@ -181,7 +182,12 @@ impl Catalog {
     }
 
     /// Checks a create request without doing it (CreateTopics validate_only uses this too).
-    pub fn check_create(&self, name: &str, partitions: i32, configs: &BTreeMap<String, String>) -> Result<(), CatalogError> {
+    pub fn check_create(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), CatalogError> {
         validate_topic_name(name)?;
         if self.topic(name).is_some() {
             return Err(CatalogError::TopicExists(name.to_string()));
@@ -263,7 +269,12 @@ impl Catalog {
             let log = Log::open(&dir, log_config, now_ms()).with_context(|| format!("creating {}", dir.display()))?;
             parts.push(Arc::new(Partition::new(topic.name.clone(), i, log)));
         }
-        self.replace(Topic { name: topic.name.clone(), id: topic.id, partitions: parts, configs: topic.configs.clone() })
+        self.replace(Topic {
+            name: topic.name.clone(),
+            id: topic.id,
+            partitions: parts,
+            configs: topic.configs.clone(),
+        })
     }
 
     /// Replaces a topic's config overrides (validated by the caller) and applies them.
@@ -299,11 +310,8 @@ impl Catalog {
 
     fn replace(&self, topic: Topic) -> Result<(), CatalogError> {
         let topic = Arc::new(topic);
-        let all: Vec<_> = self
-            .topics_snapshot()
-            .into_iter()
-            .map(|t| if t.name == topic.name { topic.clone() } else { t })
-            .collect();
+        let all: Vec<_> =
+            self.topics_snapshot().into_iter().map(|t| if t.name == topic.name { topic.clone() } else { t }).collect();
         self.persist(&all, self.producer_block_end())?;
         self.write_topics().insert(topic.name.clone(), topic);
         Ok(())

@@ -44,6 +44,9 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("log.segment.bytes", Kind::Int, "1073741824"),
     ("log.roll.ms", Kind::Long, "604800000"),
     ("log.retention.ms", Kind::Long, "604800000"),
+    // Kafka's coarser synonyms: when set (and the .ms form is not), they define it.
+    ("log.retention.hours", Kind::Int, "168"),
+    ("log.roll.hours", Kind::Int, "168"),
     ("log.retention.bytes", Kind::Long, "-1"),
     ("log.retention.check.interval.ms", Kind::Long, "300000"),
     ("log.index.interval.bytes", Kind::Int, "4096"),
@@ -89,6 +92,8 @@ pub fn check_value(kind: Kind, value: &str) -> Result<()> {
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
     explicit: BTreeMap<String, String>,
+    /// Explicit entries that were computed from a synonym (`log.retention.hours`).
+    derived: std::collections::BTreeSet<String>,
     /// Changed at run time through IncrementalAlterConfigs; persisted in the metadata.
     dynamic: BTreeMap<String, String>,
 }
@@ -115,6 +120,21 @@ impl Settings {
         let (kind, _) = setting(name).ok_or_else(|| anyhow!("unknown setting {name}"))?;
         check_value(kind, value).with_context(|| format!("setting {name}={value}"))?;
         self.explicit.insert(name.to_string(), value.to_string());
+        self.derived.remove(name);
+        // An hours setting defines the .ms one unless that was given itself (Kafka's
+        // precedence: ms over hours).
+        let ms_form = match name {
+            "log.retention.hours" => Some("log.retention.ms"),
+            "log.roll.hours" => Some("log.roll.ms"),
+            _ => None,
+        };
+        if let Some(ms) = ms_form {
+            if !self.explicit.contains_key(ms) || self.derived.contains(ms) {
+                let hours: i64 = value.parse().unwrap_or(168);
+                self.explicit.insert(ms.to_string(), (hours * 3_600_000).to_string());
+                self.derived.insert(ms.to_string());
+            }
+        }
         Ok(())
     }
 
@@ -188,7 +208,7 @@ pub struct BrokerConfig {
 
 fn parse_listener(s: &str) -> Result<(String, u16)> {
     let s = s.trim();
-    let rest = s.split_once("://").map(|(proto, rest)| (proto, rest));
+    let rest = s.split_once("://");
     let hostport = match rest {
         Some(("PLAINTEXT", hp)) => hp,
         Some((proto, _)) => bail!("listener {s}: only PLAINTEXT is supported so far, not {proto}"),
@@ -240,6 +260,10 @@ mod tests {
         assert_eq!(c.listen.port(), 19092);
         assert_eq!((c.advertised_host.as_str(), c.advertised_port), ("kafka-1", 19092));
         assert!(Settings::from_properties("no.such.thing=1").is_err());
+        let s = Settings::from_properties("log.retention.hours=2\n").expect("parses");
+        assert_eq!(s.i64("log.retention.ms"), 7_200_000);
+        let s = Settings::from_properties("log.retention.ms=5\nlog.retention.hours=2\n").expect("parses");
+        assert_eq!(s.i64("log.retention.ms"), 5, "ms wins over hours");
         assert!(Settings::from_properties("num.partitions=abc").is_err());
     }
 }

@@ -84,8 +84,18 @@ async fn write_loop(wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiver<
     let _ = wr.shutdown().await;
 }
 
+/// Handles one request frame (without its size prefix) to the end: the response frame
+/// (with its size prefix), none (acks=0), or why the connection would be closed. The
+/// fuzz tests drive the broker through this.
+pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<Bytes>, String> {
+    Ok(decode(broker, frame)?.await)
+}
+
 /// Parses one frame and starts its handler. An error means: close the connection.
 fn decode(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Framed, String> {
+    if frame.len() < 8 {
+        return Err(format!("frame of {} bytes is shorter than a request header", frame.len()));
+    }
     let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
@@ -101,7 +111,8 @@ fn decode(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Framed, String> {
     }
     let header = RequestHeader::decode(&mut frame, key.request_header_version(version))
         .map_err(|e| format!("bad {key:?} v{version} header: {e}"))?;
-    let request = RequestKind::decode(key, &mut frame, version).map_err(|e| format!("bad {key:?} v{version} body: {e}"))?;
+    let request =
+        RequestKind::decode(key, &mut frame, version).map_err(|e| format!("bad {key:?} v{version} body: {e}"))?;
     if frame.has_remaining() {
         debug!(?key, version, trailing = frame.remaining(), "request has trailing bytes");
     }

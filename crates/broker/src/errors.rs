@@ -33,10 +33,20 @@ pub fn read(e: &ReadError) -> ResponseError {
     }
 }
 
-/// Every malformed batch (CRC, magic, counts, framing) is CORRUPT_MESSAGE, as Kafka's
-/// log validator reports it for produce v3+.
-pub fn batch(_: &BatchError) -> ResponseError {
-    ResponseError::CorruptMessage
+/// Malformed batches, as Kafka 4's log validator reports them: bytes that fail the CRC,
+/// framing or an unknown magic are CORRUPT_MESSAGE; a well-formed batch whose contents are
+/// inconsistent (counts, old message formats) is INVALID_RECORD.
+pub fn batch(e: &BatchError) -> ResponseError {
+    match e {
+        BatchError::BadCount { .. } | BatchError::BadRecords { .. } | BatchError::BadMagic(0 | 1) => {
+            ResponseError::InvalidRecord
+        }
+        BatchError::Truncated { .. }
+        | BatchError::BadLength(_)
+        | BatchError::BadMagic(_)
+        | BatchError::BadCrc { .. }
+        | BatchError::BadCompression(_) => ResponseError::CorruptMessage,
+    }
 }
 
 /// A flush (fsync) that failed leaves the write's fate unknown; like a Raft write that was

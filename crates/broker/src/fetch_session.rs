@@ -169,7 +169,9 @@ mod tests {
     #[test]
     fn full_then_incremental_then_close() {
         let s = FetchSessions::new(2);
-        let r = s.resolve(0, 0, vec![(key(0), PartState::new(0, 100)), (key(1), PartState::new(5, 100))], &[]).expect("open");
+        let r = s
+            .resolve(0, 0, vec![(key(0), PartState::new(0, 100)), (key(1), PartState::new(5, 100))], &[])
+            .expect("open");
         assert!(r.session_id > 0 && !r.incremental && r.parts.len() == 2);
         s.record_sent(r.session_id, &[(key(0), 10, 0)]);
         // Epoch 1: only partition 1 moved; partition 0 is forgotten.

@@ -7,7 +7,7 @@
 pub mod broker;
 pub mod catalog;
 pub mod config;
-mod connection;
+pub mod connection;
 mod dispatch;
 mod errors;
 mod fetch_session;
@@ -22,8 +22,5 @@ pub use config::{BrokerConfig, Settings};
 
 /// Wall-clock milliseconds since the Unix epoch (Kafka timestamps).
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

@@ -344,7 +344,10 @@ impl Log {
     /// Deletes segments past retention (time or size). Returns how many were deleted.
     pub fn enforce_retention(&mut self, now_ms: i64) -> io::Result<usize> {
         let retention_ms = self.config.retention_ms;
-        let expired = |s: &Segment| retention_ms >= 0 && s.size > 0 && s.max_timestamp.max(s.created_ms) < now_ms - retention_ms;
+        // Kafka's rule: a segment expires by its newest record timestamp; a segment without
+        // timestamps falls back to its file time.
+        let newest = |s: &Segment| if s.max_timestamp >= 0 { s.max_timestamp } else { s.created_ms };
+        let expired = |s: &Segment| retention_ms >= 0 && s.size > 0 && newest(s) < now_ms - retention_ms;
         if expired(self.active()) {
             self.roll(now_ms)?;
         }

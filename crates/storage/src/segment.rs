@@ -83,7 +83,12 @@ impl Segment {
         created_ms: i64,
     ) -> io::Result<Segment> {
         let open_index = |ext: &str| {
-            OpenOptions::new().read(true).write(true).create(true).truncate(true).open(dir.join(file_name(base_offset, ext)))
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(dir.join(file_name(base_offset, ext)))
         };
         Ok(Segment {
             base_offset,

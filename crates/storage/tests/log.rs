@@ -27,8 +27,12 @@ fn batch(n: usize, ts: i64, pid: i64, seq: i32) -> Vec<u8> {
         })
         .collect();
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .expect("encode");
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions { version: 2, compression: Compression::None },
+    )
+    .expect("encode");
     buf.to_vec()
 }
 

@@ -165,10 +165,7 @@ impl BatchHeader {
             return Err(BatchError::BadCrc { stored: h.crc, computed });
         }
         if h.records_count < 0 || h.last_offset_delta < 0 {
-            return Err(BatchError::BadCount {
-                count: h.records_count,
-                last_offset_delta: h.last_offset_delta,
-            });
+            return Err(BatchError::BadCount { count: h.records_count, last_offset_delta: h.last_offset_delta });
         }
         if h.compression() > 4 {
             return Err(BatchError::BadCompression(h.compression()));
@@ -186,10 +183,7 @@ impl BatchHeader {
     pub fn validate_for_append(b: &[u8]) -> Result<BatchHeader, BatchError> {
         let h = BatchHeader::validate(b)?;
         if h.records_count == 0 || h.last_offset_delta != h.records_count - 1 {
-            return Err(BatchError::BadCount {
-                count: h.records_count,
-                last_offset_delta: h.last_offset_delta,
-            });
+            return Err(BatchError::BadCount { count: h.records_count, last_offset_delta: h.last_offset_delta });
         }
         Ok(h)
     }
@@ -218,8 +212,7 @@ pub fn read_varint(b: &[u8]) -> Option<(i64, usize)> {
 fn check_uncompressed_records(mut b: &[u8], count: i32) -> Result<(), BatchError> {
     let mut seen = 0i32;
     while !b.is_empty() {
-        let (len, used) =
-            read_varint(b).ok_or(BatchError::BadRecords { count, detail: "bad length varint" })?;
+        let (len, used) = read_varint(b).ok_or(BatchError::BadRecords { count, detail: "bad length varint" })?;
         if len <= 0 || (len as u64) > (b.len() - used) as u64 {
             return Err(BatchError::BadRecords { count, detail: "record length out of range" });
         }
@@ -281,9 +274,7 @@ impl Iterator for Batches<'_> {
 mod tests {
     use super::*;
     use bytes::BytesMut;
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
     pub(crate) fn encode(n: usize, compression: Compression) -> Vec<u8> {
         let records: Vec<Record> = (0..n)
@@ -340,10 +331,7 @@ mod tests {
         let mut b = good.clone();
         b[16] = 1;
         assert_eq!(BatchHeader::validate(&b), Err(BatchError::BadMagic(1)));
-        assert!(matches!(
-            BatchHeader::validate(&good[..good.len() - 1]),
-            Err(BatchError::Truncated { .. })
-        ));
+        assert!(matches!(BatchHeader::validate(&good[..good.len() - 1]), Err(BatchError::Truncated { .. })));
         // recordsCount 6 but only 5 records: fix the CRC so only the count is wrong.
         let mut b = good.clone();
         b[57..61].copy_from_slice(&6i32.to_be_bytes());

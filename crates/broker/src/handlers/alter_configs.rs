@@ -52,8 +52,10 @@ fn apply(map: &mut BTreeMap<String, String>, resource_type: i8, name: &str, op: 
                 return Err(invalid(format!("Config {name} is not a list; APPEND and SUBTRACT need a list")));
             }
             let v = value.ok_or_else(|| invalid(format!("Null value for {name}")))?;
-            let mut items: Vec<String> =
-                map.get(name).map(|s| s.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect()).unwrap_or_default();
+            let mut items: Vec<String> = map
+                .get(name)
+                .map(|s| s.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+                .unwrap_or_default();
             for item in v.split(',').filter(|s| !s.is_empty()) {
                 if op == OP_APPEND && !items.iter().any(|i| i == item) {
                     items.push(item.to_string());
@@ -130,7 +132,13 @@ pub fn incremental(b: &Arc<Broker>, r: IncrementalAlterConfigsRequest, _v: i16) 
         .map(|res| {
             let outcome = alter(b, res.resource_type, res.resource_name.as_str(), r.validate_only, |map| {
                 for c in &res.configs {
-                    apply(map, res.resource_type, c.name.as_str(), c.config_operation, c.value.as_ref().map(|v| v.as_str()))?;
+                    apply(
+                        map,
+                        res.resource_type,
+                        c.name.as_str(),
+                        c.config_operation,
+                        c.value.as_ref().map(|v| v.as_str()),
+                    )?;
                 }
                 Ok(())
             });

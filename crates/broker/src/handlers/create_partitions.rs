@@ -20,9 +20,15 @@ pub fn handle(b: &Arc<Broker>, r: CreatePartitionsRequest, _v: i16) -> Reply {
             let res = CreatePartitionsTopicResult::default().with_name(t.name.clone());
             let bad_assignment = t.assignments.iter().flatten().any(|a| a.broker_ids.iter().any(|id| id.0 != me));
             let outcome = if bad_assignment {
-                Err((ResponseError::InvalidReplicaAssignment, "Assignment names a broker that does not exist".to_string()))
+                Err((
+                    ResponseError::InvalidReplicaAssignment,
+                    "Assignment names a broker that does not exist".to_string(),
+                ))
             } else if r.validate_only {
-                b.catalog.check_add_partitions(&t.name.0, t.count).map(|_| ()).map_err(|e| (errors::catalog(&e), e.to_string()))
+                b.catalog
+                    .check_add_partitions(&t.name.0, t.count)
+                    .map(|_| ())
+                    .map_err(|e| (errors::catalog(&e), e.to_string()))
             } else {
                 b.catalog.add_partitions(&t.name.0, t.count).map_err(|e| (errors::catalog(&e), e.to_string()))
             };

@@ -20,7 +20,9 @@ pub fn handle(b: &Arc<Broker>, r: DeleteRecordsRequest, _v: i16) -> Reply {
                 .partitions
                 .into_iter()
                 .map(|p| {
-                    let res = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index).with_low_watermark(-1);
+                    let res = DeleteRecordsPartitionResult::default()
+                        .with_partition_index(p.partition_index)
+                        .with_low_watermark(-1);
                     let Some(part) = topic.as_ref().and_then(|t| t.partitions.get(p.partition_index as usize)) else {
                         return res.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                     };

@@ -35,7 +35,8 @@ pub fn handle(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Reply {
                 res
             };
             let Some(topic) = topic else {
-                let code = if name.is_some() { ResponseError::UnknownTopicOrPartition } else { ResponseError::UnknownTopicId };
+                let code =
+                    if name.is_some() { ResponseError::UnknownTopicOrPartition } else { ResponseError::UnknownTopicId };
                 return fail(res, code, "This server does not host this topic.".into());
             };
             if v >= 6 {

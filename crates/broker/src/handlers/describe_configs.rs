@@ -36,10 +36,7 @@ fn broker_source(settings: &Settings, name: &str) -> i8 {
 }
 
 fn synonym(name: &str, value: &str, source: i8) -> DescribeConfigsSynonym {
-    DescribeConfigsSynonym::default()
-        .with_name(str_bytes(name))
-        .with_value(Some(str_bytes(value)))
-        .with_source(source)
+    DescribeConfigsSynonym::default().with_name(str_bytes(name)).with_value(Some(str_bytes(value))).with_source(source)
 }
 
 fn entry(name: &str, value: &str, source: i8, read_only: bool, kind_code: i8, v: i16) -> DescribeConfigsResourceResult {
@@ -121,10 +118,20 @@ pub fn handle(b: &Arc<Broker>, r: DescribeConfigsRequest, v: i16) -> Reply {
             let name = res.resource_name.as_str();
             match res.resource_type {
                 RESOURCE_TOPIC => match b.catalog.topic(name) {
-                    Some(t) => out.with_configs(topic_config_entries(&t.configs, &settings, keys.as_deref(), r.include_synonyms, v)),
-                    None => fail(out, ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")),
+                    Some(t) => out.with_configs(topic_config_entries(
+                        &t.configs,
+                        &settings,
+                        keys.as_deref(),
+                        r.include_synonyms,
+                        v,
+                    )),
+                    None => {
+                        fail(out, ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist."))
+                    }
                 },
-                RESOURCE_BROKER if is_this_broker(b, name) => out.with_configs(broker_entries(&settings, keys.as_deref(), v)),
+                RESOURCE_BROKER if is_this_broker(b, name) => {
+                    out.with_configs(broker_entries(&settings, keys.as_deref(), v))
+                }
                 RESOURCE_BROKER => fail(out, ResponseError::InvalidRequest, format!("Unexpected broker id {name}")),
                 other => fail(out, ResponseError::InvalidRequest, format!("Unsupported resource type {other}")),
             }

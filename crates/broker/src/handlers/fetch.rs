@@ -72,9 +72,17 @@ fn read_all(b: &Broker, parts: &[(PartKey, PartState)], max_bytes: usize, v: i16
         if v >= 11 {
             data.preferred_read_replica = BrokerId(-1);
         }
-        let part = b.catalog.topic(&key.topic).filter(|t| t.id == key.topic_id || v < 13).and_then(|t| t.partitions.get(key.partition as usize).cloned());
+        let part = b
+            .catalog
+            .topic(&key.topic)
+            .filter(|t| t.id == key.topic_id || v < 13)
+            .and_then(|t| t.partitions.get(key.partition as usize).cloned());
         let Some(part) = part else {
-            let code = if v >= 13 && key.topic.is_empty() { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
+            let code = if v >= 13 && key.topic.is_empty() {
+                ResponseError::UnknownTopicId
+            } else {
+                ResponseError::UnknownTopicOrPartition
+            };
             data.error_code = code.code();
             out.push(Read { key: key.clone(), data, news: true });
             continue;
@@ -87,7 +95,8 @@ fn read_all(b: &Broker, parts: &[(PartKey, PartState)], max_bytes: usize, v: i16
         }
         data.aborted_transactions = if v >= 4 { Some(Vec::new()) } else { None };
         let budget = max_bytes.saturating_sub(total).min(st.max_bytes.max(0) as usize);
-        let records = part.read(st.fetch_offset, budget, total == 0).and_then(|plan| plan.execute().map_err(Into::into));
+        let records =
+            part.read(st.fetch_offset, budget, total == 0).and_then(|plan| plan.execute().map_err(Into::into));
         let mut news = hw != st.sent_high_watermark || data.log_start_offset != st.sent_log_start_offset;
         match records {
             Ok(bytes) => {
@@ -143,7 +152,13 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16) -> Reply {
                 continue;
             }
             sent.push((rd.key.clone(), rd.data.high_watermark, rd.data.log_start_offset));
-            let same_topic = topics.last().is_some_and(|t| if v >= 13 { t.topic_id == rd.key.topic_id } else { t.topic.0.as_str() == rd.key.topic });
+            let same_topic = topics.last().is_some_and(|t| {
+                if v >= 13 {
+                    t.topic_id == rd.key.topic_id
+                } else {
+                    t.topic.0.as_str() == rd.key.topic
+                }
+            });
             if !same_topic {
                 let mut t = FetchableTopicResponse::default();
                 if v >= 13 {

@@ -15,7 +15,8 @@ pub fn handle(b: &Arc<Broker>, r: InitProducerIdRequest, _v: i16) -> Reply {
         // Transactions are a later capability; refuse clearly rather than pretend.
         return now(resp.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code()));
     }
-    let bump = r.producer_id.0 >= 0 && r.producer_id.0 != -1 && r.producer_epoch >= 0 && r.producer_epoch < i16::MAX - 1;
+    let bump =
+        r.producer_id.0 >= 0 && r.producer_id.0 != -1 && r.producer_epoch >= 0 && r.producer_epoch < i16::MAX - 1;
     let (id, epoch) = if bump {
         (r.producer_id.0, r.producer_epoch + 1)
     } else {

@@ -25,7 +25,11 @@ const LATEST_TIERED: i64 = -5;
 fn find_record(batch: Vec<u8>, from: i64, below: i64, pick: impl Fn(i64) -> bool) -> Option<(i64, i64)> {
     let mut buf = Bytes::from(batch);
     let set = RecordBatchDecoder::decode(&mut buf).ok()?;
-    set.records.iter().filter(|r| r.offset >= from && r.offset < below).find(|r| pick(r.timestamp)).map(|r| (r.offset, r.timestamp))
+    set.records
+        .iter()
+        .filter(|r| r.offset >= from && r.offset < below)
+        .find(|r| pick(r.timestamp))
+        .map(|r| (r.offset, r.timestamp))
 }
 
 fn lookup(p: &Partition, ts: i64) -> Result<(i64, i64), ResponseError> {

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 
 use super::{str_bytes, topic_name};
@@ -38,10 +40,7 @@ pub fn topic_entry(b: &Broker, t: &Topic, v: i16) -> MetadataResponseTopic {
 }
 
 fn error_entry(name: Option<&str>, id: uuid::Uuid, code: ResponseError) -> MetadataResponseTopic {
-    MetadataResponseTopic::default()
-        .with_name(name.map(topic_name))
-        .with_topic_id(id)
-        .with_error_code(code.code())
+    MetadataResponseTopic::default().with_name(name.map(topic_name)).with_topic_id(id).with_error_code(code.code())
 }
 
 pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> Reply {

@@ -38,13 +38,16 @@ fn rules(b: &Broker, t: &Topic) -> TopicRules {
     }
 }
 
+/// A batch ready to append: borrowed from the request unless LogAppendTime rewrote it.
+type Validated<'a> = (Cow<'a, [u8]>, BatchHeader);
+
 /// Validates a partition's records into batches ready to append (copied only when
 /// LogAppendTime rewrites the timestamp).
 fn validate<'a>(
     records: &'a [u8],
     rules: &TopicRules,
     now_ms: i64,
-) -> Result<Vec<(Cow<'a, [u8]>, BatchHeader)>, (ResponseError, String)> {
+) -> Result<Vec<Validated<'a>>, (ResponseError, String)> {
     let mut out = Vec::new();
     for item in Batches::new(records) {
         let (_, range) = item.map_err(|e| (errors::batch(&e), e.to_string()))?;
@@ -101,14 +104,21 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Reply {
                     return Err((ResponseError::InvalidRequiredAcks, format!("acks={acks} is not -1, 0 or 1")));
                 }
                 if r.transactional_id.is_some() {
-                    return Err((ResponseError::TransactionalIdAuthorizationFailed, "transactions are not supported yet".into()));
+                    return Err((
+                        ResponseError::TransactionalIdAuthorizationFailed,
+                        "transactions are not supported yet".into(),
+                    ));
                 }
                 let (Some(topic), Some(rules)) = (&topic, &rules) else {
-                    let code = if v >= 13 { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
+                    let code =
+                        if v >= 13 { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
                     return Err((code, "This server does not host this topic-partition.".into()));
                 };
                 let Some(part) = topic.partitions.get(p.index as usize) else {
-                    return Err((ResponseError::UnknownTopicOrPartition, "This server does not host this topic-partition.".into()));
+                    return Err((
+                        ResponseError::UnknownTopicOrPartition,
+                        "This server does not host this topic-partition.".into(),
+                    ));
                 };
                 let records = p.records.as_deref().unwrap_or_default();
                 let batches = validate(records, rules, now_ms)?;

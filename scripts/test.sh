@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs every test of the project, installing what the tests need on the way:
+#   1. cargo fmt --check, cargo clippy -D warnings, cargo test (unit, storage, fuzz runs)
+#   2. a release build of `runnel`
+#   3. the integration tests (pytest): real `runnel` processes on 127.0.0.1 driven by real
+#      Kafka clients: librdkafka (confluent-kafka from PyPI), the Java client and Kafka's
+#      own tools (jars from Maven Central), franz-go (Go module proxy).
+# Needs: a Rust toolchain, python3, a JDK 17+ with Maven, Go. Extra pytest arguments pass
+# through, e.g. scripts/test.sh -k franz.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+step "cargo test"
+cargo test --workspace
+step "cargo build --release"
+cargo build --release
+
+step "python test environment (.cache/venv)"
+if [[ ! -x .cache/venv/bin/python ]]; then
+  python3 -m venv .cache/venv
+fi
+.cache/venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+
+step "Java client and Kafka tools (.cache/java)"
+tests/java/build.sh
+step "franz-go client (.cache/go)"
+tests/go/build.sh
+
+step "integration tests"
+.cache/venv/bin/python -m pytest tests -q -rfE --durations=10 "$@"

@@ -1,0 +1,124 @@
+"""Shared fixtures for the integration tests.
+
+Every test here talks to a real `runnel` process on 127.0.0.1 with a real Kafka client.
+`Broker` starts `runnel dev --port P --data-dir D` and can kill -9, SIGTERM and restart it.
+
+Set RUNNEL_TEST_BOOTSTRAP=host:port to point the client-level tests at an already running
+broker (for example Apache Kafka from ../shared/peers/kafka, to check that a test's
+expectations match Kafka's). Tests that need to control the process use `runnel_broker`,
+which always starts our binary.
+"""
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".cache"
+RUNNEL_BIN = os.environ.get("RUNNEL_BIN", str(ROOT / "target" / "release" / "runnel"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, timeout_s=20.0, proc=None):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"runnel exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout_s}s")
+
+
+class Broker:
+    """One `runnel dev` process. `settings` are Kafka-named broker configs passed as --set k=v."""
+
+    def __init__(self, data_dir, port=None, settings=None):
+        self.data_dir = pathlib.Path(data_dir)
+        self.port = port or free_port()
+        self.settings = dict(settings or {})
+        self.proc = None
+        self.log_path = self.data_dir.parent / f"runnel-{self.port}.log"
+
+    @property
+    def bootstrap(self):
+        return f"127.0.0.1:{self.port}"
+
+    def start(self):
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        args = [RUNNEL_BIN, "dev", "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        for k, v in self.settings.items():
+            args += ["--set", f"{k}={v}"]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_for_port(self.port, proc=self.proc)
+        return self
+
+    def kill9(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self, timeout_s=20):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+                raise AssertionError("runnel did not exit within %ss of SIGTERM" % timeout_s)
+        return self.proc.returncode if self.proc else None
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def log_tail(self, n=50):
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+class External:
+    """An already running broker named by RUNNEL_TEST_BOOTSTRAP."""
+
+    def __init__(self, bootstrap):
+        self.bootstrap = bootstrap
+
+
+@pytest.fixture
+def runnel_broker(tmp_path):
+    """A fresh runnel process (always ours: for tests that kill or restart it)."""
+    b = Broker(tmp_path / "data").start()
+    yield b
+    b.kill9()
+
+
+@pytest.fixture
+def broker(tmp_path):
+    """A broker for client-level tests: a fresh runnel, or RUNNEL_TEST_BOOTSTRAP if set."""
+    ext = os.environ.get("RUNNEL_TEST_BOOTSTRAP")
+    if ext:
+        yield External(ext)
+        return
+    b = Broker(tmp_path / "data").start()
+    yield b
+    b.kill9()
+
+
+def unique_topic(prefix="t"):
+    return f"{prefix}-{os.getpid()}-{time.monotonic_ns() % 10**9}"
