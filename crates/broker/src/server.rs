@@ -58,6 +58,8 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     }
     info!("shutting down: draining connections");
     broker.shutting_down.store(true, Ordering::Release);
+    // Long-polling fetches answer now instead of waiting out their max_wait_ms.
+    broker.data_arrived.notify_waiters();
     drop(listener);
     let _ = shutdown_tx.send(true);
     let drained = tokio::time::timeout(

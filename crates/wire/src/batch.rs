@@ -337,8 +337,15 @@ mod tests {
         b[57..61].copy_from_slice(&6i32.to_be_bytes());
         let crc = crc32c::crc32c(&b[21..]);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
-        assert!(matches!(BatchHeader::validate_for_append(&b), Err(BatchError::BadCount { .. })));
+        // The records section walk catches it, whichever entry point is used.
+        assert!(matches!(BatchHeader::validate_for_append(&b), Err(BatchError::BadRecords { .. })));
         assert!(matches!(BatchHeader::validate(&b), Err(BatchError::BadRecords { .. })));
+        // lastOffsetDelta disagreeing with recordsCount is caught for appends.
+        let mut b = good.clone();
+        b[23..27].copy_from_slice(&7i32.to_be_bytes());
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(BatchHeader::validate_for_append(&b), Err(BatchError::BadCount { .. })));
     }
 
     #[test]
