@@ -5,7 +5,8 @@
 #   3. the integration tests (pytest): real `runnel` processes on 127.0.0.1 driven by real
 #      Kafka clients: librdkafka (confluent-kafka from PyPI), the Java client and Kafka's
 #      own tools (jars from Maven Central), franz-go (Go module proxy).
-# Needs: a Rust toolchain, python3, a JDK 17+ with Maven, Go. Extra pytest arguments pass
+# Needs: a Rust toolchain, python3, a JDK 17+ with Maven, Go; kcat is installed with apt-get
+# when missing and running as root. Extra pytest arguments pass
 # through, e.g. scripts/test.sh -k franz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,16 @@ if [[ ! -x .cache/venv/bin/python ]]; then
   python3 -m venv .cache/venv
 fi
 .cache/venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+
+step "kcat (Debian package)"
+if ! command -v kcat >/dev/null 2>&1; then
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    { apt-get install -y -q kcat || { apt-get update -q && apt-get install -y -q kcat; }; } >/dev/null
+  else
+    echo "kcat is missing: install it (Debian/Ubuntu: apt-get install kcat)" >&2
+    exit 1
+  fi
+fi
 
 step "Java client and Kafka tools (.cache/java)"
 tests/java/build.sh
