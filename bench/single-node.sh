@@ -21,9 +21,10 @@ ROUNDS="${1:-3}"
 RECORDS="${RECORDS:-1500000}"
 LATENCY_SECONDS="${LATENCY_SECONDS:-30}"
 OUT="${OUT:-/tmp/runnel-bench}"
-KPORT=39392          # Kafka (and KFPORT for the fsync-per-message variant)
-KFPORT=39592
-RPORT=39492          # Runnel
+# Kafka nodes also listen on BASEPORT+100 (controller), so the ports are 200 apart.
+KPORT=39392          # Kafka
+KFPORT=39592         # Kafka with an fsync per message (KAFKA_FSYNC=1)
+RPORT=39892          # Runnel
 PEERS_HOME="${PEERS_KAFKA_HOME:-/tmp/peers/kafka}"
 
 mkdir -p "$OUT"
@@ -47,6 +48,8 @@ rm -rf "$OUT/runnel-data"
 "$ROOT/target/release/runnel" dev --port "$RPORT" --data-dir "$OUT/runnel-data" \
     --set auto.create.topics.enable=false > "$OUT/runnel.log" 2>&1 &
 RUNNEL_PID=$!
+sleep 0.5
+kill -0 "$RUNNEL_PID" 2>/dev/null || { echo "runnel did not start:" >&2; cat "$OUT/runnel.log" >&2; exit 1; }
 # bench.sh reads broker pids from run-<port>/node*.pid to report broker CPU and RSS.
 mkdir -p "$PEERS_HOME/run-$RPORT"
 echo "$RUNNEL_PID" > "$PEERS_HOME/run-$RPORT/node1.pid"

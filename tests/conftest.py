@@ -122,3 +122,50 @@ def broker(tmp_path):
 
 def unique_topic(prefix="t"):
     return f"{prefix}-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+
+
+def admin_client(bootstrap, **extra):
+    """An AdminClient whose metadata look-ups never auto-create topics."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, "allow.auto.create.topics": False, **extra})
+
+
+def wait_for_topic(admin, topic, partitions, timeout_s=30.0):
+    """Bounded wait until metadata shows `topic` with `partitions` partitions, each with a leader."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        t = admin.list_topics(topic, timeout=5).topics.get(topic)
+        last = t
+        if (t is not None and t.error is None and len(t.partitions) == partitions
+                and all(p.leader >= 0 for p in t.partitions.values())):
+            return t
+        time.sleep(0.2)
+    raise AssertionError(f"topic {topic} not ready with {partitions} partitions: {last}")
+
+
+def create_topic(admin_or_bootstrap, topic, partitions=1, config=None, timeout_s=30.0):
+    """CreateTopics (replication factor 1) and wait until every partition has a leader.
+    Takes an AdminClient or a bootstrap address."""
+    from confluent_kafka.admin import NewTopic
+
+    admin = admin_client(admin_or_bootstrap) if isinstance(admin_or_bootstrap, str) else admin_or_bootstrap
+    fs = admin.create_topics([NewTopic(topic, partitions, 1, config=dict(config or {}))],
+                             operation_timeout=timeout_s, request_timeout=timeout_s)
+    fs[topic].result(timeout=timeout_s)
+    return wait_for_topic(admin, topic, partitions, timeout_s)
+
+
+@pytest.fixture
+def broker_autocreate_off(tmp_path):
+    """A broker with auto.create.topics.enable=false (an external one must be set up so)."""
+    ext = os.environ.get("RUNNEL_TEST_BOOTSTRAP")
+    if ext:
+        if os.environ.get("RUNNEL_TEST_EXTERNAL_AUTOCREATE", "false") != "false":
+            pytest.skip("external broker has auto-create on")
+        yield External(ext)
+        return
+    b = Broker(tmp_path / "noauto", settings={"auto.create.topics.enable": "false"}).start()
+    yield b
+    b.kill9()

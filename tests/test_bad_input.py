@@ -23,36 +23,19 @@ Kafka 4.3.1 answers, as observed:
 Where the brief asked for CORRUPT_MESSAGE and Kafka says INVALID_RECORD, the tests accept both.
 """
 
-import os
 import random
 import time
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
 import kafka_wire as kw
-from conftest import Broker, External, unique_topic
+from conftest import create_topic, unique_topic
 
 ANY_BATCH_REJECTION = {kw.CORRUPT_MESSAGE, kw.INVALID_RECORD}
 
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def create_topic(bootstrap, topic, partitions=1, timeout_s=30.0):
-    admin = AdminClient({"bootstrap.servers": bootstrap, "allow.auto.create.topics": False})
-    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=timeout_s)[topic].result(timeout=timeout_s)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with kw.Conn(bootstrap) as c:
-            md = c.metadata_v1([topic])
-        t = md["topics"][0]
-        if t["error_code"] == 0 and len(t["partitions"]) == partitions and all(
-                p["leader_id"] >= 0 for p in t["partitions"]):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"topic {topic} not ready")
 
 
 def assert_serving(broker):
@@ -278,19 +261,6 @@ def test_produce_to_missing_partition(broker):
 
 # ---------------------------------------------------------------------------------------------
 # unknown topic with auto-create off
-
-
-@pytest.fixture
-def broker_autocreate_off(tmp_path):
-    ext = os.environ.get("RUNNEL_TEST_BOOTSTRAP")
-    if ext:
-        if os.environ.get("RUNNEL_TEST_EXTERNAL_AUTOCREATE", "false") != "false":
-            pytest.skip("external broker has auto-create on")
-        yield External(ext)
-        return
-    b = Broker(tmp_path / "noauto", settings={"auto.create.topics.enable": "false"}).start()
-    yield b
-    b.kill9()
 
 
 def test_produce_to_unknown_topic_autocreate_off(broker_autocreate_off):

@@ -9,28 +9,15 @@ import random
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 import kafka_wire
-from conftest import unique_topic
+from conftest import create_topic, unique_topic
 
 PARTITIONS = 3
 
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def create_topic(bootstrap, topic, partitions, timeout_s=30.0):
-    admin = AdminClient({"bootstrap.servers": bootstrap, "allow.auto.create.topics": False})
-    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=timeout_s)[topic].result(timeout=timeout_s)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        t = admin.list_topics(topic, timeout=5).topics.get(topic)
-        if t is not None and t.error is None and len(t.partitions) == partitions:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"topic {topic} not in metadata")
 
 
 def make_producer(bootstrap, **extra):

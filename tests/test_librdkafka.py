@@ -19,9 +19,9 @@ import time
 import pytest
 from confluent_kafka import (OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, Consumer, KafkaError,
                              KafkaException, Producer, TopicPartition)
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import NewPartitions, NewTopic
 
-from conftest import Broker, External, unique_topic
+from conftest import Broker, External, admin_client, create_topic, unique_topic, wait_for_topic
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 N_RECORDS = 3000
@@ -29,33 +29,6 @@ N_RECORDS = 3000
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def admin_client(bootstrap, **extra):
-    # allow.auto.create.topics=false: metadata look-ups made by the tests must not create topics.
-    return AdminClient({"bootstrap.servers": bootstrap, "allow.auto.create.topics": False, **extra})
-
-
-def wait_for_topic(admin, topic, partitions, timeout_s=30.0):
-    """Bounded wait until metadata shows `topic` with `partitions` partitions, each with a leader."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        md = admin.list_topics(topic, timeout=5)
-        t = md.topics.get(topic)
-        last = t
-        if (t is not None and t.error is None and len(t.partitions) == partitions
-                and all(p.leader >= 0 for p in t.partitions.values())):
-            return t
-        time.sleep(0.2)
-    raise AssertionError(f"topic {topic} not ready with {partitions} partitions: {last}")
-
-
-def create_topic(admin, topic, partitions, config=None, timeout_s=30.0):
-    fs = admin.create_topics([NewTopic(topic, partitions, 1, config=dict(config or {}))],
-                             operation_timeout=timeout_s, request_timeout=timeout_s)
-    fs[topic].result(timeout=timeout_s)
-    return wait_for_topic(admin, topic, partitions, timeout_s)
 
 
 def kafka_error_code(exc):
@@ -211,19 +184,6 @@ def test_roundtrip_every_byte(broker, codec):
 
 # ---------------------------------------------------------------------------------------------
 # auto-create on/off
-
-
-@pytest.fixture
-def broker_autocreate_off(tmp_path):
-    ext = os.environ.get("RUNNEL_TEST_BOOTSTRAP")
-    if ext:
-        if os.environ.get("RUNNEL_TEST_EXTERNAL_AUTOCREATE", "false") != "false":
-            pytest.skip("external broker has auto-create on")
-        yield External(ext)
-        return
-    b = Broker(tmp_path / "noauto", settings={"auto.create.topics.enable": "false"}).start()
-    yield b
-    b.kill9()
 
 
 @pytest.fixture

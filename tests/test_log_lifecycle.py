@@ -16,9 +16,9 @@ import time
 import pytest
 from confluent_kafka import (OFFSET_BEGINNING, OFFSET_END, TIMESTAMP_CREATE_TIME, Consumer,
                              KafkaError, KafkaException, Producer, TopicPartition)
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 
-from conftest import Broker, External, unique_topic
+from conftest import Broker, External, admin_client, create_topic, unique_topic
 
 RECORD_BYTES = 1000
 
@@ -38,22 +38,6 @@ def lifecycle_broker(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def admin_client(bootstrap):
-    return AdminClient({"bootstrap.servers": bootstrap, "allow.auto.create.topics": False})
-
-
-def create_topic(admin, topic, partitions, config=None, timeout_s=30.0):
-    admin.create_topics([NewTopic(topic, partitions, 1, config=dict(config or {}))],
-                        operation_timeout=timeout_s)[topic].result(timeout=timeout_s)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        t = admin.list_topics(topic, timeout=5).topics.get(topic)
-        if t is not None and t.error is None and len(t.partitions) == partitions:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"topic {topic} not in metadata")
 
 
 def produce(bootstrap, topic, items, partition=0, chunk=None, batch_bytes=None, timeout_s=60.0):
@@ -303,7 +287,7 @@ def test_delete_records_moves_log_start(lifecycle_broker):
                        chunk=10)
         assert offs == list(range(100))
 
-    tp0, tp1 = TopicPartition(topic, 0, 40), TopicPartition(topic, 1)
+    tp0 = TopicPartition(topic, 0, 40)
     res = admin.delete_records([tp0], request_timeout=20)
     assert list(res.values())[0].result(timeout=30).low_watermark == 40
     assert watermarks(b.bootstrap, topic, 0) == (40, 100)
