@@ -45,10 +45,14 @@ def wait_for_port(port, timeout_s=20.0, proc=None):
 class Broker:
     """One `runnel dev` process. `settings` are Kafka-named broker configs passed as --set k=v."""
 
+    # Like the Kafka peer the tests are checked against: no wait before a new group's
+    # first rebalance (Kafka's default is 3 s).
+    DEFAULT_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
+
     def __init__(self, data_dir, port=None, settings=None):
         self.data_dir = pathlib.Path(data_dir)
         self.port = port or free_port()
-        self.settings = dict(settings or {})
+        self.settings = {**self.DEFAULT_SETTINGS, **(settings or {})}
         self.proc = None
         self.log_path = self.data_dir.parent / f"runnel-{self.port}.log"
 

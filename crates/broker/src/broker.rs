@@ -6,10 +6,13 @@ use std::sync::Arc;
 use anyhow::Result;
 use tokio::sync::Notify;
 
+use runnel_coordinator::{Coordinator, CoordinatorConfig};
+
 use crate::catalog::{Catalog, Topic};
 use crate::config::BrokerConfig;
 use crate::fetch_session::FetchSessions;
 use crate::flusher::Flusher;
+use crate::offsets_log::OffsetsLog;
 
 pub struct Broker {
     pub config: BrokerConfig,
@@ -19,6 +22,8 @@ pub struct Broker {
     /// Woken whenever a high watermark moves; long-polling fetches wait on it.
     pub data_arrived: Arc<Notify>,
     pub fetch_sessions: FetchSessions,
+    /// Consumer groups and committed offsets, kept in `__consumer_offsets`.
+    pub groups: Coordinator,
     pub shutting_down: AtomicBool,
 }
 
@@ -33,14 +38,31 @@ impl Broker {
             _ => Some(Flusher::start(data_arrived.clone())),
         };
         let sessions = FetchSessions::new(config.settings.usize("max.incremental.fetch.session.cache.slots"));
-        Ok(Arc::new(Broker {
+        let s = &config.settings;
+        let group_config = CoordinatorConfig {
+            session_timeout_ms_min: s.i64("group.min.session.timeout.ms") as i32,
+            session_timeout_ms_max: s.i64("group.max.session.timeout.ms") as i32,
+            initial_rebalance_delay_ms: s.i64("group.initial.rebalance.delay.ms").max(0) as u64,
+            offset_metadata_bytes_max: s.usize("offset.metadata.max.bytes"),
+        };
+        let offsets_partitions = s.i64("offsets.topic.num.partitions").max(1) as i32;
+        let broker = Arc::new_cyclic(|weak| Broker {
+            groups: Coordinator::new(
+                Arc::new(OffsetsLog { broker: weak.clone(), partitions: offsets_partitions }),
+                group_config,
+            ),
             config,
             catalog,
             flusher,
             data_arrived,
             fetch_sessions: sessions,
             shutting_down: AtomicBool::new(false),
-        }))
+        });
+        let records = broker.groups.load().map_err(|e| anyhow::anyhow!("loading consumer groups: {e}"))?;
+        if records > 0 {
+            tracing::info!(records, groups = broker.groups.list().len(), "consumer groups loaded");
+        }
+        Ok(broker)
     }
 
     pub fn node_id(&self) -> i32 {

@@ -65,6 +65,12 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("queued.max.requests.per.connection", Kind::Int, "100"),
     ("max.incremental.fetch.session.cache.slots", Kind::Int, "1000"),
     ("fetch.max.wait.ms.max", Kind::Long, "30000"),
+    ("offsets.topic.num.partitions", Kind::Int, "50"),
+    ("offset.metadata.max.bytes", Kind::Int, "4096"),
+    ("group.min.session.timeout.ms", Kind::Int, "6000"),
+    ("group.max.session.timeout.ms", Kind::Int, "1800000"),
+    // Kafka waits this long for more members before the first rebalance of an empty group.
+    ("group.initial.rebalance.delay.ms", Kind::Int, "3000"),
 ];
 
 pub fn setting(name: &str) -> Option<(Kind, &'static str)> {

@@ -50,7 +50,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
             debug!(%peer, error = %e, "connection closed mid-frame");
             break;
         }
-        match decode(&broker, frame.freeze()) {
+        match decode(&broker, frame.freeze(), peer) {
             Ok(reply) => {
                 if tx.send(reply).await.is_err() {
                     break;
@@ -87,12 +87,12 @@ async fn write_loop(wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiver<
 /// Handles one request frame (without its size prefix) to the end: the response frame
 /// (with its size prefix), none (acks=0), or why the connection would be closed. The
 /// fuzz tests drive the broker through this.
-pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<Bytes>, String> {
-    Ok(decode(broker, frame)?.await)
+pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes, peer: SocketAddr) -> Result<Option<Bytes>, String> {
+    Ok(decode(broker, frame, peer)?.await)
 }
 
 /// Parses one frame and starts its handler. An error means: close the connection.
-fn decode(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Framed, String> {
+fn decode(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAddr) -> Result<Framed, String> {
     if frame.len() < 8 {
         return Err(format!("frame of {} bytes is shorter than a request header", frame.len()));
     }
@@ -116,7 +116,7 @@ fn decode(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Framed, String> {
     if frame.has_remaining() {
         debug!(?key, version, trailing = frame.remaining(), "request has trailing bytes");
     }
-    let reply: Reply = dispatch::dispatch(broker, &header, request);
+    let reply: Reply = dispatch::dispatch(broker, &header, request, peer);
     Ok(Box::pin(async move {
         let resp = reply.await?;
         encode_response(key, version, correlation_id, &resp)

@@ -15,6 +15,12 @@ use crate::handlers;
 /// `None` means no response is sent (produce with acks=0).
 pub type Reply = Pin<Box<dyn Future<Output = Option<ResponseKind>> + Send>>;
 
+/// Who sent a request: what JoinGroup records as a member's client id and host.
+pub struct Ctx {
+    pub client_id: String,
+    pub peer: std::net::SocketAddr,
+}
+
 pub fn now(resp: impl Into<ResponseKind>) -> Reply {
     let resp = resp.into();
     Box::pin(std::future::ready(Some(resp)))
@@ -37,14 +43,31 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
     APIS.iter().any(|(k, min, max)| *k == key && (*min..=*max).contains(&version))
 }
 
-pub fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, request: RequestKind) -> Reply {
+pub fn dispatch(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    request: RequestKind,
+    peer: std::net::SocketAddr,
+) -> Reply {
     let v = header.request_api_version;
+    let ctx = Ctx { client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(), peer };
     let b = broker.clone();
     match request {
         RequestKind::ApiVersions(r) => handlers::api_versions::handle(&b, r, v),
@@ -62,6 +85,17 @@ pub fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, request: RequestKi
         RequestKind::IncrementalAlterConfigs(r) => handlers::alter_configs::incremental(&b, r, v),
         RequestKind::AlterConfigs(r) => handlers::alter_configs::legacy(&b, r, v),
         RequestKind::DescribeCluster(r) => handlers::describe_cluster::handle(&b, r, v),
+        RequestKind::FindCoordinator(r) => handlers::find_coordinator::handle(&b, r, v),
+        RequestKind::JoinGroup(r) => handlers::join_group::handle(&b, r, v, &ctx),
+        RequestKind::SyncGroup(r) => handlers::sync_group::handle(&b, r, v),
+        RequestKind::Heartbeat(r) => handlers::heartbeat::handle(&b, r, v),
+        RequestKind::LeaveGroup(r) => handlers::leave_group::handle(&b, r, v),
+        RequestKind::OffsetCommit(r) => handlers::offset_commit::handle(&b, r, v),
+        RequestKind::OffsetFetch(r) => handlers::offset_fetch::handle(&b, r, v),
+        RequestKind::DescribeGroups(r) => handlers::describe_groups::handle(&b, r, v),
+        RequestKind::ListGroups(r) => handlers::list_groups::handle(&b, r, v),
+        RequestKind::DeleteGroups(r) => handlers::delete_groups::handle(&b, r, v),
+        RequestKind::OffsetDelete(r) => handlers::offset_delete::handle(&b, r, v),
         other => {
             // `supported` gates decoding, so only a table/match mismatch lands here.
             unreachable!("API {:?} is in the table but has no handler", std::mem::discriminant(&other))

@@ -1,7 +1,8 @@
 //! The Kafka-protocol broker: listener and connections, the API table, one handler file
 //! per Kafka API, the topic catalog, partitions, group commit and fetch sessions.
 //!
-//! Neighbours: `runnel-wire` (batch validation), `runnel-storage` (the partition log).
+//! Neighbours: `runnel-wire` (batch validation), `runnel-storage` (the partition log),
+//! `runnel-coordinator` (consumer groups, stored through `offsets_log`).
 //! The binary crate `runnel` parses the command line and calls [`server::run`].
 
 pub mod broker;
@@ -13,6 +14,7 @@ mod errors;
 mod fetch_session;
 pub mod flusher;
 mod handlers;
+pub mod offsets_log;
 pub mod partition;
 pub mod server;
 pub mod topic_config;

@@ -27,6 +27,7 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     let permits = Arc::new(Semaphore::new(connections_max));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(retention_loop(broker.clone(), shutdown_rx.clone()));
+    tokio::spawn(group_tick_loop(broker.clone(), shutdown_rx.clone()));
     info!(
         listen = %broker.config.listen,
         advertised = %format!("{}:{}", broker.config.advertised_host, broker.config.advertised_port),
@@ -74,6 +75,18 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     tokio::task::spawn_blocking(move || b.close()).await.context("closing logs")?;
     info!("shutdown complete");
     Ok(())
+}
+
+/// How often group sessions and rebalance deadlines are checked.
+const GROUP_TICK_MS: u64 = 100;
+
+async fn group_tick_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(GROUP_TICK_MS)) => broker.groups.tick().await,
+            _ = shutdown.changed() => return,
+        }
+    }
 }
 
 async fn retention_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {

@@ -14,6 +14,9 @@ use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use runnel_broker::{connection::handle_frame, Broker, BrokerConfig, Settings};
 
+const PEER: std::net::SocketAddr =
+    std::net::SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0));
+
 struct Rng(u64);
 
 impl Rng {
@@ -186,7 +189,7 @@ fn mutated_requests_never_crash_the_broker() {
         let corpus = corpus();
         // The unmutated corpus must all be answered (creates topic "fuzz" via metadata).
         for f in &corpus {
-            let out = handle_frame(&broker, f.clone()).await;
+            let out = handle_frame(&broker, f.clone(), PEER).await;
             assert!(matches!(out, Ok(Some(_))), "valid request refused: {out:?}");
         }
         let mut rng = Rng(seed | 1);
@@ -198,7 +201,7 @@ fn mutated_requests_never_crash_the_broker() {
             let mutated = mutate(&mut case, input);
             let joined = tokio::spawn({
                 let b = broker.clone();
-                async move { handle_frame(&b, mutated).await }
+                async move { handle_frame(&b, mutated, PEER).await }
             })
             .await;
             match joined {
@@ -208,7 +211,7 @@ fn mutated_requests_never_crash_the_broker() {
             }
         }
         // Still healthy: a valid request is answered.
-        let out = handle_frame(&broker, corpus[1].clone()).await;
+        let out = handle_frame(&broker, corpus[1].clone(), PEER).await;
         assert!(matches!(out, Ok(Some(_))));
         eprintln!("fuzz: {iterations} mutated requests, {answered} answered, {closed} closed the connection");
         assert!(answered > 0 && closed > 0, "mutations should exercise both paths");
@@ -229,7 +232,7 @@ fn length_prefixed_response_frames_are_well_formed() {
         buf.put_i16(99);
         buf.put_i32(42);
         buf.put_i16(-1);
-        let out = handle_frame(&broker, buf.freeze()).await.expect("answered").expect("a response");
+        let out = handle_frame(&broker, buf.freeze(), PEER).await.expect("answered").expect("a response");
         let len = i32::from_be_bytes([out[0], out[1], out[2], out[3]]) as usize;
         assert_eq!(len, out.len() - 4);
         assert_eq!(i32::from_be_bytes([out[4], out[5], out[6], out[7]]), 42, "correlation id");

@@ -32,7 +32,10 @@ pub fn topic_entry(b: &Broker, t: &Topic, v: i16) -> MetadataResponseTopic {
             e
         })
         .collect();
-    let mut topic = MetadataResponseTopic::default().with_name(Some(topic_name(&t.name))).with_partitions(partitions);
+    let mut topic = MetadataResponseTopic::default()
+        .with_name(Some(topic_name(&t.name)))
+        .with_partitions(partitions)
+        .with_is_internal(v >= 1 && &*t.name == crate::offsets_log::OFFSETS_TOPIC);
     if v >= 10 {
         topic.topic_id = t.id;
     }

@@ -1,0 +1,17 @@
+//! Heartbeat (key 12): keeps a member's session alive; tells it when to rejoin.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
+
+use crate::broker::Broker;
+use crate::dispatch::{now, Reply};
+
+pub fn handle(b: &Arc<Broker>, r: HeartbeatRequest, v: i16) -> Reply {
+    let instance = if v >= 3 { r.group_instance_id.as_ref().map(|s| s.as_str()) } else { None };
+    let code = match b.groups.heartbeat(&r.group_id.0, r.generation_id, &r.member_id, instance) {
+        Ok(()) => 0,
+        Err(e) => e.code(),
+    };
+    now(HeartbeatResponse::default().with_error_code(code))
+}

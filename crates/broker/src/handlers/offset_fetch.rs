@@ -1,0 +1,90 @@
+//! OffsetFetch (key 9): committed offsets of one group (v1–7) or of many (v8+), for the
+//! listed partitions or, when the topic list is null, for every partition with a commit.
+//! A partition without a commit answers offset -1 and no error.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse};
+
+use super::{str_bytes, topic_name};
+use crate::broker::Broker;
+use crate::dispatch::{now, Reply};
+
+type Row = (String, i32, i64, i32, String);
+
+/// Committed offsets per requested partition (or all), grouped by topic in request order.
+fn lookup(b: &Broker, group: &str, wanted: Option<Vec<(String, i32)>>) -> Vec<(String, Vec<Row>)> {
+    let found = b.groups.fetch(group, wanted.as_deref());
+    let mut by_topic: Vec<(String, Vec<Row>)> = Vec::new();
+    for ((topic, partition), committed) in found {
+        let (offset, epoch, meta) = match committed {
+            Some(c) => (c.offset, c.leader_epoch, c.metadata),
+            None => (-1, -1, String::new()),
+        };
+        let row = (topic.clone(), partition, offset, epoch, meta);
+        match by_topic.iter_mut().find(|(t, _)| *t == topic) {
+            Some((_, rows)) => rows.push(row),
+            None => by_topic.push((topic, vec![row])),
+        }
+    }
+    by_topic
+}
+
+pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16) -> Reply {
+    if v >= 8 {
+        let groups = r
+            .groups
+            .into_iter()
+            .map(|g| {
+                let wanted = g.topics.map(|ts| {
+                    ts.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (t.name.0.to_string(), *p))).collect()
+                });
+                let topics = lookup(b, &g.group_id.0, wanted)
+                    .into_iter()
+                    .map(|(t, rows)| {
+                        let partitions = rows
+                            .into_iter()
+                            .map(|(_, p, offset, epoch, meta)| {
+                                OffsetFetchResponsePartitions::default()
+                                    .with_partition_index(p)
+                                    .with_committed_offset(offset)
+                                    .with_committed_leader_epoch(epoch)
+                                    .with_metadata(Some(str_bytes(&meta)))
+                            })
+                            .collect();
+                        OffsetFetchResponseTopics::default().with_name(topic_name(&t)).with_partitions(partitions)
+                    })
+                    .collect();
+                OffsetFetchResponseGroup::default().with_group_id(g.group_id).with_topics(topics)
+            })
+            .collect();
+        return now(OffsetFetchResponse::default().with_groups(groups));
+    }
+    let wanted = r
+        .topics
+        .map(|ts| ts.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (t.name.0.to_string(), *p))).collect());
+    let topics = lookup(b, &r.group_id.0, wanted)
+        .into_iter()
+        .map(|(t, rows)| {
+            let partitions = rows
+                .into_iter()
+                .map(|(_, p, offset, epoch, meta)| {
+                    let mut e = OffsetFetchResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(offset)
+                        .with_metadata(Some(str_bytes(&meta)));
+                    if v >= 5 {
+                        e.committed_leader_epoch = epoch;
+                    }
+                    e
+                })
+                .collect();
+            OffsetFetchResponseTopic::default().with_name(topic_name(&t)).with_partitions(partitions)
+        })
+        .collect();
+    now(OffsetFetchResponse::default().with_topics(topics))
+}

@@ -1,0 +1,129 @@
+//! The coordinator's log: the partitions of the internal `__consumer_offsets` topic,
+//! written and read through the same `Partition` path as user data (validated batches,
+//! group commit for durability), so that replicating partitions replicates groups too.
+
+use std::sync::{Arc, Weak};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use runnel_coordinator::{GroupLog, LogFuture};
+use runnel_wire::{BatchHeader, Batches};
+
+use crate::broker::Broker;
+use crate::catalog::Topic;
+
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// How much one read of the offsets log fetches while replaying it.
+const REPLAY_READ_BYTES: usize = 1 << 20;
+
+pub struct OffsetsLog {
+    pub broker: Weak<Broker>,
+    pub partitions: i32,
+}
+
+impl OffsetsLog {
+    fn topic(&self, create: bool) -> Result<Option<Arc<Topic>>, String> {
+        let b = self.broker.upgrade().ok_or("broker is gone")?;
+        if let Some(t) = b.catalog.topic(OFFSETS_TOPIC) {
+            return Ok(Some(t));
+        }
+        if !create {
+            return Ok(None);
+        }
+        let configs =
+            [("cleanup.policy".to_string(), "delete".to_string()), ("retention.ms".to_string(), "-1".to_string())];
+        match b.catalog.create_topic(OFFSETS_TOPIC, self.partitions, configs.into_iter().collect()) {
+            Ok(t) => Ok(Some(t)),
+            Err(crate::catalog::CatalogError::TopicExists(_)) => Ok(b.catalog.topic(OFFSETS_TOPIC)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+fn encode(records: &[(Bytes, Option<Bytes>)]) -> Result<Vec<u8>, String> {
+    let now = crate::now_ms();
+    let recs: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32,
+            timestamp: now,
+            key: Some(k.clone()),
+            value: v.clone(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        recs.iter(),
+        &RecordEncodeOptions { version: 2, compression: Compression::None },
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(buf.to_vec())
+}
+
+impl GroupLog for OffsetsLog {
+    fn partitions(&self) -> i32 {
+        self.partitions
+    }
+
+    fn append(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> LogFuture {
+        let prepared = (|| {
+            let topic = self.topic(true)?.ok_or("offsets topic missing")?;
+            let part = topic.partitions.get(partition as usize).cloned().ok_or("offsets partition out of range")?;
+            let batch = encode(&records)?;
+            let h = BatchHeader::validate_for_append(&batch).map_err(|e| e.to_string())?;
+            part.append(&[(&batch, h)], crate::now_ms()).map_err(|e| e.to_string())?;
+            let b = self.broker.upgrade().ok_or("broker is gone")?;
+            Ok::<_, String>((b, part))
+        })();
+        Box::pin(async move {
+            let (b, part) = prepared?;
+            let end = part.log_end_offset();
+            match &b.flusher {
+                Some(f) => f.flush(vec![(part, end)]).await,
+                None => {
+                    part.advance_high_watermark(end);
+                    b.data_arrived.notify_waiters();
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn read_all(&self, partition: i32) -> Result<Vec<(Bytes, Option<Bytes>)>, String> {
+        let Some(topic) = self.topic(false)? else { return Ok(Vec::new()) };
+        let Some(part) = topic.partitions.get(partition as usize) else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        let mut offset = part.log_start_offset();
+        while offset < part.high_watermark() {
+            let bytes = part
+                .read(offset, REPLAY_READ_BYTES, true)
+                .map_err(|e| e.to_string())?
+                .execute()
+                .map_err(|e| e.to_string())?;
+            if bytes.is_empty() {
+                break;
+            }
+            for item in Batches::new(&bytes) {
+                let (h, range) = item.map_err(|e| e.to_string())?;
+                offset = h.next_offset();
+                let mut batch = Bytes::copy_from_slice(&bytes[range]);
+                let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| e.to_string())?;
+                out.extend(set.records.into_iter().filter_map(|r| r.key.map(|k| (k, r.value))));
+            }
+        }
+        Ok(out)
+    }
+}

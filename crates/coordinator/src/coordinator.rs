@@ -1,0 +1,402 @@
+//! The coordinator: all groups behind one lock, persistence through [`GroupLog`], and
+//! waiting for rebalances outside the lock.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError as E;
+
+use crate::group::{Group, JoinRequest, JoinResult, Pending, State, SyncResult, Timing};
+use crate::records::{partition_for, GroupValue, Key, OffsetValue};
+
+pub type LogFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// Where the coordinator keeps its records: the partitions of `__consumer_offsets`.
+/// Contract: `append` resolves once the records are durable (as an acks=all produce would)
+/// and later reads see them in order; `read_all` returns every record of a partition in
+/// log order (key, value; a `None` value is a tombstone).
+pub trait GroupLog: Send + Sync + 'static {
+    fn partitions(&self) -> i32;
+    fn append(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> LogFuture;
+    fn read_all(&self, partition: i32) -> Result<Vec<(Bytes, Option<Bytes>)>, String>;
+}
+
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    pub session_timeout_ms_min: i32,
+    pub session_timeout_ms_max: i32,
+    pub initial_rebalance_delay_ms: u64,
+    pub offset_metadata_bytes_max: usize,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            session_timeout_ms_min: 6_000,
+            session_timeout_ms_max: 1_800_000,
+            initial_rebalance_delay_ms: 3_000,
+            offset_metadata_bytes_max: 4096,
+        }
+    }
+}
+
+pub type Committed = OffsetValue;
+
+pub struct MemberSummary {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+pub struct GroupSummary {
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<MemberSummary>,
+}
+
+pub struct Coordinator {
+    groups: Mutex<HashMap<String, Group>>,
+    log: Arc<dyn GroupLog>,
+    config: CoordinatorConfig,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl Coordinator {
+    pub fn new(log: Arc<dyn GroupLog>, config: CoordinatorConfig) -> Coordinator {
+        Coordinator { groups: Mutex::new(HashMap::new()), log, config }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
+        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn timing(&self) -> Timing {
+        Timing {
+            initial_rebalance_delay: Duration::from_millis(self.config.initial_rebalance_delay_ms),
+            now: Instant::now(),
+            now_ms: now_ms(),
+        }
+    }
+
+    /// Replays every partition of the offsets log: last write wins, tombstones delete.
+    pub fn load(&self) -> Result<usize, String> {
+        let mut groups = self.lock();
+        let now = Instant::now();
+        let mut records = 0;
+        for p in 0..self.log.partitions() {
+            for (key, value) in self.log.read_all(p)? {
+                records += 1;
+                let key = match Key::decode(key) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        tracing::warn!(partition = p, error = %e, "skipping unreadable offsets-log key");
+                        continue;
+                    }
+                };
+                let group = groups.entry(key.group().to_string()).or_insert_with(|| Group::new(key.group(), now));
+                match (key, value) {
+                    (Key::Offset { topic, partition, .. }, Some(v)) => match OffsetValue::decode(v) {
+                        Ok(v) => {
+                            group.offsets.insert((topic, partition), v);
+                        }
+                        Err(e) => tracing::warn!(error = %e, "skipping unreadable offset commit"),
+                    },
+                    (Key::Offset { topic, partition, .. }, None) => {
+                        group.offsets.remove(&(topic, partition));
+                    }
+                    (Key::Group { .. }, Some(v)) => match GroupValue::decode(v) {
+                        Ok(v) => group.restore(v, now),
+                        Err(e) => tracing::warn!(error = %e, "skipping unreadable group metadata"),
+                    },
+                    (Key::Group { group: id }, None) => {
+                        groups.remove(&id);
+                    }
+                }
+            }
+        }
+        groups.retain(|_, g| !(g.is_empty() && g.offsets.is_empty() && g.generation == 0));
+        Ok(records)
+    }
+
+    pub fn partition_for(&self, group: &str) -> i32 {
+        partition_for(group, self.log.partitions())
+    }
+
+    async fn persist(&self, group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> Result<(), String> {
+        self.log.append(self.partition_for(group), records).await
+    }
+
+    async fn persist_group(&self, group: &str, value: GroupValue) {
+        let record = (Key::Group { group: group.to_string() }.encode(), Some(value.encode()));
+        if let Err(e) = self.persist(group, vec![record]).await {
+            // Losing group metadata costs a rebalance after a restart, never offsets.
+            tracing::warn!(group, error = %e, "could not persist group metadata");
+        }
+    }
+
+    pub async fn join(&self, group_id: &str, req: JoinRequest) -> JoinResult {
+        if group_id.is_empty() {
+            return JoinResult::error(E::InvalidGroupId, &req.member_id);
+        }
+        let c = &self.config;
+        if req.session_timeout_ms < c.session_timeout_ms_min || req.session_timeout_ms > c.session_timeout_ms_max {
+            return JoinResult::error(E::InvalidSessionTimeout, &req.member_id);
+        }
+        if req.protocol_type.is_empty() || req.protocols.is_empty() {
+            return JoinResult::error(E::InconsistentGroupProtocol, &req.member_id);
+        }
+        let member_id = req.member_id.clone();
+        let t = self.timing();
+        let pending = {
+            let mut groups = self.lock();
+            let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, t.now));
+            g.join(req, &t)
+        };
+        match pending {
+            Pending::Now(r) => r,
+            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| JoinResult::error(E::UnknownMemberId, &member_id)),
+        }
+    }
+
+    pub async fn sync(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncResult {
+        let t = self.timing();
+        let (pending, stable) = {
+            let mut groups = self.lock();
+            match groups.get_mut(group_id) {
+                Some(g) => g.sync(generation, member_id, instance_id, assignments, &t),
+                None => (Pending::Now(SyncResult::error(E::UnknownMemberId)), None),
+            }
+        };
+        if let Some(value) = stable {
+            self.persist_group(group_id, value).await;
+        }
+        match pending {
+            Pending::Now(r) => r,
+            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| SyncResult::error(E::UnknownMemberId)),
+        }
+    }
+
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<(), E> {
+        let t = self.timing();
+        match self.lock().get_mut(group_id) {
+            Some(g) => g.heartbeat(generation, member_id, instance_id, &t),
+            None => Err(E::UnknownMemberId),
+        }
+    }
+
+    /// LeaveGroup; one result per (member id, instance id).
+    pub async fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> Result<Vec<Result<(), E>>, E> {
+        let t = self.timing();
+        let (results, empty_value) = {
+            let mut groups = self.lock();
+            let Some(g) = groups.get_mut(group_id) else { return Err(E::UnknownMemberId) };
+            let results: Vec<Result<(), E>> =
+                members.iter().map(|(id, inst)| g.leave(id, inst.as_deref(), &t)).collect();
+            (results, (g.state == State::Empty).then(|| g.value()))
+        };
+        if let Some(v) = empty_value {
+            self.persist_group(group_id, v).await;
+        }
+        Ok(results)
+    }
+
+    /// Periodic work: session timeouts and rebalance deadlines.
+    pub async fn tick(&self) {
+        let t = self.timing();
+        let emptied: Vec<(String, GroupValue)> = {
+            let mut groups = self.lock();
+            groups.values_mut().filter_map(|g| g.tick(&t).then(|| (g.id.clone(), g.value()))).collect()
+        };
+        for (id, v) in emptied {
+            self.persist_group(&id, v).await;
+        }
+    }
+
+    /// OffsetCommit: checks membership, writes the commits durably, then applies them.
+    /// `offsets`: (topic, partition, offset, leader epoch, metadata). Returns one error per
+    /// offset, or a group-level error for all of them.
+    pub async fn commit(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        offsets: Vec<(String, i32, i64, i32, String)>,
+    ) -> Result<Vec<Result<(), E>>, E> {
+        if group_id.is_empty() {
+            return Err(E::InvalidGroupId);
+        }
+        {
+            let mut groups = self.lock();
+            let now = Instant::now();
+            let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
+            g.check_commit(generation, member_id, instance_id)?;
+        }
+        let ts = now_ms();
+        let mut results = Vec::with_capacity(offsets.len());
+        let mut records = Vec::new();
+        let mut applied = Vec::new();
+        for (topic, partition, offset, leader_epoch, metadata) in offsets {
+            if metadata.len() > self.config.offset_metadata_bytes_max {
+                results.push(Err(E::OffsetMetadataTooLarge));
+                continue;
+            }
+            let value = OffsetValue { offset, leader_epoch, metadata, commit_timestamp: ts };
+            let key = Key::Offset { group: group_id.to_string(), topic: topic.clone(), partition };
+            records.push((key.encode(), Some(value.encode())));
+            applied.push(((topic, partition), value));
+            results.push(Ok(()));
+        }
+        if !records.is_empty() {
+            if let Err(e) = self.persist(group_id, records).await {
+                tracing::warn!(group = group_id, error = %e, "offset commit not durable");
+                return Err(E::CoordinatorNotAvailable);
+            }
+            let mut groups = self.lock();
+            let now = Instant::now();
+            let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
+            g.offsets.extend(applied);
+        }
+        Ok(results)
+    }
+
+    /// Committed offsets of a group: for the given partitions, or all when `None`.
+    pub fn fetch(
+        &self,
+        group_id: &str,
+        partitions: Option<&[(String, i32)]>,
+    ) -> Vec<((String, i32), Option<Committed>)> {
+        let groups = self.lock();
+        let offsets = groups.get(group_id).map(|g| &g.offsets);
+        match partitions {
+            Some(list) => list.iter().map(|k| (k.clone(), offsets.and_then(|o| o.get(k).cloned()))).collect(),
+            None => offsets.map(|o| o.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect()).unwrap_or_default(),
+        }
+    }
+
+    pub fn describe(&self, group_id: &str) -> Option<GroupSummary> {
+        let groups = self.lock();
+        let g = groups.get(group_id)?;
+        let protocol = g.protocol.clone().unwrap_or_default();
+        Some(GroupSummary {
+            state: g.state.name(),
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            protocol: protocol.clone(),
+            members: g
+                .members
+                .values()
+                .map(|m| MemberSummary {
+                    member_id: m.id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: if g.state == State::Stable { m.metadata(&protocol) } else { Bytes::new() },
+                    assignment: if g.state == State::Stable { m.assignment.clone() } else { Bytes::new() },
+                })
+                .collect(),
+        })
+    }
+
+    /// (group id, protocol type, state) of every group.
+    pub fn list(&self) -> Vec<(String, String, &'static str)> {
+        let groups = self.lock();
+        let mut out: Vec<_> = groups
+            .values()
+            .map(|g| (g.id.clone(), g.protocol_type.clone().unwrap_or_default(), g.state.name()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// DeleteGroups: only an empty group; its metadata and offsets get tombstones.
+    pub async fn delete(&self, group_id: &str) -> Result<(), E> {
+        let records = {
+            let groups = self.lock();
+            let Some(g) = groups.get(group_id) else { return Err(E::GroupIdNotFound) };
+            if !g.is_empty() {
+                return Err(E::NonEmptyGroup);
+            }
+            let mut r: Vec<(Bytes, Option<Bytes>)> = g
+                .offsets
+                .keys()
+                .map(|(topic, partition)| {
+                    (Key::Offset { group: group_id.into(), topic: topic.clone(), partition: *partition }.encode(), None)
+                })
+                .collect();
+            r.push((Key::Group { group: group_id.into() }.encode(), None));
+            r
+        };
+        if let Err(e) = self.persist(group_id, records).await {
+            tracing::warn!(group = group_id, error = %e, "group deletion not durable");
+            return Err(E::CoordinatorNotAvailable);
+        }
+        let mut groups = self.lock();
+        if groups.get(group_id).is_some_and(|g| g.is_empty()) {
+            groups.remove(group_id);
+        }
+        Ok(())
+    }
+
+    /// OffsetDelete: refuses partitions of topics the group's members subscribe to.
+    pub async fn delete_offsets(&self, group_id: &str, partitions: &[(String, i32)]) -> Result<Vec<Result<(), E>>, E> {
+        let (results, records, removed) = {
+            let groups = self.lock();
+            let Some(g) = groups.get(group_id) else { return Err(E::GroupIdNotFound) };
+            let subscribed = g.subscribed_topics();
+            let mut results = Vec::new();
+            let mut records = Vec::new();
+            let mut removed = Vec::new();
+            for (topic, partition) in partitions {
+                if subscribed.contains(topic) {
+                    results.push(Err(E::GroupSubscribedToTopic));
+                    continue;
+                }
+                let k = (topic.clone(), *partition);
+                if g.offsets.contains_key(&k) {
+                    let key = Key::Offset { group: group_id.into(), topic: topic.clone(), partition: *partition };
+                    records.push((key.encode(), None));
+                    removed.push(k);
+                }
+                results.push(Ok(()));
+            }
+            (results, records, removed)
+        };
+        if !records.is_empty() {
+            if let Err(e) = self.persist(group_id, records).await {
+                tracing::warn!(group = group_id, error = %e, "offset deletion not durable");
+                return Err(E::CoordinatorNotAvailable);
+            }
+            let mut groups = self.lock();
+            if let Some(g) = groups.get_mut(group_id) {
+                for k in &removed {
+                    g.offsets.remove(k);
+                }
+            }
+        }
+        Ok(results)
+    }
+}

@@ -1,0 +1,14 @@
+//! The group coordinator: consumer groups (the classic protocol) and committed offsets.
+//!
+//! State lives in memory and every change that must survive a restart is first written to
+//! the internal `__consumer_offsets` log through the [`GroupLog`] trait, which the broker
+//! implements over its ordinary partitions (so when partitions are replicated, so are
+//! groups). On start, [`Coordinator::load`] replays that log. Neighbours: the broker calls
+//! in from its handlers; nothing here touches sockets or files.
+
+mod coordinator;
+pub mod group;
+pub mod records;
+
+pub use coordinator::{Committed, Coordinator, CoordinatorConfig, GroupLog, GroupSummary, LogFuture, MemberSummary};
+pub use group::{JoinRequest, JoinResult, State, SyncResult};

@@ -1,0 +1,176 @@
+//! The classic group protocol as Kafka's coordinator runs it (KIP-394 member ids, KIP-345
+//! static membership, generation fencing, session expiry), and the durability contract:
+//! everything a coordinator acknowledged is rebuilt by a new coordinator replaying the log.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError as E;
+use runnel_coordinator::{Coordinator, CoordinatorConfig, GroupLog, JoinRequest, JoinResult, LogFuture};
+
+/// An in-memory log with the GroupLog contract: appends are immediately durable.
+#[derive(Default)]
+struct MemLog(Mutex<BTreeMap<i32, Vec<(Bytes, Option<Bytes>)>>>);
+
+impl GroupLog for MemLog {
+    fn partitions(&self) -> i32 {
+        4
+    }
+    fn append(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> LogFuture {
+        self.0.lock().expect("lock").entry(partition).or_default().extend(records);
+        Box::pin(std::future::ready(Ok(())))
+    }
+    fn read_all(&self, partition: i32) -> Result<Vec<(Bytes, Option<Bytes>)>, String> {
+        Ok(self.0.lock().expect("lock").get(&partition).cloned().unwrap_or_default())
+    }
+}
+
+fn config() -> CoordinatorConfig {
+    CoordinatorConfig { session_timeout_ms_min: 10, initial_rebalance_delay_ms: 0, ..CoordinatorConfig::default() }
+}
+
+fn join_req(member_id: &str, instance: Option<&str>, session_ms: i32) -> JoinRequest {
+    JoinRequest {
+        member_id: member_id.to_string(),
+        instance_id: instance.map(str::to_string),
+        client_id: "client".into(),
+        client_host: "/127.0.0.1".into(),
+        session_timeout_ms: session_ms,
+        rebalance_timeout_ms: 2_000,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Bytes::from_static(b"meta"))],
+        require_known_member_id: true,
+    }
+}
+
+/// First join: MEMBER_ID_REQUIRED with an id, then the real join.
+async fn join_new(c: &Arc<Coordinator>, group: &str) -> JoinResult {
+    let first = c.join(group, join_req("", None, 10_000)).await;
+    assert_eq!(first.error, E::MemberIdRequired.code());
+    c.join(group, join_req(&first.member_id, None, 10_000)).await
+}
+
+#[tokio::test]
+async fn two_members_join_sync_and_rebalance_when_one_leaves() {
+    let c = Arc::new(Coordinator::new(Arc::new(MemLog::default()), config()));
+    let a = join_new(&c, "g").await;
+    assert_eq!((a.error, a.generation, a.leader.clone()), (0, 1, a.member_id.clone()));
+    let s = c.sync("g", 1, &a.member_id, None, vec![(a.member_id.clone(), Bytes::from_static(b"A"))]).await;
+    assert_eq!((s.error, s.assignment.as_ref()), (0, b"A".as_ref()));
+
+    // A second member joins: the first learns through its heartbeat and rejoins.
+    let c2 = c.clone();
+    let b_join = tokio::spawn(async move { join_new(&c2, "g").await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(c.heartbeat("g", 1, &a.member_id, None), Err(E::RebalanceInProgress));
+    let a2 = c.join("g", join_req(&a.member_id, None, 10_000)).await;
+    let b = b_join.await.expect("join task");
+    assert_eq!((a2.generation, b.generation), (2, 2));
+    assert_eq!(a2.members.len(), 2, "the leader sees every member");
+    assert!(b.members.is_empty(), "followers see none");
+
+    let c3 = c.clone();
+    let b_id = b.member_id.clone();
+    let b_sync = tokio::spawn(async move { c3.sync("g", 2, &b_id, None, vec![]).await });
+    let sa = c
+        .sync(
+            "g",
+            2,
+            &a.member_id,
+            None,
+            vec![(a.member_id.clone(), Bytes::from_static(b"A2")), (b.member_id.clone(), Bytes::from_static(b"B2"))],
+        )
+        .await;
+    assert_eq!(sa.assignment.as_ref(), b"A2");
+    assert_eq!(b_sync.await.expect("sync task").assignment.as_ref(), b"B2");
+    assert_eq!(c.describe("g").expect("group").state, "Stable");
+
+    // Old generations are fenced; unknown members are refused.
+    assert_eq!(c.heartbeat("g", 1, &a.member_id, None), Err(E::IllegalGeneration));
+    assert_eq!(c.heartbeat("g", 2, "nobody", None), Err(E::UnknownMemberId));
+
+    // One leaves: the other must rejoin, alone, in generation 3.
+    assert_eq!(c.leave("g", &[(b.member_id.clone(), None)]).await, Ok(vec![Ok(())]));
+    assert_eq!(c.heartbeat("g", 2, &a.member_id, None), Err(E::RebalanceInProgress));
+    let a3 = c.join("g", join_req(&a.member_id, None, 10_000)).await;
+    assert_eq!((a3.generation, a3.members.len()), (3, 1));
+}
+
+#[tokio::test]
+async fn a_silent_member_is_expired_after_its_session_timeout() {
+    let c = Arc::new(Coordinator::new(Arc::new(MemLog::default()), config()));
+    let first = c.join("g", join_req("", None, 50)).await;
+    let a = c.join("g", join_req(&first.member_id, None, 50)).await;
+    c.sync("g", a.generation, &a.member_id, None, vec![]).await;
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    c.tick().await;
+    let g = c.describe("g").expect("group");
+    assert_eq!((g.state, g.members.len()), ("Empty", 0));
+}
+
+#[tokio::test]
+async fn a_static_member_returns_without_a_rebalance_and_fences_its_old_id() {
+    let c = Arc::new(Coordinator::new(Arc::new(MemLog::default()), config()));
+    // Static members skip MEMBER_ID_REQUIRED (KIP-345).
+    let a = c.join("g", join_req("", Some("inst-a"), 10_000)).await;
+    assert_eq!(a.error, 0);
+    let b = {
+        let c2 = c.clone();
+        let t = tokio::spawn(async move { c2.join("g", join_req("", Some("inst-b"), 10_000)).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let a_again = c.join("g", join_req(&a.member_id, Some("inst-a"), 10_000)).await;
+        assert_eq!(a_again.generation, 2);
+        t.await.expect("join")
+    };
+    let c2 = c.clone();
+    let b_id = b.member_id.clone();
+    let b_sync = tokio::spawn(async move { c2.sync("g", 2, &b_id, Some("inst-b"), vec![]).await });
+    c.sync(
+        "g",
+        2,
+        &a.member_id,
+        Some("inst-a"),
+        vec![(a.member_id.clone(), Bytes::from_static(b"A")), (b.member_id.clone(), Bytes::from_static(b"B"))],
+    )
+    .await;
+    b_sync.await.expect("sync");
+    // inst-b restarts: new member id, same generation, same assignment, no rebalance.
+    let b2 = c.join("g", join_req("", Some("inst-b"), 10_000)).await;
+    assert_eq!((b2.error, b2.generation), (0, 2));
+    assert_ne!(b2.member_id, b.member_id);
+    let s = c.sync("g", 2, &b2.member_id, Some("inst-b"), vec![]).await;
+    assert_eq!(s.assignment.as_ref(), b"B");
+    assert_eq!(c.describe("g").expect("group").state, "Stable");
+    assert_eq!(c.heartbeat("g", 2, &b.member_id, Some("inst-b")), Err(E::FencedInstanceId));
+}
+
+#[tokio::test]
+async fn commits_and_deletions_survive_a_new_coordinator() {
+    let log = Arc::new(MemLog::default());
+    let c = Coordinator::new(log.clone(), config());
+    // A consumer outside any group commits with generation -1.
+    let r = c
+        .commit("solo", -1, "", None, vec![("t".into(), 0, 42, 0, "m".into()), ("t".into(), 1, 7, 0, String::new())])
+        .await;
+    assert_eq!(r, Ok(vec![Ok(()), Ok(())]));
+    c.commit("gone", -1, "", None, vec![("t".into(), 0, 1, 0, String::new())]).await.expect("commit");
+    assert_eq!(c.delete("gone").await, Ok(()));
+    assert_eq!(c.delete_offsets("solo", &[("t".into(), 1)]).await, Ok(vec![Ok(())]));
+    let too_big = "x".repeat(5000);
+    assert_eq!(
+        c.commit("solo", -1, "", None, vec![("t".into(), 2, 1, 0, too_big)]).await,
+        Ok(vec![Err(E::OffsetMetadataTooLarge)])
+    );
+
+    let fresh = Coordinator::new(log, config());
+    fresh.load().expect("replay");
+    let got = fresh.fetch("solo", None);
+    assert_eq!(got.len(), 1);
+    let ((topic, partition), committed) = &got[0];
+    let committed = committed.as_ref().expect("committed");
+    assert_eq!((topic.as_str(), *partition, committed.offset, committed.metadata.as_str()), ("t", 0, 42, "m"));
+    assert!(fresh.describe("gone").is_none(), "a deleted group stays deleted");
+    assert_eq!(fresh.delete("gone").await, Err(E::GroupIdNotFound));
+}
