@@ -44,6 +44,15 @@ impl Broker {
             session_timeout_ms_max: s.i64("group.max.session.timeout.ms") as i32,
             initial_rebalance_delay_ms: s.i64("group.initial.rebalance.delay.ms").max(0) as u64,
             offset_metadata_bytes_max: s.usize("offset.metadata.max.bytes"),
+            consumer_session_timeout_ms: s.i64("group.consumer.session.timeout.ms") as i32,
+            consumer_heartbeat_interval_ms: s.i64("group.consumer.heartbeat.interval.ms") as i32,
+            consumer_default_assignor: s
+                .get("group.consumer.assignors")
+                .split(',')
+                .next()
+                .unwrap_or("uniform")
+                .trim()
+                .to_string(),
         };
         let offsets_partitions = s.i64("offsets.topic.num.partitions").max(1) as i32;
         let broker = Arc::new_cyclic(|weak| Broker {

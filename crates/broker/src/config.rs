@@ -71,6 +71,9 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("group.max.session.timeout.ms", Kind::Int, "1800000"),
     // Kafka waits this long for more members before the first rebalance of an empty group.
     ("group.initial.rebalance.delay.ms", Kind::Int, "3000"),
+    ("group.consumer.session.timeout.ms", Kind::Int, "45000"),
+    ("group.consumer.heartbeat.interval.ms", Kind::Int, "5000"),
+    ("group.consumer.assignors", Kind::List, "uniform,range"),
 ];
 
 pub fn setting(name: &str) -> Option<(Kind, &'static str)> {

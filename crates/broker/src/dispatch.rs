@@ -54,6 +54,8 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -96,6 +98,8 @@ pub fn dispatch(
         RequestKind::ListGroups(r) => handlers::list_groups::handle(&b, r, v),
         RequestKind::DeleteGroups(r) => handlers::delete_groups::handle(&b, r, v),
         RequestKind::OffsetDelete(r) => handlers::offset_delete::handle(&b, r, v),
+        RequestKind::ConsumerGroupHeartbeat(r) => handlers::consumer_group_heartbeat::handle(&b, r, v, &ctx),
+        RequestKind::ConsumerGroupDescribe(r) => handlers::consumer_group_describe::handle(&b, r, v),
         other => {
             // `supported` gates decoding, so only a table/match mismatch lands here.
             unreachable!("API {:?} is in the table but has no handler", std::mem::discriminant(&other))

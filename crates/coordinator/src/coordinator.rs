@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError as E;
 
+use crate::consumer::{ConsumerGroup, HeartbeatIn, HeartbeatOut, Tp};
 use crate::group::{Group, JoinRequest, JoinResult, Pending, State, SyncResult, Timing};
 use crate::records::{partition_for, GroupValue, Key, OffsetValue};
 
@@ -31,6 +32,10 @@ pub struct CoordinatorConfig {
     pub session_timeout_ms_max: i32,
     pub initial_rebalance_delay_ms: u64,
     pub offset_metadata_bytes_max: usize,
+    /// KIP-848 groups: session timeout and heartbeat interval the coordinator imposes.
+    pub consumer_session_timeout_ms: i32,
+    pub consumer_heartbeat_interval_ms: i32,
+    pub consumer_default_assignor: String,
 }
 
 impl Default for CoordinatorConfig {
@@ -40,6 +45,9 @@ impl Default for CoordinatorConfig {
             session_timeout_ms_max: 1_800_000,
             initial_rebalance_delay_ms: 3_000,
             offset_metadata_bytes_max: 4096,
+            consumer_session_timeout_ms: 45_000,
+            consumer_heartbeat_interval_ms: 5_000,
+            consumer_default_assignor: "uniform".into(),
         }
     }
 }
@@ -62,8 +70,40 @@ pub struct GroupSummary {
     pub members: Vec<MemberSummary>,
 }
 
+/// A ConsumerGroupDescribe answer (KIP-848 groups).
+pub struct ConsumerGroupSummary {
+    pub state: &'static str,
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor: String,
+    pub members: Vec<ConsumerMemberSummary>,
+}
+
+pub struct ConsumerMemberSummary {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed: Vec<String>,
+    pub assigned: Vec<Tp>,
+    pub target: Vec<Tp>,
+}
+
+/// One ListGroups row.
+pub struct GroupListing {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: &'static str,
+    /// "classic" or "consumer".
+    pub group_type: &'static str,
+}
+
 pub struct Coordinator {
+    /// Lock order: `groups` before `consumer_groups`.
     groups: Mutex<HashMap<String, Group>>,
+    consumer_groups: Mutex<HashMap<String, ConsumerGroup>>,
     log: Arc<dyn GroupLog>,
     config: CoordinatorConfig,
 }
@@ -74,11 +114,71 @@ fn now_ms() -> i64 {
 
 impl Coordinator {
     pub fn new(log: Arc<dyn GroupLog>, config: CoordinatorConfig) -> Coordinator {
-        Coordinator { groups: Mutex::new(HashMap::new()), log, config }
+        Coordinator { groups: Mutex::new(HashMap::new()), consumer_groups: Mutex::new(HashMap::new()), log, config }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
         self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_consumer(&self) -> MutexGuard<'_, HashMap<String, ConsumerGroup>> {
+        self.consumer_groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn has_consumer_members(&self, group_id: &str) -> bool {
+        self.lock_consumer().get(group_id).is_some_and(|g| !g.members.is_empty())
+    }
+
+    pub fn consumer_heartbeat_interval_ms(&self) -> i32 {
+        self.config.consumer_heartbeat_interval_ms
+    }
+
+    /// ConsumerGroupHeartbeat (KIP-848). `resolve` maps topic names to (id, partitions).
+    pub fn consumer_heartbeat(
+        &self,
+        group_id: &str,
+        mut req: HeartbeatIn,
+        resolve: &dyn Fn(&str) -> Option<(uuid::Uuid, i32)>,
+    ) -> Result<HeartbeatOut, (E, String)> {
+        if group_id.is_empty() {
+            return Err((E::InvalidGroupId, "empty group id".into()));
+        }
+        let classic = self.lock();
+        if classic.get(group_id).is_some_and(|g| !g.is_empty()) {
+            return Err((E::InconsistentGroupProtocol, "the group has classic-protocol members".into()));
+        }
+        req.session_timeout = Duration::from_millis(self.config.consumer_session_timeout_ms.max(0) as u64);
+        let mut groups = self.lock_consumer();
+        let g = groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| ConsumerGroup::new(&self.config.consumer_default_assignor));
+        g.heartbeat(req, resolve, Instant::now())
+    }
+
+    pub fn describe_consumer(&self, group_id: &str) -> Option<ConsumerGroupSummary> {
+        let groups = self.lock_consumer();
+        let g = groups.get(group_id)?;
+        Some(ConsumerGroupSummary {
+            state: g.state(),
+            group_epoch: g.group_epoch,
+            assignment_epoch: g.assignment_epoch,
+            assignor: g.assignor.clone(),
+            members: g
+                .members
+                .values()
+                .map(|m| ConsumerMemberSummary {
+                    member_id: m.id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    epoch: m.epoch,
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    subscribed: m.subscribed.clone(),
+                    assigned: m.assigned.iter().copied().collect(),
+                    target: m.target.iter().copied().collect(),
+                })
+                .collect(),
+        })
     }
 
     fn timing(&self) -> Timing {
@@ -160,6 +260,9 @@ impl Coordinator {
         let t = self.timing();
         let pending = {
             let mut groups = self.lock();
+            if self.has_consumer_members(group_id) {
+                return JoinResult::error(E::InconsistentGroupProtocol, &member_id);
+            }
             let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, t.now));
             g.join(req, &t)
         };
@@ -227,6 +330,12 @@ impl Coordinator {
     /// Periodic work: session timeouts and rebalance deadlines.
     pub async fn tick(&self) {
         let t = self.timing();
+        for (id, g) in self.lock_consumer().iter_mut() {
+            let gone = g.expire(t.now);
+            if gone > 0 {
+                tracing::info!(group = %id, members = gone, "consumer-protocol member sessions expired");
+            }
+        }
         let emptied: Vec<(String, GroupValue)> = {
             let mut groups = self.lock();
             groups.values_mut().filter_map(|g| g.tick(&t).then(|| (g.id.clone(), g.value()))).collect()
@@ -254,7 +363,13 @@ impl Coordinator {
             let mut groups = self.lock();
             let now = Instant::now();
             let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
-            g.check_commit(generation, member_id, instance_id)?;
+            let consumer = self.lock_consumer();
+            match consumer.get(group_id).filter(|cg| !cg.members.is_empty()) {
+                // KIP-848 groups fence commits on the member epoch.
+                Some(cg) if !member_id.is_empty() => cg.check_commit(member_id, generation)?,
+                Some(_) => return Err(E::UnknownMemberId),
+                None => g.check_commit(generation, member_id, instance_id)?,
+            }
         }
         let ts = now_ms();
         let mut results = Vec::with_capacity(offsets.len());
@@ -321,14 +436,26 @@ impl Coordinator {
         })
     }
 
-    /// (group id, protocol type, state) of every group.
-    pub fn list(&self) -> Vec<(String, String, &'static str)> {
+    /// Every group, classic or KIP-848.
+    pub fn list(&self) -> Vec<GroupListing> {
         let groups = self.lock();
-        let mut out: Vec<_> = groups
-            .values()
-            .map(|g| (g.id.clone(), g.protocol_type.clone().unwrap_or_default(), g.state.name()))
+        let consumer = self.lock_consumer();
+        let mut out: Vec<GroupListing> = consumer
+            .iter()
+            .map(|(id, g)| GroupListing {
+                group_id: id.clone(),
+                protocol_type: "consumer".into(),
+                state: g.state(),
+                group_type: "consumer",
+            })
             .collect();
-        out.sort();
+        out.extend(groups.values().filter(|g| !consumer.contains_key(&g.id)).map(|g| GroupListing {
+            group_id: g.id.clone(),
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            state: g.state.name(),
+            group_type: "classic",
+        }));
+        out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out
     }
 
@@ -336,7 +463,15 @@ impl Coordinator {
     pub async fn delete(&self, group_id: &str) -> Result<(), E> {
         let records = {
             let groups = self.lock();
-            let Some(g) = groups.get(group_id) else { return Err(E::GroupIdNotFound) };
+            if self.has_consumer_members(group_id) {
+                return Err(E::NonEmptyGroup);
+            }
+            let Some(g) = groups.get(group_id) else {
+                return match self.lock_consumer().remove(group_id) {
+                    Some(_) => Ok(()),
+                    None => Err(E::GroupIdNotFound),
+                };
+            };
             if !g.is_empty() {
                 return Err(E::NonEmptyGroup);
             }
@@ -358,6 +493,7 @@ impl Coordinator {
         if groups.get(group_id).is_some_and(|g| g.is_empty()) {
             groups.remove(group_id);
         }
+        self.lock_consumer().remove(group_id);
         Ok(())
     }
 
@@ -366,7 +502,10 @@ impl Coordinator {
         let (results, records, removed) = {
             let groups = self.lock();
             let Some(g) = groups.get(group_id) else { return Err(E::GroupIdNotFound) };
-            let subscribed = g.subscribed_topics();
+            let mut subscribed = g.subscribed_topics();
+            if let Some(cg) = self.lock_consumer().get(group_id) {
+                subscribed.extend(cg.members.values().flat_map(|m| m.subscribed.iter().cloned()));
+            }
             let mut results = Vec::new();
             let mut records = Vec::new();
             let mut removed = Vec::new();

@@ -1,4 +1,5 @@
-//! The group coordinator: consumer groups (the classic protocol) and committed offsets.
+//! The group coordinator: consumer groups (the classic protocol and KIP-848's consumer
+//! protocol) and committed offsets.
 //!
 //! State lives in memory and every change that must survive a restart is first written to
 //! the internal `__consumer_offsets` log through the [`GroupLog`] trait, which the broker
@@ -6,9 +7,14 @@
 //! groups). On start, [`Coordinator::load`] replays that log. Neighbours: the broker calls
 //! in from its handlers; nothing here touches sockets or files.
 
+pub mod consumer;
 mod coordinator;
 pub mod group;
 pub mod records;
 
-pub use coordinator::{Committed, Coordinator, CoordinatorConfig, GroupLog, GroupSummary, LogFuture, MemberSummary};
+pub use consumer::{HeartbeatIn, HeartbeatOut, Tp};
+pub use coordinator::{
+    Committed, ConsumerGroupSummary, ConsumerMemberSummary, Coordinator, CoordinatorConfig, GroupListing, GroupLog,
+    GroupSummary, LogFuture, MemberSummary,
+};
 pub use group::{JoinRequest, JoinResult, State, SyncResult};

@@ -11,8 +11,11 @@ use kafka_protocol::error::ResponseError as E;
 use runnel_coordinator::{Coordinator, CoordinatorConfig, GroupLog, JoinRequest, JoinResult, LogFuture};
 
 /// An in-memory log with the GroupLog contract: appends are immediately durable.
+/// (key, value) records of one partition; a None value is a tombstone.
+type Records = Vec<(Bytes, Option<Bytes>)>;
+
 #[derive(Default)]
-struct MemLog(Mutex<BTreeMap<i32, Vec<(Bytes, Option<Bytes>)>>>);
+struct MemLog(Mutex<BTreeMap<i32, Records>>);
 
 impl GroupLog for MemLog {
     fn partitions(&self) -> i32 {

@@ -1,5 +1,5 @@
-//! ListGroups (key 16): every group, filtered by state (v4+) and type (v5+; all groups
-//! here are "classic").
+//! ListGroups (key 16): every group, filtered by state (v4+) and type (v5+: "classic" or
+//! "consumer" for KIP-848 groups).
 
 use std::sync::Arc;
 
@@ -17,19 +17,19 @@ pub fn handle(b: &Arc<Broker>, r: ListGroupsRequest, v: i16) -> Reply {
         .groups
         .list()
         .into_iter()
-        .filter(|(_, _, state)| states.is_empty() || states.contains(&state.to_lowercase()))
-        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
-        .map(|(id, protocol_type, state)| {
-            let mut g = ListedGroup::default()
-                .with_group_id(GroupId(str_bytes(&id)))
-                .with_protocol_type(str_bytes(&protocol_type));
+        .filter(|g| states.is_empty() || states.contains(&g.state.to_lowercase()))
+        .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
+        .map(|g| {
+            let mut out = ListedGroup::default()
+                .with_group_id(GroupId(str_bytes(&g.group_id)))
+                .with_protocol_type(str_bytes(&g.protocol_type));
             if v >= 4 {
-                g.group_state = str_bytes(state);
+                out.group_state = str_bytes(g.state);
             }
             if v >= 5 {
-                g.group_type = str_bytes("classic");
+                out.group_type = str_bytes(g.group_type);
             }
-            g
+            out
         })
         .collect();
     now(ListGroupsResponse::default().with_groups(groups))

@@ -1,0 +1,71 @@
+//! ConsumerGroupDescribe (key 69, KIP-848): epochs, assignor, and each member's current
+//! and target assignment.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::consumer_group_describe_response::{Assignment, DescribedGroup, Member, TopicPartitions};
+use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse};
+use runnel_coordinator::Tp;
+
+use super::{str_bytes, topic_name};
+use crate::broker::Broker;
+use crate::dispatch::{now, Reply};
+
+fn assignment(b: &Broker, tps: &[Tp]) -> Assignment {
+    let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
+    for (id, p) in tps {
+        by_topic.entry(*id).or_default().push(*p);
+    }
+    Assignment::default().with_topic_partitions(
+        by_topic
+            .into_iter()
+            .map(|(id, parts)| {
+                let name = b.catalog.topic_by_id(id).map(|t| t.name.to_string()).unwrap_or_default();
+                TopicPartitions::default().with_topic_id(id).with_topic_name(topic_name(&name)).with_partitions(parts)
+            })
+            .collect(),
+    )
+}
+
+pub fn handle(b: &Arc<Broker>, r: ConsumerGroupDescribeRequest, v: i16) -> Reply {
+    let groups = r
+        .group_ids
+        .into_iter()
+        .map(|id| {
+            let out = DescribedGroup::default().with_group_id(id.clone());
+            let Some(g) = b.groups.describe_consumer(&id.0) else {
+                return out
+                    .with_error_code(ResponseError::GroupIdNotFound.code())
+                    .with_error_message(Some(str_bytes(&format!("Group {} not found.", id.0.as_str()))));
+            };
+            let members = g
+                .members
+                .iter()
+                .map(|s| {
+                    let mut m = Member::default()
+                        .with_member_id(str_bytes(&s.member_id))
+                        .with_instance_id(s.instance_id.as_deref().map(str_bytes))
+                        .with_rack_id(s.rack_id.as_deref().map(str_bytes))
+                        .with_member_epoch(s.epoch)
+                        .with_client_id(str_bytes(&s.client_id))
+                        .with_client_host(str_bytes(&s.client_host))
+                        .with_subscribed_topic_names(s.subscribed.iter().map(|t| topic_name(t)).collect())
+                        .with_assignment(assignment(b, &s.assigned))
+                        .with_target_assignment(assignment(b, &s.target));
+                    if v >= 1 {
+                        m.member_type = 1; // a KIP-848 consumer
+                    }
+                    m
+                })
+                .collect();
+            out.with_group_state(str_bytes(g.state))
+                .with_group_epoch(g.group_epoch)
+                .with_assignment_epoch(g.assignment_epoch)
+                .with_assignor_name(str_bytes(&g.assignor))
+                .with_members(members)
+        })
+        .collect();
+    now(ConsumerGroupDescribeResponse::default().with_groups(groups))
+}

@@ -1,0 +1,70 @@
+//! ConsumerGroupHeartbeat (key 68, KIP-848): join, stay, change subscription, acknowledge
+//! revocations and leave, all in one request; the coordinator answers with the member's
+//! epoch and, when it changed, its assignment.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
+use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
+use runnel_coordinator::HeartbeatIn;
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::dispatch::{now, Ctx, Reply};
+
+pub fn handle(b: &Arc<Broker>, r: ConsumerGroupHeartbeatRequest, v: i16, ctx: &Ctx) -> Reply {
+    let interval = b.groups.consumer_heartbeat_interval_ms();
+    let fail = |code: ResponseError, msg: &str| {
+        now(ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(code.code())
+            .with_error_message(Some(str_bytes(msg)))
+            .with_member_id(Some(r.member_id.clone()))
+            .with_heartbeat_interval_ms(interval))
+    };
+    if v >= 1 && r.member_id.is_empty() {
+        return fail(ResponseError::InvalidRequest, "MemberId can't be empty.");
+    }
+    if r.subscribed_topic_regex.as_ref().is_some_and(|re| !re.is_empty()) {
+        return fail(ResponseError::InvalidRequest, "regular-expression subscriptions are not supported yet");
+    }
+    let req = HeartbeatIn {
+        member_id: r.member_id.to_string(),
+        member_epoch: r.member_epoch,
+        instance_id: r.instance_id.as_ref().map(|s| s.to_string()),
+        rack_id: r.rack_id.as_ref().map(|s| s.to_string()),
+        client_id: ctx.client_id.clone(),
+        client_host: format!("/{}", ctx.peer.ip()),
+        subscribed: r.subscribed_topic_names.as_ref().map(|ts| ts.iter().map(|t| t.0.to_string()).collect()),
+        assignor: r.server_assignor.as_ref().map(|s| s.to_string()),
+        owned: r
+            .topic_partitions
+            .as_ref()
+            .map(|tps| tps.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p))).collect()),
+        session_timeout: std::time::Duration::ZERO,
+    };
+    let resolve = |name: &str| b.catalog.topic(name).map(|t| (t.id, t.partitions.len() as i32));
+    match b.groups.consumer_heartbeat(&r.group_id.0, req, &resolve) {
+        Err((code, msg)) => fail(code, &msg),
+        Ok(out) => {
+            let assignment = out.assignment.map(|tps| {
+                let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
+                for (id, p) in tps {
+                    by_topic.entry(id).or_default().push(p);
+                }
+                Assignment::default().with_topic_partitions(
+                    by_topic
+                        .into_iter()
+                        .map(|(id, parts)| TopicPartitions::default().with_topic_id(id).with_partitions(parts))
+                        .collect(),
+                )
+            });
+            now(ConsumerGroupHeartbeatResponse::default()
+                .with_member_id(Some(str_bytes(&out.member_id)))
+                .with_member_epoch(out.member_epoch)
+                .with_heartbeat_interval_ms(interval)
+                .with_assignment(assignment))
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! A consumer group under the KIP-848 protocol (`group.protocol=consumer`): members send
+//! ConsumerGroupHeartbeat with their subscription and the partitions they own; the
+//! coordinator computes the target assignment itself (assignors `uniform` and `range`) and
+//! hands each member its part step by step, so that no partition is ever owned by two
+//! members: a partition moves to its new owner only after the previous owner stopped
+//! reporting it.
+//!
+//! Epochs: the group epoch grows with every membership or subscription change; the
+//! target assignment is computed for it; a member's epoch catches up once it has no
+//! partitions left to revoke. OffsetCommit fences on the member epoch (STALE_MEMBER_EPOCH).
+//! Membership is kept in memory: after a restart members rejoin (their committed offsets
+//! are in the log like any group's).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::error::ResponseError as E;
+use uuid::Uuid;
+
+/// (topic id, partition).
+pub type Tp = (Uuid, i32);
+
+pub struct CMember {
+    pub id: String,
+    pub epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed: Vec<String>,
+    pub assignor: Option<String>,
+    /// What the member was last told it owns.
+    pub assigned: BTreeSet<Tp>,
+    /// What the member last reported owning.
+    pub owned: BTreeSet<Tp>,
+    pub target: BTreeSet<Tp>,
+    sent: Option<BTreeSet<Tp>>,
+    session_timeout: Duration,
+    last_seen: Instant,
+}
+
+pub struct ConsumerGroup {
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor: String,
+    pub members: BTreeMap<String, CMember>,
+    /// Topic name → (id, partitions) as of the last target computation.
+    topics: BTreeMap<String, (Uuid, i32)>,
+}
+
+pub struct HeartbeatIn {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed: Option<Vec<String>>,
+    pub assignor: Option<String>,
+    pub owned: Option<Vec<Tp>>,
+    pub session_timeout: Duration,
+}
+
+#[derive(Debug)]
+pub struct HeartbeatOut {
+    pub member_id: String,
+    pub member_epoch: i32,
+    /// Present when the member's assignment changed since the last answer.
+    pub assignment: Option<Vec<Tp>>,
+}
+
+pub const ASSIGNORS: &[&str] = &["uniform", "range"];
+
+impl ConsumerGroup {
+    pub fn new(default_assignor: &str) -> ConsumerGroup {
+        ConsumerGroup {
+            group_epoch: 0,
+            assignment_epoch: 0,
+            assignor: default_assignor.to_string(),
+            members: BTreeMap::new(),
+            topics: BTreeMap::new(),
+        }
+    }
+
+    pub fn state(&self) -> &'static str {
+        if self.members.is_empty() {
+            "Empty"
+        } else if self.assignment_epoch < self.group_epoch {
+            "Assigning"
+        } else if self.members.values().any(|m| m.epoch != self.assignment_epoch || m.assigned != m.target) {
+            "Reconciling"
+        } else {
+            "Stable"
+        }
+    }
+
+    /// One heartbeat. `resolve` maps a topic name to (id, partition count) when it exists.
+    pub fn heartbeat(
+        &mut self,
+        req: HeartbeatIn,
+        resolve: &dyn Fn(&str) -> Option<(Uuid, i32)>,
+        now: Instant,
+    ) -> Result<HeartbeatOut, (E, String)> {
+        if req.member_epoch == -1 || req.member_epoch == -2 {
+            if self.members.remove(&req.member_id).is_some() {
+                self.group_epoch += 1;
+            }
+            return Ok(HeartbeatOut { member_id: req.member_id, member_epoch: req.member_epoch, assignment: None });
+        }
+        if let Some(a) = &req.assignor {
+            if !ASSIGNORS.contains(&a.as_str()) {
+                return Err((E::UnsupportedAssignor, format!("assignor {a} is not one of {ASSIGNORS:?}")));
+            }
+        }
+        let member_id =
+            if req.member_id.is_empty() { Uuid::new_v4().simple().to_string() } else { req.member_id.clone() };
+        if req.member_epoch == 0 {
+            // A (re)join: a member that lost its state starts over, and so does the group
+            // view of it.
+            if self.members.remove(&member_id).is_some() {
+                self.group_epoch += 1;
+            }
+            if let Some(inst) = &req.instance_id {
+                let previous: Vec<String> = self
+                    .members
+                    .values()
+                    .filter(|m| m.instance_id.as_ref() == Some(inst))
+                    .map(|m| m.id.clone())
+                    .collect();
+                for id in previous {
+                    self.members.remove(&id);
+                }
+            }
+            self.members.insert(
+                member_id.clone(),
+                CMember {
+                    id: member_id.clone(),
+                    epoch: 0,
+                    instance_id: req.instance_id.clone(),
+                    rack_id: req.rack_id.clone(),
+                    client_id: req.client_id.clone(),
+                    client_host: req.client_host.clone(),
+                    subscribed: Vec::new(),
+                    assignor: None,
+                    assigned: BTreeSet::new(),
+                    owned: BTreeSet::new(),
+                    target: BTreeSet::new(),
+                    sent: None,
+                    session_timeout: req.session_timeout,
+                    last_seen: now,
+                },
+            );
+            self.group_epoch += 1;
+        }
+        let m = self.members.get_mut(&member_id).ok_or_else(|| (E::UnknownMemberId, "unknown member".to_string()))?;
+        if req.member_epoch > 0 && req.member_epoch != m.epoch && req.member_epoch + 1 != m.epoch {
+            return Err((E::FencedMemberEpoch, format!("member epoch {} is not {}", req.member_epoch, m.epoch)));
+        }
+        m.last_seen = now;
+        m.session_timeout = req.session_timeout;
+        if let Some(owned) = req.owned {
+            m.owned = owned.into_iter().collect();
+        }
+        let mut changed = false;
+        if let Some(mut subs) = req.subscribed {
+            subs.sort();
+            subs.dedup();
+            if subs != m.subscribed {
+                m.subscribed = subs;
+                changed = true;
+            }
+        }
+        if req.assignor.is_some() && req.assignor != m.assignor {
+            m.assignor = req.assignor;
+            changed = true;
+        }
+        if changed {
+            self.group_epoch += 1;
+        }
+        self.refresh_target(resolve);
+        Ok(self.reconcile(&member_id))
+    }
+
+    /// Recomputes the target assignment when the group or the topics changed.
+    fn refresh_target(&mut self, resolve: &dyn Fn(&str) -> Option<(Uuid, i32)>) {
+        let names: BTreeSet<&String> = self.members.values().flat_map(|m| m.subscribed.iter()).collect();
+        let topics: BTreeMap<String, (Uuid, i32)> =
+            names.into_iter().filter_map(|n| resolve(n).map(|t| (n.clone(), t))).collect();
+        if topics != self.topics {
+            self.topics = topics;
+            self.group_epoch += 1;
+        }
+        if self.assignment_epoch == self.group_epoch {
+            return;
+        }
+        // The most requested assignor among members wins; the group default otherwise.
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            *votes.entry(m.assignor.as_deref().unwrap_or(self.assignor.as_str())).or_default() += 1;
+        }
+        let assignor = votes.iter().max_by_key(|(_, n)| **n).map(|(a, _)| a.to_string()).unwrap_or_default();
+        let targets = match assignor.as_str() {
+            "range" => self.range(),
+            _ => self.uniform(),
+        };
+        for (id, t) in targets {
+            if let Some(m) = self.members.get_mut(&id) {
+                m.target = t;
+            }
+        }
+        self.assignment_epoch = self.group_epoch;
+    }
+
+    fn subscribers(&self, topic: &str) -> Vec<&String> {
+        self.members.values().filter(|m| m.subscribed.iter().any(|s| s == topic)).map(|m| &m.id).collect()
+    }
+
+    /// Each topic's partitions in contiguous ranges over its (sorted) subscribers.
+    fn range(&self) -> BTreeMap<String, BTreeSet<Tp>> {
+        let mut out: BTreeMap<String, BTreeSet<Tp>> =
+            self.members.keys().map(|id| (id.clone(), BTreeSet::new())).collect();
+        for (name, (id, count)) in &self.topics {
+            let subs = self.subscribers(name);
+            if subs.is_empty() {
+                continue;
+            }
+            let (per, extra) = (*count as usize / subs.len(), *count as usize % subs.len());
+            let mut p = 0;
+            for (i, member) in subs.iter().enumerate() {
+                let n = per + usize::from(i < extra);
+                for q in p..p + n {
+                    out.entry((*member).clone()).or_default().insert((*id, q as i32));
+                }
+                p += n;
+            }
+        }
+        out
+    }
+
+    /// All partitions spread evenly, keeping each where it already is when that fits.
+    fn uniform(&self) -> BTreeMap<String, BTreeSet<Tp>> {
+        let mut out: BTreeMap<String, BTreeSet<Tp>> =
+            self.members.keys().map(|id| (id.clone(), BTreeSet::new())).collect();
+        let mut free = Vec::new();
+        let all: Vec<(String, Tp)> =
+            self.topics.iter().flat_map(|(name, (id, n))| (0..*n).map(move |p| (name.clone(), (*id, p)))).collect();
+        let eligible = |name: &str| self.subscribers(name);
+        let quota = |name: &str| {
+            let n = eligible(name).len().max(1);
+            all.len().div_ceil(n)
+        };
+        for (name, tp) in &all {
+            let keeper = self
+                .members
+                .values()
+                .find(|m| m.target.contains(tp) && m.subscribed.iter().any(|s| s == name))
+                .map(|m| m.id.clone());
+            match keeper {
+                Some(k) if out[&k].len() < quota(name) => {
+                    out.entry(k).or_default().insert(*tp);
+                }
+                _ => free.push((name.clone(), *tp)),
+            }
+        }
+        for (name, tp) in free {
+            if let Some(m) = eligible(&name).into_iter().min_by_key(|id| (out[*id].len(), (*id).clone())) {
+                out.entry(m.clone()).or_default().insert(tp);
+            }
+        }
+        out
+    }
+
+    /// Moves a member toward its target: revoke what it must give up at once, add what
+    /// nobody else holds or still reports owning; its epoch catches up once nothing it
+    /// owns is being revoked.
+    fn reconcile(&mut self, member_id: &str) -> HeartbeatOut {
+        let taken: BTreeSet<Tp> = self
+            .members
+            .values()
+            .filter(|m| m.id != member_id)
+            .flat_map(|m| m.assigned.iter().chain(m.owned.iter()).copied())
+            .collect();
+        let assignment_epoch = self.assignment_epoch;
+        let m = self.members.get_mut(member_id).expect("member exists: inserted or checked by the caller");
+        let mut next: BTreeSet<Tp> = m.assigned.intersection(&m.target).copied().collect();
+        let revoking = m.owned.iter().any(|tp| !m.target.contains(tp));
+        if !revoking {
+            next.extend(m.target.iter().filter(|tp| !taken.contains(tp)).copied());
+            m.epoch = assignment_epoch;
+        }
+        m.assigned = next;
+        let assignment = (m.sent.as_ref() != Some(&m.assigned)).then(|| m.assigned.iter().copied().collect());
+        if assignment.is_some() {
+            m.sent = Some(m.assigned.clone());
+        }
+        HeartbeatOut { member_id: m.id.clone(), member_epoch: m.epoch, assignment }
+    }
+
+    /// Drops members whose session ran out. Returns how many.
+    pub fn expire(&mut self, now: Instant) -> usize {
+        let before = self.members.len();
+        self.members.retain(|_, m| now.duration_since(m.last_seen) <= m.session_timeout);
+        let gone = before - self.members.len();
+        if gone > 0 {
+            self.group_epoch += 1;
+        }
+        gone
+    }
+
+    /// OffsetCommit from a member of this group: it must exist and be at its epoch.
+    pub fn check_commit(&self, member_id: &str, epoch: i32) -> Result<(), E> {
+        match self.members.get(member_id) {
+            None => Err(E::UnknownMemberId),
+            Some(m) if m.epoch != epoch => Err(E::StaleMemberEpoch),
+            Some(_) => Ok(()),
+        }
+    }
+
+    pub fn topic_name(&self, id: Uuid) -> Option<&str> {
+        self.topics.iter().find(|(_, (tid, _))| *tid == id).map(|(n, _)| n.as_str())
+    }
+}
