@@ -45,6 +45,8 @@ pub struct JoinResult {
     pub member_id: String,
     /// Only for the leader: (member id, instance id, metadata of the chosen protocol).
     pub members: Vec<(String, Option<String>, Bytes)>,
+    /// KIP-814: a returning static leader must not compute a new assignment.
+    pub skip_assignment: bool,
 }
 
 impl JoinResult {
@@ -92,6 +94,8 @@ pub struct Member {
     join_waiter: Option<oneshot::Sender<JoinResult>>,
     sync_waiter: Option<oneshot::Sender<SyncResult>>,
     last_seen: Instant,
+    /// Join order: the longest-standing member leads, as in Kafka.
+    joined: u64,
 }
 
 impl Member {
@@ -122,6 +126,7 @@ pub struct Group {
     join_not_before: Instant,
     rebalance_deadline: Instant,
     pub state_timestamp: i64,
+    next_join_seq: u64,
 }
 
 pub struct Timing {
@@ -146,6 +151,7 @@ impl Group {
             join_not_before: now,
             rebalance_deadline: now,
             state_timestamp: 0,
+            next_join_seq: 0,
         }
     }
 
@@ -253,12 +259,21 @@ impl Group {
         if let Some(inst) = &req.instance_id {
             self.static_members.insert(inst.clone(), new_id.clone());
         }
-        let was_leader = self.leader.as_deref() == Some(old_id.as_str());
+        let previous_leader = self.leader.clone().unwrap_or_default();
+        let was_leader = previous_leader == old_id;
         if was_leader {
             self.leader = Some(new_id.clone());
         }
         match self.state {
-            State::Stable if !changed && !was_leader => Pending::Now(self.join_result(&new_id)),
+            // As Kafka answers it: the leader id from before the replacement (so a pre-v9
+            // leader sees someone else's id and just syncs) and, for the leader, the
+            // members with skip_assignment (v9, KIP-814). No rebalance.
+            State::Stable if !changed => {
+                let mut result = self.join_result(&new_id);
+                result.leader = previous_leader;
+                result.skip_assignment = was_leader;
+                Pending::Now(result)
+            }
             State::PreparingRebalance => self.park_join(&new_id, t),
             _ => {
                 self.prepare_rebalance(t);
@@ -285,8 +300,10 @@ impl Group {
                 join_waiter: None,
                 sync_waiter: None,
                 last_seen: t.now,
+                joined: self.next_join_seq,
             },
         );
+        self.next_join_seq += 1;
         if self.state != State::PreparingRebalance {
             self.prepare_rebalance(t);
         }
@@ -343,7 +360,7 @@ impl Group {
         }
         self.protocol = self.select_protocol();
         if !self.leader.as_ref().is_some_and(|l| self.members.contains_key(l)) {
-            self.leader = self.members.keys().next().cloned();
+            self.leader = self.members.values().min_by_key(|m| m.joined).map(|m| m.id.clone());
         }
         self.state = State::CompletingRebalance;
         let ids: Vec<String> = self.members.keys().cloned().collect();
@@ -397,6 +414,7 @@ impl Group {
             leader,
             member_id: member_id.to_string(),
             members,
+            skip_assignment: false,
         }
     }
 
@@ -599,8 +617,10 @@ impl Group {
                     join_waiter: None,
                     sync_waiter: None,
                     last_seen: now,
+                    joined: self.next_join_seq,
                 },
             );
+            self.next_join_seq += 1;
         }
         self.state = if self.members.is_empty() { State::Empty } else { State::Stable };
     }

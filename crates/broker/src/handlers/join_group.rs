@@ -45,6 +45,9 @@ pub fn handle(b: &Arc<Broker>, r: JoinGroupRequest, v: i16, ctx: &Ctx) -> Reply 
             .with_members(members);
         // Before v7 the protocol name is a non-null string; v7 added the (nullable) type.
         resp.protocol_name = Some(str_bytes(res.protocol_name.as_deref().unwrap_or_default()));
+        if v >= 9 {
+            resp.skip_assignment = res.skip_assignment;
+        }
         if v >= 7 {
             resp.protocol_type = res.protocol_type.as_deref().map(str_bytes);
             resp.protocol_name = res.protocol_name.as_deref().map(str_bytes);
