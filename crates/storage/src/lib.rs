@@ -7,9 +7,11 @@
 //! by calling it, and decides when to fsync through [`Log::sync_handles`]. Batches handed
 //! to [`Log::append`] must already have passed `runnel_wire::BatchHeader::validate_for_append`.
 
+mod cleaner;
 mod log;
 mod producer;
 mod segment;
 
+pub use cleaner::{all_records_keyed, CleanPlan, CleanStats, Cleaned};
 pub use log::{AppendError, AppendInfo, Log, LogConfig, ReadError, ReadPlan, SEGMENT_BYTES_MAX};
 pub use producer::{ProducerError, ProducerTable};

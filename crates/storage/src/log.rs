@@ -13,13 +13,16 @@ use runnel_wire::batch::{stamp, BatchHeader, Batches};
 use thiserror::Error;
 use tracing::{info, warn};
 
+use crate::cleaner::{self, CleanPlan, CleanStats, Cleaned, SegmentSnapshot};
 use crate::producer::{ProducerError, ProducerTable};
-use crate::segment::Segment;
+use crate::segment::{file_name, Segment};
 
 const CHECKPOINT_FILE: &str = "checkpoint";
-const CHECKPOINT_VERSION: &str = "v1";
+const CHECKPOINT_VERSION: &str = "v2";
+/// Checkpoints written before the cleaner point existed.
+const CHECKPOINT_VERSION_1: &str = "v1";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LogConfig {
     /// Roll to a new segment before the active one would grow past this.
     pub segment_bytes: u64,
@@ -31,6 +34,18 @@ pub struct LogConfig {
     pub retention_bytes: i64,
     /// Bytes between two sparse offset-index entries.
     pub index_interval_bytes: u64,
+    /// `cleanup.policy` has `delete`: retention by time and size applies.
+    pub delete: bool,
+    /// `cleanup.policy` has `compact`: the cleaner keeps the latest record per key.
+    pub compact: bool,
+    /// Clean once the dirty part is at least this share of the cleanable log.
+    pub min_cleanable_dirty_ratio: f64,
+    /// Tombstones stay readable this long before the cleaner removes them.
+    pub delete_retention_ms: i64,
+    /// Records younger than this are never compacted.
+    pub min_compaction_lag_ms: i64,
+    /// Dirty records older than this are compacted whatever the dirty ratio.
+    pub max_compaction_lag_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -41,6 +56,12 @@ impl Default for LogConfig {
             retention_ms: 7 * 24 * 3600 * 1000,
             retention_bytes: -1,
             index_interval_bytes: 4096,
+            delete: true,
+            compact: false,
+            min_cleanable_dirty_ratio: 0.5,
+            delete_retention_ms: 24 * 3600 * 1000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
         }
     }
 }
@@ -115,6 +136,8 @@ pub struct Log {
     log_start_offset: i64,
     /// Everything below this offset was fsynced and validated; recovery checks from here.
     recovery_point: i64,
+    /// Offsets below this have been through the cleaner (compacted logs only).
+    cleaner_point: i64,
     producers: ProducerTable,
     leader_epoch: i32,
     scratch: Vec<u8>,
@@ -125,7 +148,8 @@ impl Log {
     /// the last recovery point on are CRC-checked and a torn or corrupt tail is truncated.
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> io::Result<Log> {
         fs::create_dir_all(dir)?;
-        let (recovery_point, mut log_start_offset) = read_checkpoint(dir)?;
+        cleaner::recover_swaps(dir)?;
+        let (recovery_point, mut log_start_offset, cleaner_point) = read_checkpoint(dir)?;
         let mut bases: Vec<i64> = fs::read_dir(dir)?
             .filter_map(|e| e.ok())
             .filter_map(|e| {
@@ -170,6 +194,7 @@ impl Log {
             segments,
             log_start_offset,
             recovery_point,
+            cleaner_point,
             producers,
             leader_epoch: 0,
             scratch: Vec::new(),
@@ -200,6 +225,11 @@ impl Log {
 
     pub fn log_end_offset(&self) -> i64 {
         self.active().next_offset
+    }
+
+    /// Offsets below this have been through a cleaning pass.
+    pub fn cleaner_point(&self) -> i64 {
+        self.cleaner_point
     }
 
     pub fn leader_epoch(&self) -> i32 {
@@ -343,6 +373,9 @@ impl Log {
 
     /// Deletes segments past retention (time or size). Returns how many were deleted.
     pub fn enforce_retention(&mut self, now_ms: i64) -> io::Result<usize> {
+        if !self.config.delete {
+            return Ok(0);
+        }
         let retention_ms = self.config.retention_ms;
         // Kafka's rule: a segment expires by its newest record timestamp; a segment without
         // timestamps falls back to its file time.
@@ -385,6 +418,85 @@ impl Log {
         Ok(n)
     }
 
+    /// Decides whether the log needs a cleaning pass and, if so, snapshots what the pass
+    /// needs. Only closed segments wholly below `upper` (the high watermark) and older than
+    /// `min.compaction.lag.ms` are cleanable; a pass runs once the dirty share reaches
+    /// `min.cleanable.dirty.ratio`, or when dirty data is older than `max.compaction.lag.ms`.
+    pub fn clean_plan(&self, upper: i64, now_ms: i64) -> Option<CleanPlan> {
+        let c = &self.config;
+        if !c.compact {
+            return None;
+        }
+        let closed = &self.segments[..self.segments.len() - 1];
+        let lag_bound = now_ms.saturating_sub(c.min_compaction_lag_ms);
+        let n = closed
+            .iter()
+            .take_while(|s| s.next_offset <= upper && (c.min_compaction_lag_ms <= 0 || s.max_timestamp <= lag_bound))
+            .count();
+        let cleanable = &closed[..n];
+        let dirty = |s: &&Segment| s.next_offset > self.cleaner_point;
+        let dirty_bytes: u64 = cleanable.iter().filter(dirty).map(|s| s.size).sum();
+        let total_bytes: u64 = cleanable.iter().map(|s| s.size).sum();
+        if dirty_bytes == 0 {
+            return None;
+        }
+        let overdue_bound = now_ms.saturating_sub(c.max_compaction_lag_ms);
+        let overdue = cleanable.iter().filter(dirty).any(|s| s.max_timestamp >= 0 && s.max_timestamp < overdue_bound);
+        if (dirty_bytes as f64) < c.min_cleanable_dirty_ratio * total_bytes as f64 && !overdue {
+            return None;
+        }
+        Some(CleanPlan {
+            dir: self.dir.clone(),
+            segments: cleanable
+                .iter()
+                .map(|s| SegmentSnapshot {
+                    base_offset: s.base_offset,
+                    next_offset: s.next_offset,
+                    size: s.size,
+                    file: s.file.clone(),
+                })
+                .collect(),
+            first_dirty: self.cleaner_point,
+            producer_last_offsets: self.producers.last_offsets(),
+            segment_bytes: c.segment_bytes.min(SEGMENT_BYTES_MAX),
+            delete_retention_ms: c.delete_retention_ms,
+        })
+    }
+
+    /// Swaps in the segments a cleaning pass wrote. A group whose old segments changed
+    /// meanwhile (retention or DeleteRecords removed one) is discarded; the next pass
+    /// redoes it.
+    pub fn clean_swap(&mut self, cleaned: Cleaned, now_ms: i64) -> io::Result<CleanStats> {
+        let dir_sync = |dir: &Path| File::open(dir)?.sync_all();
+        for g in cleaned.groups {
+            let at = self.segments.iter().position(|s| s.base_offset == g.bases[0]);
+            let intact = at.is_some_and(|i| {
+                i + g.bases.len() < self.segments.len()
+                    && g.bases.iter().zip(&self.segments[i..]).all(|(b, s)| *b == s.base_offset)
+            });
+            let Some(i) = at.filter(|_| intact) else {
+                fs::remove_file(&g.path)?;
+                continue;
+            };
+            let base = g.bases[0];
+            let swap = self.dir.join(cleaner::swap_name(base, g.end));
+            fs::rename(&g.path, &swap)?;
+            dir_sync(&self.dir)?;
+            for old in self.segments.drain(i..i + g.bases.len()).collect::<Vec<_>>() {
+                old.delete()?;
+            }
+            fs::rename(&swap, self.dir.join(file_name(base, "log")))?;
+            dir_sync(&self.dir)?;
+            let mut seg = Segment::open(&self.dir, base, self.config.index_interval_bytes, now_ms)?;
+            // The file was written and fsynced by the cleaner from validated batches.
+            seg.scan(i64::MAX, |_, _| {})?;
+            self.segments.insert(i, seg);
+        }
+        self.cleaner_point = self.cleaner_point.max(cleaned.cleaned_through);
+        self.write_checkpoint()?;
+        Ok(cleaned.stats)
+    }
+
     /// Clean shutdown: fsync and record that everything up to the log end is good.
     pub fn close(&mut self) -> io::Result<()> {
         self.active().file.sync_data()?;
@@ -395,33 +507,36 @@ impl Log {
     fn write_checkpoint(&self) -> io::Result<()> {
         let tmp = self.dir.join(format!("{CHECKPOINT_FILE}.tmp"));
         let mut f = File::create(&tmp)?;
-        writeln!(f, "{CHECKPOINT_VERSION} {} {}", self.recovery_point, self.log_start_offset)?;
+        writeln!(f, "{CHECKPOINT_VERSION} {} {} {}", self.recovery_point, self.log_start_offset, self.cleaner_point)?;
         f.sync_all()?;
         fs::rename(&tmp, self.dir.join(CHECKPOINT_FILE))?;
         File::open(&self.dir)?.sync_all()
     }
 }
 
-/// (recovery point, log start offset); a missing or unreadable checkpoint means "check
-/// everything" and "start at the first segment".
-fn read_checkpoint(dir: &Path) -> io::Result<(i64, i64)> {
+/// (recovery point, log start offset, cleaner point); a missing or unreadable checkpoint
+/// means "check everything", "start at the first segment" and "all of it is dirty".
+fn read_checkpoint(dir: &Path) -> io::Result<(i64, i64, i64)> {
     let text = match fs::read_to_string(dir.join(CHECKPOINT_FILE)) {
         Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, 0)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, 0, 0)),
         Err(e) => return Err(e),
     };
     let parts: Vec<&str> = text.split_whitespace().collect();
-    match parts.as_slice() {
-        [CHECKPOINT_VERSION, rp, ls] => match (rp.parse::<i64>(), ls.parse::<i64>()) {
-            (Ok(rp), Ok(ls)) if rp >= 0 && ls >= 0 => Ok((rp, ls)),
-            _ => {
-                warn!(dir = %dir.display(), "unreadable checkpoint; recovering the whole log");
-                Ok((0, 0))
-            }
-        },
+    let fields = match parts.as_slice() {
+        [CHECKPOINT_VERSION, rp, ls, cp] => Some((rp, ls, *cp)),
+        [CHECKPOINT_VERSION_1, rp, ls] => Some((rp, ls, "0")),
+        _ => None,
+    };
+    let Some((rp, ls, cp)) = fields else {
+        warn!(dir = %dir.display(), "unknown checkpoint format; recovering the whole log");
+        return Ok((0, 0, 0));
+    };
+    match (rp.parse::<i64>(), ls.parse::<i64>(), cp.parse::<i64>()) {
+        (Ok(rp), Ok(ls), Ok(cp)) if rp >= 0 && ls >= 0 && cp >= 0 => Ok((rp, ls, cp)),
         _ => {
-            warn!(dir = %dir.display(), "unknown checkpoint format; recovering the whole log");
-            Ok((0, 0))
+            warn!(dir = %dir.display(), "unreadable checkpoint; recovering the whole log");
+            Ok((0, 0, 0))
         }
     }
 }

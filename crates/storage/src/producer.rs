@@ -53,6 +53,11 @@ fn next_seq(seq: i32) -> i32 {
 }
 
 impl ProducerTable {
+    /// Last offset of each producer's most recent batch.
+    pub fn last_offsets(&self) -> HashMap<i64, i64> {
+        self.producers.iter().filter_map(|(&pid, e)| Some((pid, e.batches.back()?.last_offset))).collect()
+    }
+
     /// Checks a batch before it is appended. `Ok(Some((base, last)))` means it duplicates a
     /// batch already in the log at those offsets; `Ok(None)` means append it.
     pub fn check(&self, h: &BatchHeader) -> Result<Option<(i64, i64)>, ProducerError> {
