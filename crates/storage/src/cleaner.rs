@@ -261,8 +261,11 @@ pub(crate) struct RecordRef<'a> {
 /// The decompressed records section of a batch, with each record located.
 pub(crate) struct Records {
     data: Bytes,
-    spans: Vec<(usize, usize, i64, Option<(usize, usize)>, bool)>,
+    spans: Vec<Span>,
 }
+
+/// Where one record lies in `Records::data`: (start, end, offset, key range, tombstone).
+type Span = (usize, usize, i64, Option<(usize, usize)>, bool);
 
 impl Records {
     pub fn iter(&self) -> impl Iterator<Item = RecordRef<'_>> {
