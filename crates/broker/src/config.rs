@@ -14,6 +14,7 @@ pub enum Kind {
     Bool,
     Int,
     Long,
+    Double,
     Str,
     List,
 }
@@ -26,6 +27,7 @@ impl Kind {
             Kind::Str => 2,
             Kind::Int => 3,
             Kind::Long => 5,
+            Kind::Double => 6,
             Kind::List => 7,
         }
     }
@@ -51,6 +53,13 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("log.retention.check.interval.ms", Kind::Long, "300000"),
     ("log.index.interval.bytes", Kind::Int, "4096"),
     ("log.cleanup.policy", Kind::List, "delete"),
+    // Compaction (cleanup.policy=compact): the cleaner and its topic-level defaults.
+    ("log.cleaner.enable", Kind::Bool, "true"),
+    ("log.cleaner.backoff.ms", Kind::Long, "15000"),
+    ("log.cleaner.min.cleanable.ratio", Kind::Double, "0.5"),
+    ("log.cleaner.delete.retention.ms", Kind::Long, "86400000"),
+    ("log.cleaner.min.compaction.lag.ms", Kind::Long, "0"),
+    ("log.cleaner.max.compaction.lag.ms", Kind::Long, "9223372036854775807"),
     ("log.message.timestamp.type", Kind::Str, "CreateTime"),
     ("compression.type", Kind::Str, "producer"),
     ("min.insync.replicas", Kind::Int, "1"),
@@ -67,6 +76,10 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("fetch.max.wait.ms.max", Kind::Long, "30000"),
     ("offsets.topic.num.partitions", Kind::Int, "50"),
     ("offset.metadata.max.bytes", Kind::Int, "4096"),
+    ("offsets.topic.segment.bytes", Kind::Int, "104857600"),
+    // Committed offsets of a group expire this long after it became empty (KIP-211).
+    ("offsets.retention.minutes", Kind::Int, "10080"),
+    ("offsets.retention.check.interval.ms", Kind::Long, "600000"),
     ("group.min.session.timeout.ms", Kind::Int, "6000"),
     ("group.max.session.timeout.ms", Kind::Int, "1800000"),
     // Kafka waits this long for more members before the first rebalance of an empty group.
@@ -92,6 +105,9 @@ pub fn check_value(kind: Kind, value: &str) -> Result<()> {
         Kind::Long => {
             value.parse::<i64>().map_err(|_| anyhow!("expected a 64-bit integer"))?;
         }
+        Kind::Double => {
+            value.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| anyhow!("expected a number"))?;
+        }
         Kind::Str | Kind::List => {}
     }
     Ok(())
@@ -115,6 +131,10 @@ pub const DYNAMIC_SETTINGS: &[&str] = &[
     "log.segment.bytes",
     "log.roll.ms",
     "log.cleanup.policy",
+    "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms",
     "log.message.timestamp.type",
     "message.max.bytes",
     "num.partitions",

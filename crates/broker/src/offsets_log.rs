@@ -32,8 +32,10 @@ impl OffsetsLog {
         if !create {
             return Ok(None);
         }
+        // As Kafka's: compacted, so it holds each group's and offset's latest record.
+        let segment_bytes = b.catalog.settings().get("offsets.topic.segment.bytes").to_string();
         let configs =
-            [("cleanup.policy".to_string(), "delete".to_string()), ("retention.ms".to_string(), "-1".to_string())];
+            [("cleanup.policy".to_string(), "compact".to_string()), ("segment.bytes".to_string(), segment_bytes)];
         match b.catalog.create_topic(OFFSETS_TOPIC, self.partitions, configs.into_iter().collect()) {
             Ok(t) => Ok(Some(t)),
             Err(crate::catalog::CatalogError::TopicExists(_)) => Ok(b.catalog.topic(OFFSETS_TOPIC)),

@@ -28,6 +28,9 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(retention_loop(broker.clone(), shutdown_rx.clone()));
     tokio::spawn(group_tick_loop(broker.clone(), shutdown_rx.clone()));
+    if broker.config.settings.bool("log.cleaner.enable") {
+        tokio::spawn(cleaner_loop(broker.clone(), shutdown_rx.clone()));
+    }
     info!(
         listen = %broker.config.listen,
         advertised = %format!("{}:{}", broker.config.advertised_host, broker.config.advertised_port),
@@ -86,6 +89,50 @@ async fn group_tick_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
             _ = tokio::time::sleep(Duration::from_millis(GROUP_TICK_MS)) => broker.groups.tick().await,
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+/// Compacts the logs of `cleanup.policy=compact` topics, one partition at a time, each
+/// pass planned and swapped under the partition lock and carried out without it.
+async fn cleaner_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let backoff = broker.config.settings.i64("log.cleaner.backoff.ms").max(10) as u64;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(backoff)) => {}
+            _ = shutdown.changed() => return,
+        }
+        let b = broker.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in b.catalog.topics_snapshot() {
+                for p in &t.partitions {
+                    if b.shutting_down.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let Some(plan) = p.log().clean_plan(p.high_watermark(), crate::now_ms()) else { continue };
+                    let started = std::time::Instant::now();
+                    let swapped = plan.execute(crate::now_ms()).and_then(|cleaned| {
+                        let mut log = p.log();
+                        if b.shutting_down.load(Ordering::Acquire) {
+                            return Ok(None);
+                        }
+                        let stats = log.clean_swap(cleaned, crate::now_ms())?;
+                        p.refresh_bounds(&log);
+                        Ok(Some(stats))
+                    });
+                    match swapped {
+                        Ok(Some(s)) => info!(
+                            topic = %t.name, partition = p.index, segments_before = s.segments_before,
+                            segments_after = s.segments_after, bytes_before = s.bytes_before,
+                            bytes_after = s.bytes_after, records_removed = s.records_removed,
+                            ms = started.elapsed().as_millis() as u64, "compacted"
+                        ),
+                        Ok(None) => return,
+                        Err(e) => warn!(topic = %t.name, partition = p.index, error = %e, "compaction failed"),
+                    }
+                }
+            }
+        })
+        .await;
     }
 }
 

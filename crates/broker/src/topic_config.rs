@@ -11,9 +11,13 @@ use crate::config::{check_value, Kind, Settings};
 pub const TOPIC_CONFIGS: &[(&str, &str, Kind)] = &[
     ("cleanup.policy", "log.cleanup.policy", Kind::List),
     ("compression.type", "compression.type", Kind::Str),
+    ("delete.retention.ms", "log.cleaner.delete.retention.ms", Kind::Long),
     ("index.interval.bytes", "log.index.interval.bytes", Kind::Int),
     ("max.message.bytes", "message.max.bytes", Kind::Int),
+    ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", Kind::Long),
     ("message.timestamp.type", "log.message.timestamp.type", Kind::Str),
+    ("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", Kind::Double),
+    ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", Kind::Long),
     ("min.insync.replicas", "min.insync.replicas", Kind::Int),
     ("retention.bytes", "log.retention.bytes", Kind::Long),
     ("retention.ms", "log.retention.ms", Kind::Long),
@@ -32,7 +36,10 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
     check_value(kind, value).map_err(|e| format!("Invalid value {value} for configuration {name}: {e}"))?;
     let int = || value.parse::<i64>().unwrap_or(0);
     let ok = match name {
-        "cleanup.policy" => value == "delete",
+        "cleanup.policy" => cleanup_policy(value).is_some(),
+        "min.cleanable.dirty.ratio" => value.parse::<f64>().is_ok_and(|r| (0.0..=1.0).contains(&r)),
+        "delete.retention.ms" | "min.compaction.lag.ms" => int() >= 0,
+        "max.compaction.lag.ms" => int() >= 1,
         "compression.type" => value == "producer",
         "message.timestamp.type" => matches!(value, "CreateTime" | "LogAppendTime"),
         "segment.bytes" => (1024..=runnel_storage::SEGMENT_BYTES_MAX as i64).contains(&int()),
@@ -46,7 +53,7 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         Ok(())
     } else {
         let why = match name {
-            "cleanup.policy" => " (log compaction is not supported yet; use delete)",
+            "cleanup.policy" => " (expected delete, compact or both)",
             "compression.type" => " (the broker stores batches as the producer compressed them; use producer)",
             _ => "",
         };
@@ -62,9 +69,30 @@ pub fn effective<'a>(name: &str, overrides: &'a BTreeMap<String, String>, broker
     }
 }
 
+/// (delete, compact) from a `cleanup.policy` list; None if it names anything else or
+/// nothing at all.
+pub fn cleanup_policy(value: &str) -> Option<(bool, bool)> {
+    let (mut delete, mut compact) = (false, false);
+    for p in value.split(',').map(str::trim) {
+        match p {
+            "delete" => delete = true,
+            "compact" => compact = true,
+            _ => return None,
+        }
+    }
+    (delete || compact).then_some((delete, compact))
+}
+
 pub fn log_config(overrides: &BTreeMap<String, String>, broker: &Settings) -> LogConfig {
     let num = |name: &str| effective(name, overrides, broker).parse::<i64>().unwrap_or(-1);
+    let (delete, compact) = cleanup_policy(effective("cleanup.policy", overrides, broker)).unwrap_or((true, false));
     LogConfig {
+        delete,
+        compact,
+        min_cleanable_dirty_ratio: effective("min.cleanable.dirty.ratio", overrides, broker).parse().unwrap_or(0.5),
+        delete_retention_ms: num("delete.retention.ms").max(0),
+        min_compaction_lag_ms: num("min.compaction.lag.ms").max(0),
+        max_compaction_lag_ms: num("max.compaction.lag.ms").max(1),
         segment_bytes: num("segment.bytes").max(1024) as u64,
         segment_ms: num("segment.ms").max(1),
         retention_ms: num("retention.ms"),

@@ -28,6 +28,8 @@ struct Accepted {
 struct TopicRules {
     max_message_bytes: usize,
     log_append_time: bool,
+    /// A compacted topic needs a key on every record.
+    compact: bool,
 }
 
 fn rules(b: &Broker, t: &Topic) -> TopicRules {
@@ -35,6 +37,8 @@ fn rules(b: &Broker, t: &Topic) -> TopicRules {
     TopicRules {
         max_message_bytes: topic_config::effective("max.message.bytes", &t.configs, &s).parse().unwrap_or(1_048_588),
         log_append_time: topic_config::effective("message.timestamp.type", &t.configs, &s) == "LogAppendTime",
+        compact: topic_config::cleanup_policy(topic_config::effective("cleanup.policy", &t.configs, &s))
+            .is_some_and(|(_, compact)| compact),
     }
 }
 
@@ -61,6 +65,9 @@ fn validate<'a>(
         }
         if h.is_control() || h.is_transactional() {
             return Err((ResponseError::InvalidRecord, "transactional and control batches are not accepted".into()));
+        }
+        if rules.compact && !runnel_storage::all_records_keyed(&h, bytes).unwrap_or(false) {
+            return Err((ResponseError::InvalidRecord, "Compacted topic cannot accept message without key.".into()));
         }
         if rules.log_append_time {
             let mut owned = bytes.to_vec();
