@@ -53,6 +53,7 @@ impl Broker {
                 .unwrap_or("uniform")
                 .trim()
                 .to_string(),
+            offsets_retention_ms: s.i64("offsets.retention.minutes").max(1).saturating_mul(60_000),
         };
         let offsets_partitions = s.i64("offsets.topic.num.partitions").max(1) as i32;
         let broker = Arc::new_cyclic(|weak| Broker {

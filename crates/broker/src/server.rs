@@ -84,7 +84,14 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
 const GROUP_TICK_MS: u64 = 100;
 
 async fn group_tick_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let expiry_interval =
+        Duration::from_millis(broker.config.settings.i64("offsets.retention.check.interval.ms").max(1) as u64);
+    let mut next_expiry = tokio::time::Instant::now() + expiry_interval;
     loop {
+        if tokio::time::Instant::now() >= next_expiry {
+            broker.groups.expire_offsets().await;
+            next_expiry = tokio::time::Instant::now() + expiry_interval;
+        }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(GROUP_TICK_MS)) => broker.groups.tick().await,
             _ = shutdown.changed() => return,

@@ -17,8 +17,9 @@ use crate::records::{partition_for, GroupValue, Key, OffsetValue};
 pub type LogFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
 /// Where the coordinator keeps its records: the partitions of `__consumer_offsets`.
-/// Contract: `append` resolves once the records are durable (as an acks=all produce would)
-/// and later reads see them in order; `read_all` returns every record of a partition in
+/// Contract: `append` places the records in the log during the call (so callers order
+/// writes by calling it under their own lock) and its future resolves once they are durable
+/// (as an acks=all produce would); later reads see them in order; `read_all` returns every record of a partition in
 /// log order (key, value; a `None` value is a tombstone).
 pub trait GroupLog: Send + Sync + 'static {
     fn partitions(&self) -> i32;
@@ -36,6 +37,8 @@ pub struct CoordinatorConfig {
     pub consumer_session_timeout_ms: i32,
     pub consumer_heartbeat_interval_ms: i32,
     pub consumer_default_assignor: String,
+    /// `offsets.retention.minutes` in ms (KIP-211).
+    pub offsets_retention_ms: i64,
 }
 
 impl Default for CoordinatorConfig {
@@ -48,6 +51,7 @@ impl Default for CoordinatorConfig {
             consumer_session_timeout_ms: 45_000,
             consumer_heartbeat_interval_ms: 5_000,
             consumer_default_assignor: "uniform".into(),
+            offsets_retention_ms: 7 * 24 * 3600 * 1000,
         }
     }
 }
@@ -370,7 +374,20 @@ impl Coordinator {
                 Some(_) => return Err(E::UnknownMemberId),
                 None => g.check_commit(generation, member_id, instance_id)?,
             }
+            g.pending_commits += 1;
         }
+        let results = self.write_commits(group_id, offsets).await;
+        if let Some(g) = self.lock().get_mut(group_id) {
+            g.pending_commits = g.pending_commits.saturating_sub(1);
+        }
+        results
+    }
+
+    async fn write_commits(
+        &self,
+        group_id: &str,
+        offsets: Vec<(String, i32, i64, i32, String)>,
+    ) -> Result<Vec<Result<(), E>>, E> {
         let ts = now_ms();
         let mut results = Vec::with_capacity(offsets.len());
         let mut records = Vec::new();
@@ -397,6 +414,98 @@ impl Coordinator {
             g.offsets.extend(applied);
         }
         Ok(results)
+    }
+
+    /// Offset retention (KIP-211), run every `offsets.retention.check.interval.ms`. Offsets
+    /// of an empty group expire `offsets.retention.minutes` after it became empty; a group
+    /// that only ever committed (no members) loses each offset that long after its commit;
+    /// a group with members keeps the offsets of topics they subscribe to and loses the
+    /// others by commit time. An empty group left without offsets is deleted. Returns how
+    /// many offsets expired.
+    pub async fn expire_offsets(&self) -> usize {
+        let now = now_ms();
+        let retention = self.config.offsets_retention_ms;
+        let expired_by = |since: i64| since.saturating_add(retention) <= now;
+        let mut writes = Vec::new();
+        let mut expired_total = 0;
+        {
+            let mut groups = self.lock();
+            let mut consumer = self.lock_consumer();
+            for g in groups.values().filter(|g| g.pending_commits == 0) {
+                let cg_members = consumer.get(&g.id).filter(|cg| !cg.members.is_empty());
+                let expired: Vec<(String, i32)> = if let Some(cg) = cg_members {
+                    let subscribed: std::collections::HashSet<&String> =
+                        cg.members.values().flat_map(|m| m.subscribed.iter()).collect();
+                    g.offsets
+                        .iter()
+                        .filter(|((t, _), v)| !subscribed.contains(t) && expired_by(v.commit_timestamp))
+                        .map(|(k, _)| k.clone())
+                        .collect()
+                } else if g.state == State::Empty {
+                    let since = |v: &OffsetValue| {
+                        if g.protocol_type.is_some() {
+                            g.state_timestamp
+                        } else {
+                            v.commit_timestamp
+                        }
+                    };
+                    g.offsets.iter().filter(|(_, v)| expired_by(since(v))).map(|(k, _)| k.clone()).collect()
+                } else if g.protocol_type.as_deref() == Some("consumer") {
+                    let subscribed = g.subscribed_topics();
+                    g.offsets
+                        .iter()
+                        .filter(|((t, _), v)| !subscribed.contains(t) && expired_by(v.commit_timestamp))
+                        .map(|(k, _)| k.clone())
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let dead = g.state == State::Empty
+                    && !g.has_pending_members()
+                    && cg_members.is_none()
+                    && expired.len() == g.offsets.len();
+                if expired.is_empty() && !dead {
+                    continue;
+                }
+                let mut records: Vec<(Bytes, Option<Bytes>)> = expired
+                    .iter()
+                    .map(|(topic, partition)| {
+                        let key = Key::Offset { group: g.id.clone(), topic: topic.clone(), partition: *partition };
+                        (key.encode(), None)
+                    })
+                    .collect();
+                if dead {
+                    records.push((Key::Group { group: g.id.clone() }.encode(), None));
+                }
+                expired_total += expired.len();
+                // Appended under the lock: the tombstones take their place in the log
+                // before any later commit to this group.
+                let written = self.log.append(self.partition_for(&g.id), records);
+                writes.push((g.id.clone(), expired, dead, written));
+            }
+            // Applied at once: a commit that arrives now lands after the tombstones in the
+            // log and in memory alike.
+            for (id, expired, dead, _) in &writes {
+                if *dead {
+                    groups.remove(id);
+                    consumer.remove(id);
+                } else if let Some(g) = groups.get_mut(id) {
+                    for k in expired {
+                        g.offsets.remove(k);
+                    }
+                }
+            }
+        }
+        for (id, expired, dead, written) in writes {
+            match written.await {
+                Ok(()) => {
+                    tracing::info!(group = %id, offsets = expired.len(), deleted = dead, "expired committed offsets")
+                }
+                // Not durable: after a restart the offsets come back and expire again.
+                Err(e) => tracing::warn!(group = %id, error = %e, "offset expiry not durable"),
+            }
+        }
+        expired_total
     }
 
     /// Committed offsets of a group: for the given partitions, or all when `None`.

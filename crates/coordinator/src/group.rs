@@ -127,6 +127,9 @@ pub struct Group {
     rebalance_deadline: Instant,
     pub state_timestamp: i64,
     next_join_seq: u64,
+    /// OffsetCommits checked but not yet applied; offset expiry leaves the group alone
+    /// meanwhile so a commit and an expiry tombstone never cross in the log.
+    pub pending_commits: u32,
 }
 
 pub struct Timing {
@@ -152,11 +155,17 @@ impl Group {
             rebalance_deadline: now,
             state_timestamp: 0,
             next_join_seq: 0,
+            pending_commits: 0,
         }
     }
 
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
+    }
+
+    /// Member ids handed out (KIP-394) whose join has not come yet.
+    pub fn has_pending_members(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// Protocols every member supports (all of the candidate's when the group is empty).

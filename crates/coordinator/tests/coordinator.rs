@@ -177,3 +177,69 @@ async fn commits_and_deletions_survive_a_new_coordinator() {
     assert!(fresh.describe("gone").is_none(), "a deleted group stays deleted");
     assert_eq!(fresh.delete("gone").await, Err(E::GroupIdNotFound));
 }
+
+/// ConsumerProtocolSubscription v0: the topics a classic consumer subscribes to.
+fn subscription(topics: &[&str]) -> Bytes {
+    let mut b = vec![0u8, 0];
+    b.extend_from_slice(&(topics.len() as i32).to_be_bytes());
+    for t in topics {
+        b.extend_from_slice(&(t.len() as i16).to_be_bytes());
+        b.extend_from_slice(t.as_bytes());
+    }
+    b.extend_from_slice(&(-1i32).to_be_bytes());
+    Bytes::from(b)
+}
+
+fn committed(c: &Coordinator, group: &str, topic: &str) -> Option<i64> {
+    c.fetch(group, Some(&[(topic.to_string(), 0)]))[0].1.as_ref().map(|v| v.offset)
+}
+
+fn listed(c: &Coordinator, group: &str) -> bool {
+    c.list().iter().any(|g| g.group_id == group)
+}
+
+#[tokio::test]
+async fn offsets_expire_after_retention_and_empty_groups_are_deleted() {
+    let log = Arc::new(MemLog::default());
+    let cfg = CoordinatorConfig { offsets_retention_ms: 300, ..config() };
+    let c = Arc::new(Coordinator::new(log.clone(), cfg.clone()));
+    let commit = |group: &'static str, generation: i32, member: String, topic: &'static str| {
+        let c = c.clone();
+        async move {
+            let r = c.commit(group, generation, &member, None, vec![(topic.into(), 0, 7, 0, String::new())]).await;
+            assert_eq!(r.expect("commit"), vec![Ok(())]);
+        }
+    };
+    // A group that only commits, and a classic group whose one member subscribes to "a"
+    // but has offsets for "a" and "b".
+    commit("solo", -1, String::new(), "t").await;
+    let sub = |id: &str| JoinRequest {
+        protocols: vec![("range".into(), subscription(&["a"]))],
+        ..join_req(id, None, 10_000)
+    };
+    let first = c.join("g", sub("")).await;
+    let m = c.join("g", sub(&first.member_id)).await;
+    assert_eq!(c.sync("g", m.generation, &m.member_id, None, vec![]).await.error, 0);
+    commit("g", m.generation, m.member_id.clone(), "a").await;
+    commit("g", m.generation, m.member_id.clone(), "b").await;
+    assert_eq!(c.expire_offsets().await, 0, "nothing is old enough yet");
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(c.expire_offsets().await, 2, "solo's offset and g's unsubscribed topic expire");
+    assert_eq!(committed(&c, "solo", "t"), None);
+    assert!(!listed(&c, "solo"), "an empty group without offsets is deleted");
+    assert_eq!((committed(&c, "g", "a"), committed(&c, "g", "b")), (Some(7), None));
+
+    // The member leaves: the group's offsets now expire by the time it became empty.
+    c.leave("g", &[(m.member_id.clone(), None)]).await.expect("leave");
+    assert_eq!(c.expire_offsets().await, 0, "the group just became empty");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(c.expire_offsets().await, 1);
+    assert!(!listed(&c, "g"));
+
+    // The log says the same to a new coordinator.
+    let again = Coordinator::new(log, cfg);
+    again.load().expect("load");
+    assert_eq!((committed(&again, "solo", "t"), committed(&again, "g", "a")), (None, None));
+    assert!(!listed(&again, "solo") && !listed(&again, "g"));
+}
