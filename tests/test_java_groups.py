@@ -293,3 +293,52 @@ def test_group_survives_crash_leave_and_join(broker, java_build, members, protoc
     # Everything processed was committed: the group's offsets are at the log end.
     lagging = {p: c for p, (c, end) in offsets.items() if c != end}
     assert not lagging, f"committed offsets behind the log end: {offsets}\n{report(everyone)}"
+
+
+@pytest.mark.parametrize("restart", ["sigterm", "kill9"])
+def test_consumer_protocol_members_keep_their_partitions_across_a_broker_restart(
+        runnel_broker, java_build, members, restart):  # noqa: F811
+    """KIP-848 group state (members, epochs, assignments) is in __consumer_offsets: after the
+    broker restarts (clean stop, or kill -9), the members' next heartbeats are accepted as they
+    are, so nobody loses or is given partitions (no rebalance callback fires), and everything
+    produced afterwards is processed and committed."""
+    b = runnel_broker
+    topic = unique_topic("kip848-restart")
+    group = f"{topic}-g"
+    create_topic(b.bootstrap, topic, PARTITIONS)
+    args = (b.bootstrap, group, topic, "consumer", None)
+    m1, m2 = members("m1", *args), members("m2", *args)
+    both = [m1, m2]
+
+    def report():
+        return "\n".join(m.report() for m in both) + f"\n--- broker log (tail) ---\n{b.log_tail()}"
+
+    def settled():
+        a1, a2 = m1.assignment(), m2.assignment()
+        return a1 and a2 and a1 | a2 == set(range(PARTITIONS)) and not a1 & a2
+
+    wait_for(settled, "2 members split all 6 partitions", 90, report)
+    produce(java_build, b.bootstrap, topic, 300, 0)
+    wait_for(lambda: sum(len(m.records()) for m in both) >= 300, "first 300 processed", CATCH_UP_TIMEOUT_S, report)
+    callbacks = [m.stderr().count("assignment now") for m in both]
+    assignments = [m.assignment() for m in both]
+
+    if restart == "kill9":
+        b.kill9()
+        b.start()
+    else:
+        b.restart()
+    produce(java_build, b.bootstrap, topic, 300, 300)
+    wait_for(lambda: {v for m in both for _, _, v in m.records()} >= {f"v{i}" for i in range(600)},
+             "all 600 processed after the restart", CATCH_UP_TIMEOUT_S, report)
+    # Fetching resumes before the first heartbeat after the restart (every 5 s): give both
+    # members two heartbeats with the restarted broker before judging their assignments.
+    time.sleep(12)
+    assert [m.assignment() for m in both] == assignments, report()
+    assert [m.stderr().count("assignment now") for m in both] == callbacks, \
+        f"a rebalance callback fired across the restart\n{report()}"
+    for m in both:
+        m.request_stop()
+        m.wait_ok(timeout_s=90)
+    offsets = committed_offsets(java_build, b.bootstrap, group, topic)
+    assert all(c == end for c, end in offsets.values()) and sum(end for _, end in offsets.values()) == 600, offsets

@@ -8,17 +8,39 @@
 //! Epochs: the group epoch grows with every membership or subscription change; the
 //! target assignment is computed for it; a member's epoch catches up once it has no
 //! partitions left to revoke. OffsetCommit fences on the member epoch (STALE_MEMBER_EPOCH).
-//! Membership is kept in memory: after a restart members rejoin (their committed offsets
-//! are in the log like any group's).
+//!
+//! Durability: [`ConsumerGroup::changes`] turns every change into log records (one for the
+//! group's epochs and topics, one per member; a tombstone when a member goes), which the
+//! coordinator writes before it answers. A restarted coordinator restores members, epochs
+//! and assignments from them, so members carry on where they were.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use kafka_protocol::error::ResponseError as E;
 use uuid::Uuid;
 
+use crate::records::{ConsumerGroupValue, ConsumerMemberValue, Key};
+
 /// (topic id, partition).
 pub type Tp = (Uuid, i32);
+
+impl CMember {
+    fn value(&self) -> ConsumerMemberValue {
+        ConsumerMemberValue {
+            epoch: self.epoch,
+            instance_id: self.instance_id.clone(),
+            rack_id: self.rack_id.clone(),
+            client_id: self.client_id.clone(),
+            client_host: self.client_host.clone(),
+            assignor: self.assignor.clone(),
+            subscribed: self.subscribed.clone(),
+            assigned: self.assigned.iter().copied().collect(),
+            target: self.target.iter().copied().collect(),
+        }
+    }
+}
 
 pub struct CMember {
     pub id: String,
@@ -46,7 +68,14 @@ pub struct ConsumerGroup {
     pub members: BTreeMap<String, CMember>,
     /// Topic name → (id, partitions) as of the last target computation.
     topics: BTreeMap<String, (Uuid, i32)>,
+    /// What the log holds for this group and for each member (encoded values), so that
+    /// only changes are written.
+    saved_group: Option<Bytes>,
+    saved_members: BTreeMap<String, Bytes>,
 }
+
+/// Log records: (key, value), a `None` value being a tombstone.
+pub type LogRecords = Vec<(Bytes, Option<Bytes>)>;
 
 pub struct HeartbeatIn {
     pub member_id: String,
@@ -79,7 +108,100 @@ impl ConsumerGroup {
             assignor: default_assignor.to_string(),
             members: BTreeMap::new(),
             topics: BTreeMap::new(),
+            saved_group: None,
+            saved_members: BTreeMap::new(),
         }
+    }
+
+    fn group_value(&self) -> ConsumerGroupValue {
+        ConsumerGroupValue {
+            group_epoch: self.group_epoch,
+            assignment_epoch: self.assignment_epoch,
+            assignor: self.assignor.clone(),
+            topics: self.topics.iter().map(|(name, (id, n))| (name.clone(), *id, *n)).collect(),
+        }
+    }
+
+    /// Records that bring the log up to date with this group: its own record and each
+    /// member's if they changed, a tombstone for each member that left.
+    pub fn changes(&mut self, group_id: &str) -> LogRecords {
+        let mut out = Vec::new();
+        let group = self.group_value().encode();
+        if self.saved_group.as_ref() != Some(&group) {
+            out.push((Key::ConsumerGroup { group: group_id.into() }.encode(), Some(group.clone())));
+            self.saved_group = Some(group);
+        }
+        for m in self.members.values() {
+            let v = m.value().encode();
+            if self.saved_members.get(&m.id) != Some(&v) {
+                let key = Key::ConsumerMember { group: group_id.into(), member_id: m.id.clone() };
+                out.push((key.encode(), Some(v.clone())));
+                self.saved_members.insert(m.id.clone(), v);
+            }
+        }
+        let gone: Vec<String> =
+            self.saved_members.keys().filter(|id| !self.members.contains_key(*id)).cloned().collect();
+        for id in gone {
+            self.saved_members.remove(&id);
+            out.push((Key::ConsumerMember { group: group_id.into(), member_id: id }.encode(), None));
+        }
+        out
+    }
+
+    /// Tombstones for everything the log holds about this group (DeleteGroups).
+    pub fn tombstones(&self, group_id: &str) -> LogRecords {
+        let members = self
+            .saved_members
+            .keys()
+            .map(|id| (Key::ConsumerMember { group: group_id.into(), member_id: id.clone() }.encode(), None));
+        let group = self.saved_group.as_ref().map(|_| (Key::ConsumerGroup { group: group_id.into() }.encode(), None));
+        members.chain(group).collect()
+    }
+
+    /// Replay: the group's own record.
+    pub fn restore_group(&mut self, v: ConsumerGroupValue, raw: Bytes) {
+        self.group_epoch = v.group_epoch;
+        self.assignment_epoch = v.assignment_epoch;
+        self.assignor = v.assignor;
+        self.topics = v.topics.into_iter().map(|(name, id, n)| (name, (id, n))).collect();
+        self.saved_group = Some(raw);
+    }
+
+    /// Replay: one member's record (or its tombstone). A restored member's session starts
+    /// now; it is assumed to own what it was last given.
+    pub fn restore_member(
+        &mut self,
+        id: &str,
+        v: Option<(ConsumerMemberValue, Bytes)>,
+        session: Duration,
+        now: Instant,
+    ) {
+        let Some((v, raw)) = v else {
+            self.members.remove(id);
+            self.saved_members.remove(id);
+            return;
+        };
+        let assigned: BTreeSet<Tp> = v.assigned.into_iter().collect();
+        self.members.insert(
+            id.to_string(),
+            CMember {
+                id: id.to_string(),
+                epoch: v.epoch,
+                instance_id: v.instance_id,
+                rack_id: v.rack_id,
+                client_id: v.client_id,
+                client_host: v.client_host,
+                subscribed: v.subscribed,
+                assignor: v.assignor,
+                owned: assigned.clone(),
+                assigned,
+                target: v.target.into_iter().collect(),
+                sent: None,
+                session_timeout: session,
+                last_seen: now,
+            },
+        );
+        self.saved_members.insert(id.to_string(), raw);
     }
 
     pub fn state(&self) -> &'static str {

@@ -12,7 +12,7 @@ use kafka_protocol::error::ResponseError as E;
 
 use crate::consumer::{ConsumerGroup, HeartbeatIn, HeartbeatOut, Tp};
 use crate::group::{Group, JoinRequest, JoinResult, Pending, State, SyncResult, Timing};
-use crate::records::{partition_for, GroupValue, Key, OffsetValue};
+use crate::records::{partition_for, ConsumerGroupValue, ConsumerMemberValue, GroupValue, Key, OffsetValue};
 
 pub type LogFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
@@ -137,26 +137,39 @@ impl Coordinator {
         self.config.consumer_heartbeat_interval_ms
     }
 
+    fn consumer_session(&self) -> Duration {
+        Duration::from_millis(self.config.consumer_session_timeout_ms.max(0) as u64)
+    }
+
     /// ConsumerGroupHeartbeat (KIP-848). `resolve` maps topic names to (id, partitions).
-    pub fn consumer_heartbeat(
+    /// Whatever the heartbeat changed is durable in the log before the answer goes out.
+    pub async fn consumer_heartbeat(
         &self,
         group_id: &str,
         mut req: HeartbeatIn,
-        resolve: &dyn Fn(&str) -> Option<(uuid::Uuid, i32)>,
+        resolve: &(dyn Fn(&str) -> Option<(uuid::Uuid, i32)> + Sync),
     ) -> Result<HeartbeatOut, (E, String)> {
         if group_id.is_empty() {
             return Err((E::InvalidGroupId, "empty group id".into()));
         }
-        let classic = self.lock();
-        if classic.get(group_id).is_some_and(|g| !g.is_empty()) {
-            return Err((E::InconsistentGroupProtocol, "the group has classic-protocol members".into()));
+        let (out, written) = {
+            let classic = self.lock();
+            if classic.get(group_id).is_some_and(|g| !g.is_empty()) {
+                return Err((E::InconsistentGroupProtocol, "the group has classic-protocol members".into()));
+            }
+            req.session_timeout = self.consumer_session();
+            let mut groups = self.lock_consumer();
+            let g = groups
+                .entry(group_id.to_string())
+                .or_insert_with(|| ConsumerGroup::new(&self.config.consumer_default_assignor));
+            let out = g.heartbeat(req, resolve, Instant::now());
+            let records = g.changes(group_id);
+            (out, (!records.is_empty()).then(|| self.log.append(self.partition_for(group_id), records)))
+        };
+        if let Some(written) = written {
+            written.await.map_err(|e| (E::CoordinatorNotAvailable, format!("group state not durable: {e}")))?;
         }
-        req.session_timeout = Duration::from_millis(self.config.consumer_session_timeout_ms.max(0) as u64);
-        let mut groups = self.lock_consumer();
-        let g = groups
-            .entry(group_id.to_string())
-            .or_insert_with(|| ConsumerGroup::new(&self.config.consumer_default_assignor));
-        g.heartbeat(req, resolve, Instant::now())
+        out
     }
 
     pub fn describe_consumer(&self, group_id: &str) -> Option<ConsumerGroupSummary> {
@@ -196,6 +209,7 @@ impl Coordinator {
     /// Replays every partition of the offsets log: last write wins, tombstones delete.
     pub fn load(&self) -> Result<usize, String> {
         let mut groups = self.lock();
+        let mut consumer = self.lock_consumer();
         let now = Instant::now();
         let mut records = 0;
         for p in 0..self.log.partitions() {
@@ -225,6 +239,31 @@ impl Coordinator {
                     },
                     (Key::Group { group: id }, None) => {
                         groups.remove(&id);
+                    }
+                    (Key::ConsumerGroup { group: id }, Some(raw)) => match ConsumerGroupValue::decode(raw.clone()) {
+                        Ok(v) => consumer
+                            .entry(id)
+                            .or_insert_with(|| ConsumerGroup::new(&self.config.consumer_default_assignor))
+                            .restore_group(v, raw),
+                        Err(e) => tracing::warn!(error = %e, "skipping unreadable consumer group record"),
+                    },
+                    (Key::ConsumerGroup { group: id }, None) => {
+                        consumer.remove(&id);
+                    }
+                    (Key::ConsumerMember { group: id, member_id }, value) => {
+                        let decoded = match value.map(|raw| ConsumerMemberValue::decode(raw.clone()).map(|v| (v, raw)))
+                        {
+                            Some(Err(e)) => {
+                                tracing::warn!(error = %e, "skipping unreadable consumer member record");
+                                continue;
+                            }
+                            Some(Ok(v)) => Some(v),
+                            None => None,
+                        };
+                        consumer
+                            .entry(id)
+                            .or_insert_with(|| ConsumerGroup::new(&self.config.consumer_default_assignor))
+                            .restore_member(&member_id, decoded, self.consumer_session(), now);
                     }
                 }
             }
@@ -334,10 +373,17 @@ impl Coordinator {
     /// Periodic work: session timeouts and rebalance deadlines.
     pub async fn tick(&self) {
         let t = self.timing();
+        let mut written = Vec::new();
         for (id, g) in self.lock_consumer().iter_mut() {
             let gone = g.expire(t.now);
             if gone > 0 {
                 tracing::info!(group = %id, members = gone, "consumer-protocol member sessions expired");
+                written.push((id.clone(), self.log.append(self.partition_for(id), g.changes(id))));
+            }
+        }
+        for (id, w) in written {
+            if let Err(e) = w.await {
+                tracing::warn!(group = %id, error = %e, "could not persist expired members");
             }
         }
         let emptied: Vec<(String, GroupValue)> = {
@@ -476,6 +522,7 @@ impl Coordinator {
                     .collect();
                 if dead {
                     records.push((Key::Group { group: g.id.clone() }.encode(), None));
+                    records.extend(consumer.get(&g.id).map(|cg| cg.tombstones(&g.id)).unwrap_or_default());
                 }
                 expired_total += expired.len();
                 // Appended under the lock: the tombstones take their place in the log
@@ -575,25 +622,28 @@ impl Coordinator {
             if self.has_consumer_members(group_id) {
                 return Err(E::NonEmptyGroup);
             }
-            let Some(g) = groups.get(group_id) else {
-                return match self.lock_consumer().remove(group_id) {
-                    Some(_) => Ok(()),
-                    None => Err(E::GroupIdNotFound),
-                };
+            let consumer_records = self.lock_consumer().get(group_id).map(|cg| cg.tombstones(group_id));
+            let mut r: Vec<(Bytes, Option<Bytes>)> = match (groups.get(group_id), &consumer_records) {
+                (None, None) => return Err(E::GroupIdNotFound),
+                (Some(g), _) if !g.is_empty() => return Err(E::NonEmptyGroup),
+                (Some(g), _) => g
+                    .offsets
+                    .keys()
+                    .map(|(topic, partition)| {
+                        let key = Key::Offset { group: group_id.into(), topic: topic.clone(), partition: *partition };
+                        (key.encode(), None)
+                    })
+                    .chain([(Key::Group { group: group_id.into() }.encode(), None)])
+                    .collect(),
+                (None, Some(_)) => Vec::new(),
             };
-            if !g.is_empty() {
-                return Err(E::NonEmptyGroup);
-            }
-            let mut r: Vec<(Bytes, Option<Bytes>)> = g
-                .offsets
-                .keys()
-                .map(|(topic, partition)| {
-                    (Key::Offset { group: group_id.into(), topic: topic.clone(), partition: *partition }.encode(), None)
-                })
-                .collect();
-            r.push((Key::Group { group: group_id.into() }.encode(), None));
+            r.extend(consumer_records.unwrap_or_default());
             r
         };
+        if records.is_empty() {
+            self.lock_consumer().remove(group_id);
+            return Ok(());
+        }
         if let Err(e) = self.persist(group_id, records).await {
             tracing::warn!(group = group_id, error = %e, "group deletion not durable");
             return Err(E::CoordinatorNotAvailable);

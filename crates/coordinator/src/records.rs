@@ -1,6 +1,8 @@
 //! Records of the internal `__consumer_offsets` log, in Kafka's own layout so that the log
 //! reads the same as Kafka's (key version 1: an offset commit; key version 2: group
-//! metadata; a null value is a tombstone).
+//! metadata; a null value is a tombstone). KIP-848 groups use Kafka's key versions 3
+//! (group) and 5 (member) with values in a layout of our own (version 0, below), one
+//! record per member so that a change rewrites only that member.
 //!
 //! ```text
 //! OffsetCommitKey v1     group string, topic string, partition i32
@@ -11,6 +13,13 @@
 //!                        group_instance_id string?, client_id string, client_host string,
 //!                        rebalance_timeout i32, session_timeout i32, subscription bytes,
 //!                        assignment bytes]
+//! ConsumerGroupKey v3    group string
+//! ConsumerGroupValue v0  group_epoch i32, assignment_epoch i32, assignor string,
+//!                        topics [name string, id uuid, partitions i32]
+//! ConsumerMemberKey v5   group string, member_id string
+//! ConsumerMemberValue v0 epoch i32, instance_id string?, rack_id string?, client_id string,
+//!                        client_host string, assignor string?, subscribed [string],
+//!                        assigned [topic_id uuid, partition i32], target [same]
 //! ```
 //! Every decoder here reads bytes from disk: it returns an error, never panics.
 
@@ -25,6 +34,31 @@ pub struct RecordError(&'static str);
 pub enum Key {
     Offset { group: String, topic: String, partition: i32 },
     Group { group: String },
+    ConsumerGroup { group: String },
+    ConsumerMember { group: String, member_id: String },
+}
+
+/// A KIP-848 group's own state (its members are separate records).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsumerGroupValue {
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor: String,
+    pub topics: Vec<(String, uuid::Uuid, i32)>,
+}
+
+/// One KIP-848 member: who it is, what it subscribes to, what it was given and its target.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsumerMemberValue {
+    pub epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub assignor: Option<String>,
+    pub subscribed: Vec<String>,
+    pub assigned: Vec<(uuid::Uuid, i32)>,
+    pub target: Vec<(uuid::Uuid, i32)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +141,24 @@ impl Reader {
     fn str(&mut self) -> Result<String, RecordError> {
         self.opt_str()?.ok_or(RecordError("null string"))
     }
+    fn uuid(&mut self) -> Result<uuid::Uuid, RecordError> {
+        self.need(16)?;
+        let mut raw = [0u8; 16];
+        self.0.copy_to_slice(&mut raw);
+        Ok(uuid::Uuid::from_bytes(raw))
+    }
+    /// An array count, checked against what is left (each element takes at least `min` bytes).
+    fn count(&mut self, min: usize) -> Result<usize, RecordError> {
+        let n = self.i32()?;
+        if n < 0 || (n as usize).saturating_mul(min) > self.0.remaining() {
+            return Err(RecordError("bad array count"));
+        }
+        Ok(n as usize)
+    }
+    fn partitions(&mut self) -> Result<Vec<(uuid::Uuid, i32)>, RecordError> {
+        let n = self.count(20)?;
+        (0..n).map(|_| Ok((self.uuid()?, self.i32()?))).collect()
+    }
     fn bytes(&mut self) -> Result<Bytes, RecordError> {
         let len = self.i32()?;
         if len < 0 {
@@ -131,6 +183,15 @@ impl Key {
                 b.put_i16(2);
                 put_str(&mut b, group);
             }
+            Key::ConsumerGroup { group } => {
+                b.put_i16(3);
+                put_str(&mut b, group);
+            }
+            Key::ConsumerMember { group, member_id } => {
+                b.put_i16(5);
+                put_str(&mut b, group);
+                put_str(&mut b, member_id);
+            }
         }
         b.freeze()
     }
@@ -140,13 +201,18 @@ impl Key {
         match r.i16()? {
             0 | 1 => Ok(Key::Offset { group: r.str()?, topic: r.str()?, partition: r.i32()? }),
             2 => Ok(Key::Group { group: r.str()? }),
+            3 => Ok(Key::ConsumerGroup { group: r.str()? }),
+            5 => Ok(Key::ConsumerMember { group: r.str()?, member_id: r.str()? }),
             _ => Err(RecordError("unknown key version")),
         }
     }
 
     pub fn group(&self) -> &str {
         match self {
-            Key::Offset { group, .. } | Key::Group { group } => group,
+            Key::Offset { group, .. }
+            | Key::Group { group }
+            | Key::ConsumerGroup { group }
+            | Key::ConsumerMember { group, .. } => group,
         }
     }
 }
@@ -229,6 +295,83 @@ impl GroupValue {
     }
 }
 
+fn put_partitions(b: &mut BytesMut, tps: &[(uuid::Uuid, i32)]) {
+    b.put_i32(tps.len() as i32);
+    for (id, p) in tps {
+        b.put_slice(id.as_bytes());
+        b.put_i32(*p);
+    }
+}
+
+impl ConsumerGroupValue {
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_i16(0);
+        b.put_i32(self.group_epoch);
+        b.put_i32(self.assignment_epoch);
+        put_str(&mut b, &self.assignor);
+        b.put_i32(self.topics.len() as i32);
+        for (name, id, n) in &self.topics {
+            put_str(&mut b, name);
+            b.put_slice(id.as_bytes());
+            b.put_i32(*n);
+        }
+        b.freeze()
+    }
+
+    pub fn decode(raw: Bytes) -> Result<ConsumerGroupValue, RecordError> {
+        let mut r = Reader(raw);
+        if r.i16()? != 0 {
+            return Err(RecordError("unsupported consumer group version"));
+        }
+        let (group_epoch, assignment_epoch, assignor) = (r.i32()?, r.i32()?, r.str()?);
+        let n = r.count(22)?;
+        let topics = (0..n).map(|_| Ok((r.str()?, r.uuid()?, r.i32()?))).collect::<Result<_, _>>()?;
+        Ok(ConsumerGroupValue { group_epoch, assignment_epoch, assignor, topics })
+    }
+}
+
+impl ConsumerMemberValue {
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_i16(0);
+        b.put_i32(self.epoch);
+        put_opt_str(&mut b, self.instance_id.as_deref());
+        put_opt_str(&mut b, self.rack_id.as_deref());
+        put_str(&mut b, &self.client_id);
+        put_str(&mut b, &self.client_host);
+        put_opt_str(&mut b, self.assignor.as_deref());
+        b.put_i32(self.subscribed.len() as i32);
+        for t in &self.subscribed {
+            put_str(&mut b, t);
+        }
+        put_partitions(&mut b, &self.assigned);
+        put_partitions(&mut b, &self.target);
+        b.freeze()
+    }
+
+    pub fn decode(raw: Bytes) -> Result<ConsumerMemberValue, RecordError> {
+        let mut r = Reader(raw);
+        if r.i16()? != 0 {
+            return Err(RecordError("unsupported consumer member version"));
+        }
+        let mut v = ConsumerMemberValue {
+            epoch: r.i32()?,
+            instance_id: r.opt_str()?,
+            rack_id: r.opt_str()?,
+            client_id: r.str()?,
+            client_host: r.str()?,
+            assignor: r.opt_str()?,
+            ..Default::default()
+        };
+        let n = r.count(2)?;
+        v.subscribed = (0..n).map(|_| r.str()).collect::<Result<_, _>>()?;
+        v.assigned = r.partitions()?;
+        v.target = r.partitions()?;
+        Ok(v)
+    }
+}
+
 /// Kafka's partition for a group: `abs(groupId.hashCode()) % partitions` with Java's
 /// String.hashCode, so a group lands where Kafka would put it.
 pub fn partition_for(group: &str, partitions: i32) -> i32 {
@@ -270,6 +413,35 @@ mod tests {
         assert_eq!(GroupValue::decode(g.encode()), Ok(g));
         let raw = Key::Group { group: "g".into() }.encode();
         assert_eq!(Key::decode(raw), Ok(Key::Group { group: "g".into() }));
+        for k in
+            [Key::ConsumerGroup { group: "g".into() }, Key::ConsumerMember { group: "g".into(), member_id: "m".into() }]
+        {
+            assert_eq!(Key::decode(k.encode()), Ok(k));
+        }
+        let id = uuid::Uuid::from_u128(7);
+        let cg = ConsumerGroupValue {
+            group_epoch: 4,
+            assignment_epoch: 3,
+            assignor: "uniform".into(),
+            topics: vec![("t".into(), id, 6)],
+        };
+        assert_eq!(ConsumerGroupValue::decode(cg.encode()), Ok(cg));
+        let m = ConsumerMemberValue {
+            epoch: 3,
+            instance_id: None,
+            rack_id: Some("r1".into()),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            assignor: Some("range".into()),
+            subscribed: vec!["t".into()],
+            assigned: vec![(id, 0), (id, 1)],
+            target: vec![(id, 0)],
+        };
+        let raw = m.encode();
+        assert_eq!(ConsumerMemberValue::decode(raw.clone()), Ok(m));
+        for cut in 0..raw.len() {
+            assert!(ConsumerMemberValue::decode(raw.slice(..cut)).is_err());
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError as E;
-use runnel_coordinator::{Coordinator, CoordinatorConfig, GroupLog, JoinRequest, JoinResult, LogFuture};
+use runnel_coordinator::{Coordinator, CoordinatorConfig, GroupLog, HeartbeatIn, JoinRequest, JoinResult, LogFuture};
 
 /// An in-memory log with the GroupLog contract: appends are immediately durable.
 /// (key, value) records of one partition; a None value is a tombstone.
@@ -242,4 +242,67 @@ async fn offsets_expire_after_retention_and_empty_groups_are_deleted() {
     again.load().expect("load");
     assert_eq!((committed(&again, "solo", "t"), committed(&again, "g", "a")), (None, None));
     assert!(!listed(&again, "solo") && !listed(&again, "g"));
+}
+
+fn hb(
+    member_id: &str,
+    epoch: i32,
+    subscribed: Option<&[&str]>,
+    owned: Option<Vec<runnel_coordinator::Tp>>,
+) -> HeartbeatIn {
+    HeartbeatIn {
+        member_id: member_id.into(),
+        member_epoch: epoch,
+        instance_id: None,
+        rack_id: None,
+        client_id: "client".into(),
+        client_host: "/127.0.0.1".into(),
+        subscribed: subscribed.map(|s| s.iter().map(|t| t.to_string()).collect()),
+        assignor: None,
+        owned,
+        session_timeout: Duration::ZERO,
+    }
+}
+
+#[tokio::test]
+async fn kip848_members_and_assignments_survive_a_new_coordinator() {
+    let log = Arc::new(MemLog::default());
+    let topic = uuid::Uuid::from_u128(42);
+    let resolve = move |name: &str| (name == "t").then_some((topic, 4));
+    let c = Coordinator::new(log.clone(), config());
+    let a = c.consumer_heartbeat("g", hb("a", 0, Some(&["t"]), Some(vec![])), &resolve).await.expect("join a");
+    assert_eq!(a.assignment.as_ref().map(Vec::len), Some(4), "a alone gets every partition");
+    let b = c.consumer_heartbeat("g", hb("b", 0, Some(&["t"]), Some(vec![])), &resolve).await.expect("join b");
+    // a gives up two partitions; b then gets them.
+    let a2 = c.consumer_heartbeat("g", hb("a", a.member_epoch, None, None), &resolve).await.expect("a revokes");
+    let kept = a2.assignment.expect("a's new assignment");
+    assert_eq!(kept.len(), 2);
+    c.consumer_heartbeat("g", hb("a", a2.member_epoch, None, Some(kept.clone())), &resolve).await.expect("a acks");
+    let b2 = c.consumer_heartbeat("g", hb("b", b.member_epoch, None, Some(vec![])), &resolve).await.expect("b");
+    assert_eq!(b2.assignment.as_ref().map(Vec::len), Some(2));
+    let before = c.describe_consumer("g").expect("group");
+
+    // A new coordinator (a restart) knows both members, their epochs and assignments: the
+    // members carry on with their current epochs instead of rejoining.
+    let again = Coordinator::new(log.clone(), config());
+    again.load().expect("load");
+    let after = again.describe_consumer("g").expect("group restored");
+    assert_eq!((after.group_epoch, after.assignment_epoch), (before.group_epoch, before.assignment_epoch));
+    let members = |s: &runnel_coordinator::ConsumerGroupSummary| {
+        s.members
+            .iter()
+            .map(|m| (m.member_id.clone(), m.epoch, m.assigned.clone(), m.target.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(members(&after), members(&before));
+    let a3 = again.consumer_heartbeat("g", hb("a", a2.member_epoch, None, None), &resolve).await.expect("a continues");
+    assert_eq!(a3.member_epoch, a2.member_epoch);
+
+    // b leaves; the next coordinator no longer has it.
+    again.consumer_heartbeat("g", hb("b", -1, None, None), &resolve).await.expect("b leaves");
+    let third = Coordinator::new(log, config());
+    third.load().expect("load");
+    let ids: Vec<String> =
+        third.describe_consumer("g").expect("group").members.into_iter().map(|m| m.member_id).collect();
+    assert_eq!(ids, vec!["a".to_string()]);
 }

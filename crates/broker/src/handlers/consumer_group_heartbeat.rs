@@ -44,27 +44,35 @@ pub fn handle(b: &Arc<Broker>, r: ConsumerGroupHeartbeatRequest, v: i16, ctx: &C
             .map(|tps| tps.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p))).collect()),
         session_timeout: std::time::Duration::ZERO,
     };
-    let resolve = |name: &str| b.catalog.topic(name).map(|t| (t.id, t.partitions.len() as i32));
-    match b.groups.consumer_heartbeat(&r.group_id.0, req, &resolve) {
-        Err((code, msg)) => fail(code, &msg),
-        Ok(out) => {
-            let assignment = out.assignment.map(|tps| {
-                let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
-                for (id, p) in tps {
-                    by_topic.entry(id).or_default().push(p);
-                }
-                Assignment::default().with_topic_partitions(
-                    by_topic
-                        .into_iter()
-                        .map(|(id, parts)| TopicPartitions::default().with_topic_id(id).with_partitions(parts))
-                        .collect(),
-                )
-            });
-            now(ConsumerGroupHeartbeatResponse::default()
-                .with_member_id(Some(str_bytes(&out.member_id)))
-                .with_member_epoch(out.member_epoch)
-                .with_heartbeat_interval_ms(interval)
-                .with_assignment(assignment))
-        }
-    }
+    let (b, group, member_id) = (b.clone(), r.group_id.0.to_string(), r.member_id.clone());
+    Box::pin(async move {
+        let resolve = |name: &str| b.catalog.topic(name).map(|t| (t.id, t.partitions.len() as i32));
+        let resp = match b.groups.consumer_heartbeat(&group, req, &resolve).await {
+            Err((code, msg)) => ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(code.code())
+                .with_error_message(Some(str_bytes(&msg)))
+                .with_member_id(Some(member_id))
+                .with_heartbeat_interval_ms(interval),
+            Ok(out) => {
+                let assignment = out.assignment.map(|tps| {
+                    let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
+                    for (id, p) in tps {
+                        by_topic.entry(id).or_default().push(p);
+                    }
+                    Assignment::default().with_topic_partitions(
+                        by_topic
+                            .into_iter()
+                            .map(|(id, parts)| TopicPartitions::default().with_topic_id(id).with_partitions(parts))
+                            .collect(),
+                    )
+                });
+                ConsumerGroupHeartbeatResponse::default()
+                    .with_member_id(Some(str_bytes(&out.member_id)))
+                    .with_member_epoch(out.member_epoch)
+                    .with_heartbeat_interval_ms(interval)
+                    .with_assignment(assignment)
+            }
+        };
+        Some(resp.into())
+    })
 }
