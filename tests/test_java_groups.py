@@ -342,3 +342,36 @@ def test_consumer_protocol_members_keep_their_partitions_across_a_broker_restart
         m.wait_ok(timeout_s=90)
     offsets = committed_offsets(java_build, b.bootstrap, group, topic)
     assert all(c == end for c, end in offsets.values()) and sum(end for _, end in offsets.values()) == 600, offsets
+
+
+def test_consumer_protocol_regex_subscription(broker, java_build, members):  # noqa: F811
+    """KIP-848 broker-side regex (SubscriptionPattern): the member gets the partitions of every
+    topic the pattern matches, none of the others, and a matching topic created while it runs
+    is picked up without restarting it."""
+    base = unique_topic("re")
+    a, b, other, later = f"{base}-a", f"{base}-b", f"other-{base}", f"{base}-later"
+    for t in (a, b, other):
+        create_topic(broker.bootstrap, t, 2)
+    group = f"{base}-g"
+    m = members("m1", broker.bootstrap, group, a, "consumer", None, extra=("--pattern", f"{base}-.*"))
+
+    def report():
+        text = m.report()
+        if hasattr(broker, "log_tail"):
+            text += f"\n--- broker log (tail) ---\n{broker.log_tail()}"
+        return text
+
+    values = lambda: {v for _, _, v in m.records()}  # noqa: E731
+    produce(java_build, broker.bootstrap, a, 50, 0)
+    produce(java_build, broker.bootstrap, b, 50, 1000)
+    produce(java_build, broker.bootstrap, other, 50, 2000)
+    wanted = {f"v{i}" for i in range(50)} | {f"v{i}" for i in range(1000, 1050)}
+    wait_for(lambda: values() >= wanted, "records of both matching topics processed", CATCH_UP_TIMEOUT_S, report)
+
+    create_topic(broker.bootstrap, later, 2)
+    produce(java_build, broker.bootstrap, later, 50, 3000)
+    wanted |= {f"v{i}" for i in range(3000, 3050)}
+    wait_for(lambda: values() >= wanted, "the topic created later is consumed too", CATCH_UP_TIMEOUT_S, report)
+    m.request_stop()
+    m.wait_ok(timeout_s=90)
+    assert not {v for v in values() if 2000 <= int(v[1:]) < 3000}, f"records of {other} were consumed\n{report()}"

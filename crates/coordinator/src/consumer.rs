@@ -14,7 +14,7 @@
 //! coordinator writes before it answers. A restarted coordinator restores members, epochs
 //! and assignments from them, so members carry on where they were.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -25,6 +25,24 @@ use crate::records::{ConsumerGroupValue, ConsumerMemberValue, Key};
 
 /// (topic id, partition).
 pub type Tp = (Uuid, i32);
+
+/// What the coordinator needs to know about the cluster's topics.
+pub trait Topics {
+    /// (id, partition count) of a topic, if it exists.
+    fn resolve(&self, name: &str) -> Option<(Uuid, i32)>;
+    /// Every topic a regular-expression subscription may match (no internal topics).
+    fn names(&self) -> Vec<String>;
+}
+
+/// How often regular-expression subscriptions are matched against the topics again, so
+/// that new topics are picked up.
+const REGEX_REFRESH: Duration = Duration::from_secs(1);
+
+/// A subscription regex as Kafka applies it (RE2 syntax, matching the whole topic name).
+fn compile_regex(re: &str) -> Result<regex::Regex, (E, String)> {
+    regex::Regex::new(&format!("^(?:{re})$"))
+        .map_err(|e| (E::InvalidRegularExpression, format!("invalid regular expression {re}: {e}")))
+}
 
 impl CMember {
     fn value(&self) -> ConsumerMemberValue {
@@ -38,7 +56,18 @@ impl CMember {
             subscribed: self.subscribed.clone(),
             assigned: self.assigned.iter().copied().collect(),
             target: self.target.iter().copied().collect(),
+            regex: self.regex.clone(),
+            matched: self.matched.clone(),
         }
+    }
+
+    /// Every topic the member subscribes to: by name and through its regex.
+    pub fn topics(&self) -> impl Iterator<Item = &String> {
+        self.subscribed.iter().chain(self.matched.iter())
+    }
+
+    fn subscribes_to(&self, topic: &str) -> bool {
+        self.topics().any(|t| t == topic)
     }
 }
 
@@ -50,6 +79,9 @@ pub struct CMember {
     pub client_id: String,
     pub client_host: String,
     pub subscribed: Vec<String>,
+    /// Regular-expression subscription and the topics it currently matches.
+    pub regex: Option<String>,
+    pub matched: Vec<String>,
     pub assignor: Option<String>,
     /// What the member was last told it owns.
     pub assigned: BTreeSet<Tp>,
@@ -72,6 +104,9 @@ pub struct ConsumerGroup {
     /// only changes are written.
     saved_group: Option<Bytes>,
     saved_members: BTreeMap<String, Bytes>,
+    /// Compiled subscription regexes, and when they were last matched against the topics.
+    compiled: HashMap<String, regex::Regex>,
+    regex_refreshed: Option<Instant>,
 }
 
 /// Log records: (key, value), a `None` value being a tombstone.
@@ -85,6 +120,8 @@ pub struct HeartbeatIn {
     pub client_id: String,
     pub client_host: String,
     pub subscribed: Option<Vec<String>>,
+    /// None: unchanged; an empty string clears it.
+    pub regex: Option<String>,
     pub assignor: Option<String>,
     pub owned: Option<Vec<Tp>>,
     pub session_timeout: Duration,
@@ -110,6 +147,8 @@ impl ConsumerGroup {
             topics: BTreeMap::new(),
             saved_group: None,
             saved_members: BTreeMap::new(),
+            compiled: HashMap::new(),
+            regex_refreshed: None,
         }
     }
 
@@ -192,6 +231,8 @@ impl ConsumerGroup {
                 client_id: v.client_id,
                 client_host: v.client_host,
                 subscribed: v.subscribed,
+                regex: v.regex,
+                matched: v.matched,
                 assignor: v.assignor,
                 owned: assigned.clone(),
                 assigned,
@@ -216,11 +257,11 @@ impl ConsumerGroup {
         }
     }
 
-    /// One heartbeat. `resolve` maps a topic name to (id, partition count) when it exists.
+    /// One heartbeat; `topics` answers for the cluster's topics.
     pub fn heartbeat(
         &mut self,
         req: HeartbeatIn,
-        resolve: &dyn Fn(&str) -> Option<(Uuid, i32)>,
+        topics: &dyn Topics,
         now: Instant,
     ) -> Result<HeartbeatOut, (E, String)> {
         if req.member_epoch == -1 || req.member_epoch == -2 {
@@ -233,6 +274,10 @@ impl ConsumerGroup {
             if !ASSIGNORS.contains(&a.as_str()) {
                 return Err((E::UnsupportedAssignor, format!("assignor {a} is not one of {ASSIGNORS:?}")));
             }
+        }
+        if let Some(re) = req.regex.as_deref().filter(|re| !re.is_empty() && !self.compiled.contains_key(*re)) {
+            let compiled = compile_regex(re)?;
+            self.compiled.insert(re.to_string(), compiled);
         }
         let member_id =
             if req.member_id.is_empty() { Uuid::new_v4().simple().to_string() } else { req.member_id.clone() };
@@ -263,6 +308,8 @@ impl ConsumerGroup {
                     client_id: req.client_id.clone(),
                     client_host: req.client_host.clone(),
                     subscribed: Vec::new(),
+                    regex: None,
+                    matched: Vec::new(),
                     assignor: None,
                     assigned: BTreeSet::new(),
                     owned: BTreeSet::new(),
@@ -296,18 +343,69 @@ impl ConsumerGroup {
             m.assignor = req.assignor;
             changed = true;
         }
+        let mut rematch = false;
+        if let Some(re) = req.regex {
+            let re = (!re.is_empty()).then_some(re);
+            if re != m.regex {
+                m.regex = re;
+                if m.regex.is_none() {
+                    m.matched.clear();
+                }
+                changed = true;
+                rematch = true;
+            }
+        }
         if changed {
             self.group_epoch += 1;
         }
-        self.refresh_target(resolve);
+        self.refresh_regexes(topics, now, rematch);
+        self.refresh_target(topics);
         Ok(self.reconcile(&member_id))
     }
 
+    /// Matches regex subscriptions against the topics again (when one changed, and at most
+    /// every [`REGEX_REFRESH`] otherwise); a member whose matches changed bumps the epoch.
+    fn refresh_regexes(&mut self, topics: &dyn Topics, now: Instant, force: bool) {
+        if !self.members.values().any(|m| m.regex.is_some()) {
+            return;
+        }
+        if !force && self.regex_refreshed.is_some_and(|t| now.duration_since(t) < REGEX_REFRESH) {
+            return;
+        }
+        self.regex_refreshed = Some(now);
+        let mut names = topics.names();
+        names.sort();
+        let mut changed = false;
+        for m in self.members.values_mut() {
+            let Some(re) = &m.regex else { continue };
+            if !self.compiled.contains_key(re) {
+                // Restored from the log: it compiled when the member sent it.
+                match compile_regex(re) {
+                    Ok(c) => {
+                        self.compiled.insert(re.clone(), c);
+                    }
+                    Err(_) => continue,
+                }
+            }
+            let c = &self.compiled[re];
+            let matched: Vec<String> = names.iter().filter(|n| c.is_match(n)).cloned().collect();
+            if matched != m.matched {
+                m.matched = matched;
+                changed = true;
+            }
+        }
+        let used: BTreeSet<&String> = self.members.values().filter_map(|m| m.regex.as_ref()).collect();
+        self.compiled.retain(|re, _| used.contains(re));
+        if changed {
+            self.group_epoch += 1;
+        }
+    }
+
     /// Recomputes the target assignment when the group or the topics changed.
-    fn refresh_target(&mut self, resolve: &dyn Fn(&str) -> Option<(Uuid, i32)>) {
-        let names: BTreeSet<&String> = self.members.values().flat_map(|m| m.subscribed.iter()).collect();
+    fn refresh_target(&mut self, resolve: &dyn Topics) {
+        let names: BTreeSet<&String> = self.members.values().flat_map(|m| m.topics()).collect();
         let topics: BTreeMap<String, (Uuid, i32)> =
-            names.into_iter().filter_map(|n| resolve(n).map(|t| (n.clone(), t))).collect();
+            names.into_iter().filter_map(|n| resolve.resolve(n).map(|t| (n.clone(), t))).collect();
         if topics != self.topics {
             self.topics = topics;
             self.group_epoch += 1;
@@ -334,7 +432,7 @@ impl ConsumerGroup {
     }
 
     fn subscribers(&self, topic: &str) -> Vec<&String> {
-        self.members.values().filter(|m| m.subscribed.iter().any(|s| s == topic)).map(|m| &m.id).collect()
+        self.members.values().filter(|m| m.subscribes_to(topic)).map(|m| &m.id).collect()
     }
 
     /// Each topic's partitions in contiguous ranges over its (sorted) subscribers.
@@ -372,11 +470,8 @@ impl ConsumerGroup {
             all.len().div_ceil(n)
         };
         for (name, tp) in &all {
-            let keeper = self
-                .members
-                .values()
-                .find(|m| m.target.contains(tp) && m.subscribed.iter().any(|s| s == name))
-                .map(|m| m.id.clone());
+            let keeper =
+                self.members.values().find(|m| m.target.contains(tp) && m.subscribes_to(name)).map(|m| m.id.clone());
             match keeper {
                 Some(k) if out[&k].len() < quota(name) => {
                     out.entry(k).or_default().insert(*tp);

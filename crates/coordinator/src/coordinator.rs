@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError as E;
 
-use crate::consumer::{ConsumerGroup, HeartbeatIn, HeartbeatOut, Tp};
+use crate::consumer::{ConsumerGroup, HeartbeatIn, HeartbeatOut, Topics, Tp};
 use crate::group::{Group, JoinRequest, JoinResult, Pending, State, SyncResult, Timing};
 use crate::records::{partition_for, ConsumerGroupValue, ConsumerMemberValue, GroupValue, Key, OffsetValue};
 
@@ -91,6 +91,7 @@ pub struct ConsumerMemberSummary {
     pub client_id: String,
     pub client_host: String,
     pub subscribed: Vec<String>,
+    pub regex: Option<String>,
     pub assigned: Vec<Tp>,
     pub target: Vec<Tp>,
 }
@@ -147,7 +148,7 @@ impl Coordinator {
         &self,
         group_id: &str,
         mut req: HeartbeatIn,
-        resolve: &(dyn Fn(&str) -> Option<(uuid::Uuid, i32)> + Sync),
+        topics: &(dyn Topics + Sync),
     ) -> Result<HeartbeatOut, (E, String)> {
         if group_id.is_empty() {
             return Err((E::InvalidGroupId, "empty group id".into()));
@@ -162,7 +163,7 @@ impl Coordinator {
             let g = groups
                 .entry(group_id.to_string())
                 .or_insert_with(|| ConsumerGroup::new(&self.config.consumer_default_assignor));
-            let out = g.heartbeat(req, resolve, Instant::now());
+            let out = g.heartbeat(req, topics, Instant::now());
             let records = g.changes(group_id);
             (out, (!records.is_empty()).then(|| self.log.append(self.partition_for(group_id), records)))
         };
@@ -191,6 +192,7 @@ impl Coordinator {
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
                     subscribed: m.subscribed.clone(),
+                    regex: m.regex.clone(),
                     assigned: m.assigned.iter().copied().collect(),
                     target: m.target.iter().copied().collect(),
                 })
@@ -481,7 +483,7 @@ impl Coordinator {
                 let cg_members = consumer.get(&g.id).filter(|cg| !cg.members.is_empty());
                 let expired: Vec<(String, i32)> = if let Some(cg) = cg_members {
                     let subscribed: std::collections::HashSet<&String> =
-                        cg.members.values().flat_map(|m| m.subscribed.iter()).collect();
+                        cg.members.values().flat_map(|m| m.topics()).collect();
                     g.offsets
                         .iter()
                         .filter(|((t, _), v)| !subscribed.contains(t) && expired_by(v.commit_timestamp))
@@ -663,7 +665,7 @@ impl Coordinator {
             let Some(g) = groups.get(group_id) else { return Err(E::GroupIdNotFound) };
             let mut subscribed = g.subscribed_topics();
             if let Some(cg) = self.lock_consumer().get(group_id) {
-                subscribed.extend(cg.members.values().flat_map(|m| m.subscribed.iter().cloned()));
+                subscribed.extend(cg.members.values().flat_map(|m| m.topics().cloned()));
             }
             let mut results = Vec::new();
             let mut records = Vec::new();

@@ -12,7 +12,7 @@ mod coordinator;
 pub mod group;
 pub mod records;
 
-pub use consumer::{HeartbeatIn, HeartbeatOut, Tp};
+pub use consumer::{HeartbeatIn, HeartbeatOut, Topics, Tp};
 pub use coordinator::{
     Committed, ConsumerGroupSummary, ConsumerMemberSummary, Coordinator, CoordinatorConfig, GroupListing, GroupLog,
     GroupSummary, LogFuture, MemberSummary,

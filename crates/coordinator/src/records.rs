@@ -19,7 +19,8 @@
 //! ConsumerMemberKey v5   group string, member_id string
 //! ConsumerMemberValue v0 epoch i32, instance_id string?, rack_id string?, client_id string,
 //!                        client_host string, assignor string?, subscribed [string],
-//!                        assigned [topic_id uuid, partition i32], target [same]
+//!                        assigned [topic_id uuid, partition i32], target [same],
+//!                        regex string?, matched [string]
 //! ```
 //! Every decoder here reads bytes from disk: it returns an error, never panics.
 
@@ -59,6 +60,9 @@ pub struct ConsumerMemberValue {
     pub subscribed: Vec<String>,
     pub assigned: Vec<(uuid::Uuid, i32)>,
     pub target: Vec<(uuid::Uuid, i32)>,
+    /// KIP-848 regular-expression subscription, and the topics it matched when written.
+    pub regex: Option<String>,
+    pub matched: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -347,6 +351,11 @@ impl ConsumerMemberValue {
         }
         put_partitions(&mut b, &self.assigned);
         put_partitions(&mut b, &self.target);
+        put_opt_str(&mut b, self.regex.as_deref());
+        b.put_i32(self.matched.len() as i32);
+        for t in &self.matched {
+            put_str(&mut b, t);
+        }
         b.freeze()
     }
 
@@ -368,6 +377,9 @@ impl ConsumerMemberValue {
         v.subscribed = (0..n).map(|_| r.str()).collect::<Result<_, _>>()?;
         v.assigned = r.partitions()?;
         v.target = r.partitions()?;
+        v.regex = r.opt_str()?;
+        let n = r.count(2)?;
+        v.matched = (0..n).map(|_| r.str()).collect::<Result<_, _>>()?;
         Ok(v)
     }
 }
@@ -436,6 +448,8 @@ mod tests {
             subscribed: vec!["t".into()],
             assigned: vec![(id, 0), (id, 1)],
             target: vec![(id, 0)],
+            regex: Some("t.*".into()),
+            matched: vec!["t".into()],
         };
         let raw = m.encode();
         assert_eq!(ConsumerMemberValue::decode(raw.clone()), Ok(m));

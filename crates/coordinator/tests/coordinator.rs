@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError as E;
-use runnel_coordinator::{Coordinator, CoordinatorConfig, GroupLog, HeartbeatIn, JoinRequest, JoinResult, LogFuture};
+use runnel_coordinator::{
+    Coordinator, CoordinatorConfig, GroupLog, HeartbeatIn, JoinRequest, JoinResult, LogFuture, Topics,
+};
 
 /// An in-memory log with the GroupLog contract: appends are immediately durable.
 /// (key, value) records of one partition; a None value is a tombstone.
@@ -244,6 +246,32 @@ async fn offsets_expire_after_retention_and_empty_groups_are_deleted() {
     assert!(!listed(&again, "solo") && !listed(&again, "g"));
 }
 
+/// The cluster's topics as the coordinator sees them: name → (id, partitions).
+#[derive(Default)]
+struct Cluster(Mutex<BTreeMap<String, (uuid::Uuid, i32)>>);
+
+impl Cluster {
+    fn with(topics: &[(&str, i32)]) -> Cluster {
+        let c = Cluster::default();
+        for (name, n) in topics {
+            c.add(name, *n);
+        }
+        c
+    }
+    fn add(&self, name: &str, partitions: i32) {
+        self.0.lock().expect("lock").insert(name.into(), (uuid::Uuid::new_v4(), partitions));
+    }
+}
+
+impl Topics for Cluster {
+    fn resolve(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+        self.0.lock().expect("lock").get(name).copied()
+    }
+    fn names(&self) -> Vec<String> {
+        self.0.lock().expect("lock").keys().cloned().collect()
+    }
+}
+
 fn hb(
     member_id: &str,
     epoch: i32,
@@ -258,6 +286,7 @@ fn hb(
         client_id: "client".into(),
         client_host: "/127.0.0.1".into(),
         subscribed: subscribed.map(|s| s.iter().map(|t| t.to_string()).collect()),
+        regex: None,
         assignor: None,
         owned,
         session_timeout: Duration::ZERO,
@@ -267,8 +296,7 @@ fn hb(
 #[tokio::test]
 async fn kip848_members_and_assignments_survive_a_new_coordinator() {
     let log = Arc::new(MemLog::default());
-    let topic = uuid::Uuid::from_u128(42);
-    let resolve = move |name: &str| (name == "t").then_some((topic, 4));
+    let resolve = Cluster::with(&[("t", 4)]);
     let c = Coordinator::new(log.clone(), config());
     let a = c.consumer_heartbeat("g", hb("a", 0, Some(&["t"]), Some(vec![])), &resolve).await.expect("join a");
     assert_eq!(a.assignment.as_ref().map(Vec::len), Some(4), "a alone gets every partition");
@@ -305,4 +333,30 @@ async fn kip848_members_and_assignments_survive_a_new_coordinator() {
     let ids: Vec<String> =
         third.describe_consumer("g").expect("group").members.into_iter().map(|m| m.member_id).collect();
     assert_eq!(ids, vec!["a".to_string()]);
+}
+
+#[tokio::test]
+async fn kip848_regex_subscriptions_follow_new_topics_and_survive_a_restart() {
+    let log = Arc::new(MemLog::default());
+    let cluster = Cluster::with(&[("orders-eu", 2), ("orders-us", 1), ("payments", 3)]);
+    let c = Coordinator::new(log.clone(), config());
+    let bad = HeartbeatIn { regex: Some("orders-(".into()), ..hb("m", 0, Some(&[]), Some(vec![])) };
+    assert_eq!(c.consumer_heartbeat("g", bad, &cluster).await.err().map(|e| e.0), Some(E::InvalidRegularExpression));
+    let join = HeartbeatIn { regex: Some("orders-.*".into()), ..hb("m", 0, Some(&[]), Some(vec![])) };
+    let first = c.consumer_heartbeat("g", join, &cluster).await.expect("join");
+    assert_eq!(first.assignment.as_ref().map(Vec::len), Some(3), "orders-eu and orders-us, not payments");
+    // A matching topic created later is picked up at the next refresh.
+    cluster.add("orders-apac", 2);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let next = c.consumer_heartbeat("g", hb("m", first.member_epoch, None, None), &cluster).await.expect("hb");
+    assert!(next.member_epoch > first.member_epoch);
+    assert_eq!(next.assignment.as_ref().map(Vec::len), Some(5));
+    let described = c.describe_consumer("g").expect("group");
+    assert_eq!(described.members[0].regex.as_deref(), Some("orders-.*"));
+    // The regex and what it matched come back after a restart, with the same epoch.
+    let again = Coordinator::new(log, config());
+    again.load().expect("load");
+    let after = again.consumer_heartbeat("g", hb("m", next.member_epoch, None, None), &cluster).await.expect("hb");
+    assert_eq!(after.member_epoch, next.member_epoch);
+    assert_eq!(again.describe_consumer("g").expect("group").members[0].assigned.len(), 5);
 }

@@ -30,6 +30,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.SubscriptionPattern;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -50,6 +51,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *           [--protocol classic|consumer] [--assignor range|cooperative-sticky|uniform]
  *           [--client-id ID] [--session-timeout-ms MS] [--idle-seconds S] [--max-seconds S]
  *           [--auto-offset-reset earliest|latest|none] [--exit-after-records N]
+ *           [--pattern RE2]  (with --protocol consumer: subscribe to a broker-side regex
+ *                             instead of T; T is still required and ignored)
  * produce   --bootstrap B --topic T --count N [--start K]
  * committed --bootstrap B --group G --topic T
  * </pre>
@@ -197,6 +200,7 @@ public final class GroupCheck {
         Path stopFile = Paths.get(out + ".stop");
         String protocol = opts.getOrDefault("protocol", "classic");
         String assignor = opts.get("assignor");
+        String pattern = opts.get("pattern");
         String clientId = opts.getOrDefault("client-id", "groupcheck-" + ProcessHandle.current().pid());
         int sessionTimeoutMs = Integer.parseInt(opts.getOrDefault("session-timeout-ms", "6000"));
         long idleMs = (long) (Double.parseDouble(opts.getOrDefault("idle-seconds", "3")) * 1000);
@@ -277,7 +281,7 @@ public final class GroupCheck {
                 StandardOpenOption.CREATE, StandardOpenOption.APPEND);
         boolean success = false;
         try {
-            consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+            ConsumerRebalanceListener listener = new ConsumerRebalanceListener() {
                 @Override
                 public void onPartitionsRevoked(Collection<TopicPartition> parts) {
                     rebalances[0]++;
@@ -311,8 +315,14 @@ public final class GroupCheck {
                     owned.removeAll(parts);
                     err(me + ": lost " + partitions(parts) + "; assignment now " + partitions(owned));
                 }
-            });
-            err(me + ": subscribed to " + topic + " in group " + group + " (protocol " + protocol
+            };
+            if (pattern != null) {
+                // KIP-848 server-side regular expression (RE2 syntax), matched by the broker.
+                consumer.subscribe(new SubscriptionPattern(pattern), listener);
+            } else {
+                consumer.subscribe(List.of(topic), listener);
+            }
+            err(me + ": subscribed to " + (pattern != null ? "pattern " + pattern : topic) + " in group " + group + " (protocol " + protocol
                     + (assignor != null ? ", assignor " + assignor : "") + ")");
 
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(maxSeconds);

@@ -52,6 +52,7 @@ pub fn handle(b: &Arc<Broker>, r: ConsumerGroupDescribeRequest, v: i16) -> Reply
                         .with_client_id(str_bytes(&s.client_id))
                         .with_client_host(str_bytes(&s.client_host))
                         .with_subscribed_topic_names(s.subscribed.iter().map(|t| topic_name(t)).collect())
+                        .with_subscribed_topic_regex(s.regex.as_deref().map(str_bytes))
                         .with_assignment(assignment(b, &s.assigned))
                         .with_target_assignment(assignment(b, &s.target));
                     if v >= 1 {

@@ -8,11 +8,25 @@ use std::sync::Arc;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
 use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
-use runnel_coordinator::HeartbeatIn;
+use runnel_coordinator::{HeartbeatIn, Topics};
 
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::dispatch::{now, Ctx, Reply};
+
+/// The catalog as the coordinator's view of topics.
+struct CatalogTopics<'a>(&'a Broker);
+
+impl Topics for CatalogTopics<'_> {
+    fn resolve(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+        self.0.catalog.topic(name).map(|t| (t.id, t.partitions.len() as i32))
+    }
+
+    fn names(&self) -> Vec<String> {
+        let topics = self.0.catalog.topics_snapshot();
+        topics.iter().filter(|t| &*t.name != crate::offsets_log::OFFSETS_TOPIC).map(|t| t.name.to_string()).collect()
+    }
+}
 
 pub fn handle(b: &Arc<Broker>, r: ConsumerGroupHeartbeatRequest, v: i16, ctx: &Ctx) -> Reply {
     let interval = b.groups.consumer_heartbeat_interval_ms();
@@ -26,9 +40,6 @@ pub fn handle(b: &Arc<Broker>, r: ConsumerGroupHeartbeatRequest, v: i16, ctx: &C
     if v >= 1 && r.member_id.is_empty() {
         return fail(ResponseError::InvalidRequest, "MemberId can't be empty.");
     }
-    if r.subscribed_topic_regex.as_ref().is_some_and(|re| !re.is_empty()) {
-        return fail(ResponseError::InvalidRequest, "regular-expression subscriptions are not supported yet");
-    }
     let req = HeartbeatIn {
         member_id: r.member_id.to_string(),
         member_epoch: r.member_epoch,
@@ -37,6 +48,7 @@ pub fn handle(b: &Arc<Broker>, r: ConsumerGroupHeartbeatRequest, v: i16, ctx: &C
         client_id: ctx.client_id.clone(),
         client_host: format!("/{}", ctx.peer.ip()),
         subscribed: r.subscribed_topic_names.as_ref().map(|ts| ts.iter().map(|t| t.0.to_string()).collect()),
+        regex: r.subscribed_topic_regex.as_ref().map(|s| s.to_string()),
         assignor: r.server_assignor.as_ref().map(|s| s.to_string()),
         owned: r
             .topic_partitions
@@ -46,8 +58,7 @@ pub fn handle(b: &Arc<Broker>, r: ConsumerGroupHeartbeatRequest, v: i16, ctx: &C
     };
     let (b, group, member_id) = (b.clone(), r.group_id.0.to_string(), r.member_id.clone());
     Box::pin(async move {
-        let resolve = |name: &str| b.catalog.topic(name).map(|t| (t.id, t.partitions.len() as i32));
-        let resp = match b.groups.consumer_heartbeat(&group, req, &resolve).await {
+        let resp = match b.groups.consumer_heartbeat(&group, req, &CatalogTopics(&b)).await {
             Err((code, msg)) => ConsumerGroupHeartbeatResponse::default()
                 .with_error_code(code.code())
                 .with_error_message(Some(str_bytes(&msg)))

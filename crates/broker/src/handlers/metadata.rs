@@ -59,21 +59,25 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> Reply {
         r.topics
             .unwrap_or_default()
             .into_iter()
-            .map(|req| match req.name.as_ref().map(|n| n.0.as_str()) {
-                Some(name) => match b.catalog.topic(name) {
-                    Some(t) => topic_entry(b, &t, v),
-                    None if validate_topic_name(name).is_err() => {
-                        error_entry(Some(name), uuid::Uuid::nil(), ResponseError::InvalidTopicException)
-                    }
-                    None => match may_create.then(|| b.auto_create(name)).flatten() {
+            // A topic asked for by id carries a null name, or the empty default some clients
+            // leave in it.
+            .map(|req| {
+                match req.name.as_ref().map(|n| n.0.as_str()).filter(|n| !n.is_empty() || req.topic_id.is_nil()) {
+                    Some(name) => match b.catalog.topic(name) {
                         Some(t) => topic_entry(b, &t, v),
-                        None => error_entry(Some(name), uuid::Uuid::nil(), ResponseError::UnknownTopicOrPartition),
+                        None if validate_topic_name(name).is_err() => {
+                            error_entry(Some(name), uuid::Uuid::nil(), ResponseError::InvalidTopicException)
+                        }
+                        None => match may_create.then(|| b.auto_create(name)).flatten() {
+                            Some(t) => topic_entry(b, &t, v),
+                            None => error_entry(Some(name), uuid::Uuid::nil(), ResponseError::UnknownTopicOrPartition),
+                        },
                     },
-                },
-                None => match b.catalog.topic_by_id(req.topic_id) {
-                    Some(t) => topic_entry(b, &t, v),
-                    None => error_entry(None, req.topic_id, ResponseError::UnknownTopicId),
-                },
+                    None => match b.catalog.topic_by_id(req.topic_id) {
+                        Some(t) => topic_entry(b, &t, v),
+                        None => error_entry(None, req.topic_id, ResponseError::UnknownTopicId),
+                    },
+                }
             })
             .collect()
     };
