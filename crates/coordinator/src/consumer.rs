@@ -58,6 +58,7 @@ impl CMember {
             target: self.target.iter().copied().collect(),
             regex: self.regex.clone(),
             matched: self.matched.clone(),
+            rebalance_timeout_ms: self.rebalance_timeout.as_millis().min(i32::MAX as u128) as i32,
         }
     }
 
@@ -91,6 +92,10 @@ pub struct CMember {
     sent: Option<BTreeSet<Tp>>,
     session_timeout: Duration,
     last_seen: Instant,
+    /// How long the member may take to give up partitions it was asked to revoke.
+    pub rebalance_timeout: Duration,
+    /// Since when it has been asked to revoke partitions it still owns.
+    revoking_since: Option<Instant>,
 }
 
 pub struct ConsumerGroup {
@@ -125,7 +130,12 @@ pub struct HeartbeatIn {
     pub assignor: Option<String>,
     pub owned: Option<Vec<Tp>>,
     pub session_timeout: Duration,
+    /// Sent when joining; None: unchanged.
+    pub rebalance_timeout: Option<Duration>,
 }
+
+/// Kafka's default `max.poll.interval.ms`, which clients send as their rebalance timeout.
+pub const REBALANCE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(300);
 
 #[derive(Debug)]
 pub struct HeartbeatOut {
@@ -240,6 +250,8 @@ impl ConsumerGroup {
                 sent: None,
                 session_timeout: session,
                 last_seen: now,
+                rebalance_timeout: Duration::from_millis(v.rebalance_timeout_ms.max(0) as u64),
+                revoking_since: None,
             },
         );
         self.saved_members.insert(id.to_string(), raw);
@@ -317,6 +329,8 @@ impl ConsumerGroup {
                     sent: None,
                     session_timeout: req.session_timeout,
                     last_seen: now,
+                    rebalance_timeout: REBALANCE_TIMEOUT_DEFAULT,
+                    revoking_since: None,
                 },
             );
             self.group_epoch += 1;
@@ -327,6 +341,9 @@ impl ConsumerGroup {
         }
         m.last_seen = now;
         m.session_timeout = req.session_timeout;
+        if let Some(t) = req.rebalance_timeout {
+            m.rebalance_timeout = t;
+        }
         if let Some(owned) = req.owned {
             m.owned = owned.into_iter().collect();
         }
@@ -360,7 +377,7 @@ impl ConsumerGroup {
         }
         self.refresh_regexes(topics, now, rematch);
         self.refresh_target(topics);
-        Ok(self.reconcile(&member_id))
+        Ok(self.reconcile(&member_id, now))
     }
 
     /// Matches regex subscriptions against the topics again (when one changed, and at most
@@ -490,7 +507,7 @@ impl ConsumerGroup {
     /// Moves a member toward its target: revoke what it must give up at once, add what
     /// nobody else holds or still reports owning; its epoch catches up once nothing it
     /// owns is being revoked.
-    fn reconcile(&mut self, member_id: &str) -> HeartbeatOut {
+    fn reconcile(&mut self, member_id: &str, now: Instant) -> HeartbeatOut {
         let taken: BTreeSet<Tp> = self
             .members
             .values()
@@ -501,6 +518,7 @@ impl ConsumerGroup {
         let m = self.members.get_mut(member_id).expect("member exists: inserted or checked by the caller");
         let mut next: BTreeSet<Tp> = m.assigned.intersection(&m.target).copied().collect();
         let revoking = m.owned.iter().any(|tp| !m.target.contains(tp));
+        m.revoking_since = if revoking { Some(m.revoking_since.unwrap_or(now)) } else { None };
         if !revoking {
             next.extend(m.target.iter().filter(|tp| !taken.contains(tp)).copied());
             m.epoch = assignment_epoch;
@@ -513,10 +531,15 @@ impl ConsumerGroup {
         HeartbeatOut { member_id: m.id.clone(), member_epoch: m.epoch, assignment }
     }
 
-    /// Drops members whose session ran out. Returns how many.
+    /// Drops members whose session ran out, and members that held on to partitions they
+    /// were asked to revoke for longer than their rebalance timeout. Returns how many.
     pub fn expire(&mut self, now: Instant) -> usize {
         let before = self.members.len();
-        self.members.retain(|_, m| now.duration_since(m.last_seen) <= m.session_timeout);
+        self.members.retain(|_, m| {
+            let alive = now.duration_since(m.last_seen) <= m.session_timeout;
+            let stuck = m.revoking_since.is_some_and(|t| now.duration_since(t) > m.rebalance_timeout);
+            alive && !stuck
+        });
         let gone = before - self.members.len();
         if gone > 0 {
             self.group_epoch += 1;

@@ -20,7 +20,7 @@
 //! ConsumerMemberValue v0 epoch i32, instance_id string?, rack_id string?, client_id string,
 //!                        client_host string, assignor string?, subscribed [string],
 //!                        assigned [topic_id uuid, partition i32], target [same],
-//!                        regex string?, matched [string]
+//!                        regex string?, matched [string], rebalance_timeout_ms i32
 //! ```
 //! Every decoder here reads bytes from disk: it returns an error, never panics.
 
@@ -63,6 +63,7 @@ pub struct ConsumerMemberValue {
     /// KIP-848 regular-expression subscription, and the topics it matched when written.
     pub regex: Option<String>,
     pub matched: Vec<String>,
+    pub rebalance_timeout_ms: i32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -356,6 +357,7 @@ impl ConsumerMemberValue {
         for t in &self.matched {
             put_str(&mut b, t);
         }
+        b.put_i32(self.rebalance_timeout_ms);
         b.freeze()
     }
 
@@ -380,6 +382,7 @@ impl ConsumerMemberValue {
         v.regex = r.opt_str()?;
         let n = r.count(2)?;
         v.matched = (0..n).map(|_| r.str()).collect::<Result<_, _>>()?;
+        v.rebalance_timeout_ms = r.i32()?;
         Ok(v)
     }
 }
@@ -450,6 +453,7 @@ mod tests {
             target: vec![(id, 0)],
             regex: Some("t.*".into()),
             matched: vec!["t".into()],
+            rebalance_timeout_ms: 300_000,
         };
         let raw = m.encode();
         assert_eq!(ConsumerMemberValue::decode(raw.clone()), Ok(m));

@@ -290,6 +290,7 @@ fn hb(
         assignor: None,
         owned,
         session_timeout: Duration::ZERO,
+        rebalance_timeout: None,
     }
 }
 
@@ -359,4 +360,38 @@ async fn kip848_regex_subscriptions_follow_new_topics_and_survive_a_restart() {
     let after = again.consumer_heartbeat("g", hb("m", next.member_epoch, None, None), &cluster).await.expect("hb");
     assert_eq!(after.member_epoch, next.member_epoch);
     assert_eq!(again.describe_consumer("g").expect("group").members[0].assigned.len(), 5);
+}
+
+#[tokio::test]
+async fn kip848_member_that_never_revokes_is_removed_after_its_rebalance_timeout() {
+    let cluster = Cluster::with(&[("t", 4)]);
+    let c = Coordinator::new(Arc::new(MemLog::default()), config());
+    let join = |id: &str| HeartbeatIn {
+        rebalance_timeout: Some(Duration::from_millis(200)),
+        ..hb(id, 0, Some(&["t"]), Some(vec![]))
+    };
+    let a = c.consumer_heartbeat("g", join("a"), &cluster).await.expect("a joins");
+    let all = a.assignment.clone().expect("a owns everything");
+    let b = c.consumer_heartbeat("g", join("b"), &cluster).await.expect("b joins");
+    assert_eq!(b.assignment.as_ref().map(Vec::len), Some(0), "b waits for a to revoke");
+    // a keeps heartbeating but keeps reporting every partition: it never revokes, and is
+    // fenced once 200 ms have passed.
+    let started = std::time::Instant::now();
+    let mut epoch = a.member_epoch;
+    let fenced = loop {
+        match c.consumer_heartbeat("g", hb("a", epoch, None, Some(all.clone())), &cluster).await {
+            Ok(r) => epoch = r.member_epoch,
+            Err(e) => break e.0,
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "a was never fenced");
+        c.tick().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(fenced, E::UnknownMemberId);
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    let members: Vec<String> =
+        c.describe_consumer("g").expect("group").members.into_iter().map(|m| m.member_id).collect();
+    assert_eq!(members, vec!["b".to_string()]);
+    let b2 = c.consumer_heartbeat("g", hb("b", b.member_epoch, None, Some(vec![])), &cluster).await.expect("b");
+    assert_eq!(b2.assignment.map(|a| a.len()), Some(4), "b takes over");
 }

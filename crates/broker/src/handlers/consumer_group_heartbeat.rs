@@ -55,6 +55,8 @@ pub fn handle(b: &Arc<Broker>, r: ConsumerGroupHeartbeatRequest, v: i16, ctx: &C
             .as_ref()
             .map(|tps| tps.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p))).collect()),
         session_timeout: std::time::Duration::ZERO,
+        rebalance_timeout: (r.rebalance_timeout_ms >= 0)
+            .then(|| std::time::Duration::from_millis(r.rebalance_timeout_ms as u64)),
     };
     let (b, group, member_id) = (b.clone(), r.group_id.0.to_string(), r.member_id.clone());
     Box::pin(async move {
