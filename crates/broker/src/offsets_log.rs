@@ -4,11 +4,10 @@
 
 use std::sync::{Arc, Weak};
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::RecordBatchDecoder;
 use runnel_coordinator::{GroupLog, LogFuture};
+use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_NONE};
 use runnel_wire::{BatchHeader, Batches};
 
 use crate::broker::Broker;
@@ -46,33 +45,11 @@ impl OffsetsLog {
 
 fn encode(records: &[(Bytes, Option<Bytes>)]) -> Result<Vec<u8>, String> {
     let now = crate::now_ms();
-    let recs: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, (k, v))| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32,
-            timestamp: now,
-            key: Some(k.clone()),
-            value: v.clone(),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        recs.iter(),
-        &RecordEncodeOptions { version: 2, compression: Compression::None },
-    )
-    .map_err(|e| e.to_string())?;
-    Ok(buf.to_vec())
+    let mut batch = BatchBuilder::new(now);
+    for (k, v) in records {
+        batch.push(now, Some(k), v.as_ref().map(|v| [&v[..]]).as_ref().map(|parts| &parts[..]));
+    }
+    batch.finish(CODEC_NONE, ProducerFields::NONE).map_err(|e| e.to_string())
 }
 
 impl GroupLog for OffsetsLog {

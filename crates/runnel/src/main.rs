@@ -1,5 +1,8 @@
 //! `runnel`: the single binary. `runnel dev` runs one broker on localhost with data in a
-//! local folder; `runnel serve --config server.properties` runs a configured broker.
+//! local folder; `runnel serve --config server.properties` runs a configured broker;
+//! `runnel bench` measures any Kafka-compatible cluster.
+
+mod bench;
 
 use std::path::PathBuf;
 
@@ -37,6 +40,8 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         settings: Vec<String>,
     },
+    /// Load generator and benchmark for any Kafka-compatible cluster (also: compare, size).
+    Bench(Box<bench::BenchArgs>),
 }
 
 fn apply_overrides(settings: &mut Settings, overrides: &[String]) -> Result<()> {
@@ -56,6 +61,7 @@ fn config(command: Command) -> Result<BrokerConfig> {
             apply_overrides(&mut s, &overrides)?;
             s
         }
+        Command::Bench(_) => unreachable!("bench does not configure a broker"),
         Command::Serve { config, settings: overrides } => {
             let text = std::fs::read_to_string(&config).with_context(|| format!("reading {}", config.display()))?;
             let mut s = Settings::from_properties(&text).with_context(|| format!("in {}", config.display()))?;
@@ -85,10 +91,11 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
-    let result = config(cli.command).and_then(|config| {
-        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
-        rt.block_on(server::run(config, stop_signal()))
-    });
+    let runtime = || tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime");
+    let result = match cli.command {
+        Command::Bench(args) => runtime().and_then(|rt| rt.block_on(bench::main(*args))),
+        command => config(command).and_then(|config| runtime()?.block_on(server::run(config, stop_signal()))),
+    };
     if let Err(e) = result {
         // An environment we cannot run in (port taken, data dir unwritable): say why, exit 1.
         eprintln!("runnel: {e:#}");

@@ -27,9 +27,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
+use bytes::{BufMut, Bytes, BytesMut};
 use runnel_wire::batch::{read_varint, BatchHeader, HEADER_BYTES};
+use runnel_wire::build::{compress, decompress};
 
 use crate::segment::file_name;
 
@@ -357,7 +357,7 @@ fn filter_batch(
     for r in &kept {
         plain.put_slice(r.raw);
     }
-    let section = compress(codec, plain).map_err(invalid)?;
+    let section = compress(codec, &plain).map_err(invalid)?;
     let mut out = Vec::with_capacity(HEADER_BYTES + section.len());
     out.extend_from_slice(&batch[..HEADER_BYTES]);
     out.extend_from_slice(&section);
@@ -369,36 +369,6 @@ fn filter_batch(
     let crc = crc32c::crc32c(&out[21..]);
     out[17..21].copy_from_slice(&crc.to_be_bytes());
     Ok(Filtered::Rebuilt(out))
-}
-
-fn decompress(codec: i16, data: &[u8]) -> anyhow::Result<Bytes> {
-    let mut src = Bytes::copy_from_slice(data);
-    let all = |b: &mut Bytes| Ok(b.copy_to_bytes(b.remaining()));
-    match codec {
-        0 => Ok(src),
-        1 => Gzip::decompress(&mut src, all),
-        2 => Snappy::decompress(&mut src, all),
-        3 => Lz4::decompress(&mut src, all),
-        4 => Zstd::decompress(&mut src, all),
-        c => anyhow::bail!("unknown compression codec {c}"),
-    }
-}
-
-fn compress(codec: i16, plain: BytesMut) -> anyhow::Result<Vec<u8>> {
-    let mut out = BytesMut::new();
-    let put = |b: &mut BytesMut| {
-        b.put_slice(&plain);
-        Ok(())
-    };
-    match codec {
-        0 => return Ok(plain.to_vec()),
-        1 => <Gzip as Compressor<BytesMut>>::compress(&mut out, put)?,
-        2 => <Snappy as Compressor<BytesMut>>::compress(&mut out, put)?,
-        3 => <Lz4 as Compressor<BytesMut>>::compress(&mut out, put)?,
-        4 => <Zstd as Compressor<BytesMut>>::compress(&mut out, put)?,
-        c => anyhow::bail!("unknown compression codec {c}"),
-    }
-    Ok(out.to_vec())
 }
 
 #[cfg(test)]

@@ -4,8 +4,10 @@
 //! Nothing here touches sockets or files, and nothing here trusts its input: every parser
 //! returns a typed error instead of panicking, because these bytes come from clients and
 //! from disk. The Kafka message codec itself is the `kafka-protocol` crate; this crate
-//! holds what that crate leaves to the broker.
+//! holds what that crate leaves to the broker, plus a batch builder and the record codecs
+//! for the places that write batches themselves.
 
 pub mod batch;
+pub mod build;
 
 pub use batch::{BatchError, BatchHeader, Batches};

@@ -1,0 +1,157 @@
+//! A minimal Kafka client connection: requests pipelined over one TCP stream, responses
+//! matched to requests in order (Kafka answers each connection's requests in order).
+//!
+//! A writer task owns the socket's write half and a reader task its read half; the number
+//! of requests waiting for an answer is bounded by the outgoing channel plus `in_flight`.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use std::time::Instant;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+
+/// Largest response frame accepted.
+const RESPONSE_BYTES_MAX: usize = 256 << 20;
+
+/// A request waiting for its answer: correlation id, response header version, where the
+/// answer (with the time it arrived) goes, and the in-flight slot it holds.
+type Waiter = (i32, i16, oneshot::Sender<Result<(Bytes, Instant)>>, OwnedSemaphorePermit);
+
+pub struct Connection {
+    out: mpsc::Sender<(Bytes, Option<Waiter>)>,
+    next_id: AtomicI32,
+    in_flight: Arc<Semaphore>,
+    client_id: String,
+}
+
+impl Connection {
+    /// Connects and starts the reader and writer tasks. At most `in_flight` requests wait
+    /// for an answer at a time; [`Connection::send`] waits for a slot.
+    pub async fn connect(addr: &str, client_id: &str, in_flight: usize) -> Result<Arc<Connection>> {
+        let stream = TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
+        stream.set_nodelay(true)?;
+        let (mut rd, mut wr) = stream.into_split();
+        let (tx, mut rx) = mpsc::channel::<(Bytes, Option<Waiter>)>(in_flight.max(1));
+        let pending: Arc<Mutex<VecDeque<Waiter>>> = Arc::new(Mutex::new(VecDeque::new()));
+        let p = pending.clone();
+        tokio::spawn(async move {
+            while let Some((frame, waiter)) = rx.recv().await {
+                if let Some(w) = waiter {
+                    p.lock().unwrap_or_else(|e| e.into_inner()).push_back(w);
+                }
+                if wr.write_all(&frame).await.is_err() {
+                    break;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            let fail_all = |why: &str| {
+                for (_, _, w, _) in pending.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                    let _ = w.send(Err(anyhow!("{why}")));
+                }
+            };
+            loop {
+                let mut len = [0u8; 4];
+                if rd.read_exact(&mut len).await.is_err() {
+                    fail_all("connection closed");
+                    return;
+                }
+                let len = i32::from_be_bytes(len);
+                if len < 4 || len as usize > RESPONSE_BYTES_MAX {
+                    fail_all("bad response frame length");
+                    return;
+                }
+                let mut buf = vec![0u8; len as usize];
+                if rd.read_exact(&mut buf).await.is_err() {
+                    fail_all("connection closed");
+                    return;
+                }
+                let arrived = Instant::now();
+                let Some((id, header_version, waiter, permit)) =
+                    pending.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+                else {
+                    return;
+                };
+                drop(permit);
+                let mut frame = Bytes::from(buf);
+                let answer = ResponseHeader::decode(&mut frame, header_version)
+                    .map_err(|e| anyhow!("bad response header: {e}"))
+                    .and_then(|h| {
+                        if h.correlation_id == id {
+                            Ok((frame, arrived))
+                        } else {
+                            Err(anyhow!("response for request {} where {id} was expected", h.correlation_id))
+                        }
+                    });
+                let _ = waiter.send(answer);
+            }
+        });
+        Ok(Arc::new(Connection {
+            out: tx,
+            next_id: AtomicI32::new(1),
+            in_flight: Arc::new(Semaphore::new(in_flight.max(1))),
+            client_id: client_id.to_string(),
+        }))
+    }
+
+    /// Sends a request that gets no answer (Produce with acks=0).
+    pub async fn send_no_reply<R: Request>(&self, req: &R, version: i16) -> Result<()> {
+        let frame = self.frame(req, version)?.0;
+        self.out.send((frame, None)).await.map_err(|_| anyhow!("connection closed"))
+    }
+
+    fn frame<R: Request>(&self, req: &R, version: i16) -> Result<(Bytes, i32, ApiKey)> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow!("unknown api key {}", R::KEY))?;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(id)
+            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
+        let mut buf = BytesMut::with_capacity(256);
+        buf.put_i32(0);
+        header.encode(&mut buf, key.request_header_version(version)).map_err(|e| anyhow!("{e}"))?;
+        req.encode(&mut buf, version).map_err(|e| anyhow!("encoding {key:?} v{version}: {e}"))?;
+        let len = (buf.len() - 4) as i32;
+        buf[0..4].copy_from_slice(&len.to_be_bytes());
+        Ok((buf.freeze(), id, key))
+    }
+
+    /// Sends a request once an in-flight slot is free; the returned future resolves to the
+    /// decoded response and the time it arrived. Requests go out in the order `send` is
+    /// awaited; the slot frees when the answer arrives, whether or not the future is polled.
+    pub async fn send<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+    ) -> Result<impl Future<Output = Result<(R::Response, Instant)>> + Send + 'static> {
+        let permit = self.in_flight.clone().acquire_owned().await.map_err(|_| anyhow!("connection closed"))?;
+        let (frame, id, key) = self.frame(req, version)?;
+        let (tx, rx) = oneshot::channel();
+        let header_version = key.response_header_version(version);
+        let waiter = (id, header_version, tx, permit);
+        self.out.send((frame, Some(waiter))).await.map_err(|_| anyhow!("connection closed"))?;
+        Ok(async move {
+            let (mut body, arrived) = rx.await.map_err(|_| anyhow!("connection closed"))??;
+            let resp =
+                R::Response::decode(&mut body, version).map_err(|e| anyhow!("decoding {key:?} v{version}: {e}"))?;
+            if body.has_remaining() {
+                bail!("{} trailing bytes after {key:?} v{version} response", body.remaining());
+            }
+            Ok((resp, arrived))
+        })
+    }
+
+    /// Sends and waits for the answer.
+    pub async fn call<R: Request>(&self, req: &R, version: i16) -> Result<R::Response> {
+        Ok(self.send(req, version).await?.await?.0)
+    }
+}

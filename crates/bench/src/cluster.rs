@@ -1,0 +1,173 @@
+//! What the benchmark needs from a cluster besides producing and fetching: broker
+//! addresses and partition leaders (Metadata), creating and deleting its topic, and the
+//! log-end offsets (ListOffsets) that consumers start from and that a run is checked by.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    BrokerId, CreateTopicsRequest, DeleteTopicsRequest, ListOffsetsRequest, MetadataRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::client::Connection;
+
+/// Request versions the benchmark speaks; both Apache Kafka 4.x and Runnel accept them.
+pub const METADATA_VERSION: i16 = 12;
+pub const PRODUCE_VERSION: i16 = 9;
+pub const FETCH_VERSION: i16 = 12;
+pub const LIST_OFFSETS_VERSION: i16 = 7;
+pub const CREATE_TOPICS_VERSION: i16 = 7;
+pub const DELETE_TOPICS_VERSION: i16 = 5;
+pub const INIT_PRODUCER_ID_VERSION: i16 = 4;
+
+pub fn topic_name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+/// A topic's partitions and who leads each.
+#[derive(Debug, Clone)]
+pub struct TopicLayout {
+    pub name: String,
+    /// partition index → leader broker id
+    pub leaders: Vec<i32>,
+}
+
+pub struct Cluster {
+    pub bootstrap: String,
+    /// broker id → "host:port"
+    pub brokers: HashMap<i32, String>,
+    admin: Arc<Connection>,
+}
+
+fn check(code: i16, what: &str) -> Result<()> {
+    if code == 0 {
+        return Ok(());
+    }
+    match ResponseError::try_from_code(code) {
+        Some(e) => bail!("{what}: {e:?}"),
+        None => bail!("{what}: error code {code}"),
+    }
+}
+
+impl Cluster {
+    pub async fn connect(bootstrap: &str) -> Result<Cluster> {
+        let admin = Connection::connect(bootstrap, "runnel-bench-admin", 8).await?;
+        let mut c = Cluster { bootstrap: bootstrap.to_string(), brokers: HashMap::new(), admin };
+        c.refresh_brokers().await?;
+        Ok(c)
+    }
+
+    async fn refresh_brokers(&mut self) -> Result<()> {
+        let req = MetadataRequest::default().with_topics(Some(vec![]));
+        let resp = self.admin.call(&req, METADATA_VERSION).await.context("metadata")?;
+        self.brokers = resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
+        Ok(())
+    }
+
+    pub fn address(&self, broker: i32) -> Result<&str> {
+        self.brokers.get(&broker).map(String::as_str).ok_or_else(|| anyhow!("broker {broker} is not in the metadata"))
+    }
+
+    /// The topic's layout once every partition has a leader (waits up to 30 s).
+    pub async fn layout(&mut self, topic: &str) -> Result<TopicLayout> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let req = MetadataRequest::default()
+                .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(topic_name(topic)))]))
+                .with_allow_auto_topic_creation(false);
+            let resp = self.admin.call(&req, METADATA_VERSION).await.context("metadata")?;
+            self.brokers =
+                resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
+            if let Some(t) = resp.topics.iter().find(|t| t.error_code == 0) {
+                let mut leaders = vec![-1; t.partitions.len()];
+                for p in &t.partitions {
+                    if let Some(slot) = leaders.get_mut(p.partition_index as usize) {
+                        *slot = p.leader_id.0;
+                    }
+                }
+                if !leaders.is_empty() && leaders.iter().all(|l| *l >= 0 && self.brokers.contains_key(l)) {
+                    return Ok(TopicLayout { name: topic.to_string(), leaders });
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("topic {topic} has no leader for every partition after 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub async fn create_topic(
+        &self,
+        topic: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        let t = CreatableTopic::default()
+            .with_name(topic_name(topic))
+            .with_num_partitions(partitions)
+            .with_replication_factor(replication_factor)
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        CreatableTopicConfig::default()
+                            .with_name(StrBytes::from_string(k.clone()))
+                            .with_value(Some(StrBytes::from_string(v.clone())))
+                    })
+                    .collect(),
+            );
+        let req = CreateTopicsRequest::default().with_topics(vec![t]).with_timeout_ms(30_000);
+        let resp = self.admin.call(&req, CREATE_TOPICS_VERSION).await.context("create topics")?;
+        for t in &resp.topics {
+            check(t.error_code, &format!("creating topic {topic}"))?;
+        }
+        Ok(())
+    }
+
+    pub async fn delete_topic(&self, topic: &str) -> Result<()> {
+        let req = DeleteTopicsRequest::default().with_topic_names(vec![topic_name(topic)]).with_timeout_ms(30_000);
+        let resp = self.admin.call(&req, DELETE_TOPICS_VERSION).await.context("delete topics")?;
+        for r in &resp.responses {
+            check(r.error_code, &format!("deleting topic {topic}"))?;
+        }
+        Ok(())
+    }
+
+    /// Log-end offset (ListOffsets latest) of every partition, asked of each leader.
+    pub async fn end_offsets(&self, layout: &TopicLayout) -> Result<Vec<i64>> {
+        let mut by_leader: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+        for (p, leader) in layout.leaders.iter().enumerate() {
+            by_leader.entry(*leader).or_default().push(p as i32);
+        }
+        let mut out = vec![-1; layout.leaders.len()];
+        for (leader, parts) in by_leader {
+            let conn = Connection::connect(self.address(leader)?, "runnel-bench-admin", 1).await?;
+            let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+                ListOffsetsTopic::default().with_name(topic_name(&layout.name)).with_partitions(
+                    parts
+                        .iter()
+                        .map(|p| ListOffsetsPartition::default().with_partition_index(*p).with_timestamp(-1))
+                        .collect(),
+                ),
+            ]);
+            let resp = conn.call(&req, LIST_OFFSETS_VERSION).await.context("list offsets")?;
+            for t in &resp.topics {
+                for p in &t.partitions {
+                    check(p.error_code, &format!("offsets of {}-{}", layout.name, p.partition_index))?;
+                    if let Some(slot) = out.get_mut(p.partition_index as usize) {
+                        *slot = p.offset;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}

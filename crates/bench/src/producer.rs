@@ -1,0 +1,326 @@
+//! The load generator's producer: records batched per partition (up to `batch.size`, or
+//! `linger.ms` after a batch opened), one Produce request per leader carrying every ready
+//! batch, at most `max.in.flight` requests per connection, `buffer.memory` bounding what is
+//! buffered or in flight. Unkeyed records use a sticky partition (switched when its batch
+//! goes out, as Kafka's default partitioner does); keyed ones Kafka's murmur2 hash.
+//!
+//! Latency of a record runs from its start to the arrival of the answer to the request that
+//! carried it. With a target rate the start is when the schedule said it should be sent,
+//! not when it was (coordinated omission), so falling behind shows up as latency.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest};
+use rand::{Rng, SeedableRng};
+use runnel_wire::build::{BatchBuilder, ProducerFields};
+use tokio::task::JoinSet;
+
+use crate::client::Connection;
+use crate::cluster::{topic_name, TopicLayout, INIT_PRODUCER_ID_VERSION, PRODUCE_VERSION};
+use crate::stats::{Live, Recorder};
+use crate::Workload;
+
+/// Kafka's murmur2 (the Java client's `Utils.murmur2`), for keyed partitioning.
+pub fn murmur2(data: &[u8]) -> i32 {
+    let m: u32 = 0x5bd1e995;
+    let r = 24;
+    let mut h: u32 = 0x9747b28c ^ data.len() as u32;
+    let mut chunks = data.chunks_exact(4);
+    for c in &mut chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(m);
+        k ^= k >> r;
+        k = k.wrapping_mul(m);
+        h = h.wrapping_mul(m);
+        h ^= k;
+    }
+    let rest = chunks.remainder();
+    if rest.len() >= 3 {
+        h ^= (rest[2] as u32) << 16;
+    }
+    if rest.len() >= 2 {
+        h ^= (rest[1] as u32) << 8;
+    }
+    if !rest.is_empty() {
+        h ^= rest[0] as u32;
+        h = h.wrapping_mul(m);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(m);
+    h ^= h >> 15;
+    h as i32
+}
+
+pub fn partition_for_key(key: &[u8], partitions: usize) -> usize {
+    ((murmur2(key) & 0x7fffffff) as usize) % partitions.max(1)
+}
+
+/// Microseconds since the run's start: what a record carries in its first 8 value bytes,
+/// so a consumer in this process can tell its end-to-end latency.
+pub fn micros_since(t0: Instant, at: Instant) -> u64 {
+    at.saturating_duration_since(t0).as_micros() as u64
+}
+
+struct Open {
+    builder: BatchBuilder,
+    /// Each record's start (µs since the run's start) and size.
+    starts: Vec<(u64, u32)>,
+    opened: Instant,
+}
+
+struct PartitionState {
+    open: Option<Open>,
+    /// Batches that reached `batch.size`, oldest first; one goes out per request.
+    full: std::collections::VecDeque<Open>,
+    next_sequence: i32,
+}
+
+/// One request's batches, waiting for the answer.
+struct Sent {
+    batches: Vec<(usize, Vec<(u64, u32)>)>,
+    bytes: usize,
+}
+
+pub struct ProducerPlan {
+    pub workload: Arc<Workload>,
+    pub layout: TopicLayout,
+    pub addresses: HashMap<i32, String>,
+    pub t0: Instant,
+    pub deadline: Instant,
+    /// Records this producer writes (None: until the deadline).
+    pub records: Option<u64>,
+    /// Records per second for this producer (None: as fast as it can).
+    pub rate: Option<f64>,
+    pub index: usize,
+    pub live: Arc<Live>,
+}
+
+type Answer = (Sent, Result<(kafka_protocol::messages::ProduceResponse, Instant)>);
+
+/// Runs one producer to its record count or deadline; returns what it measured.
+pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
+    let w = plan.workload.clone();
+    let mut rec = Recorder::new(plan.t0);
+    let client_id = format!("runnel-bench-producer-{}", plan.index);
+    let mut conns: BTreeMap<i32, Arc<Connection>> = BTreeMap::new();
+    for leader in plan.layout.leaders.iter() {
+        if !conns.contains_key(leader) {
+            let addr = plan.addresses.get(leader).context("leader address")?;
+            conns.insert(*leader, Connection::connect(addr, &client_id, w.in_flight).await?);
+        }
+    }
+    let (producer_id, producer_epoch) = if w.idempotent {
+        let conn = conns.values().next().context("no broker")?;
+        let resp = conn
+            .call(
+                &InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(-1),
+                INIT_PRODUCER_ID_VERSION,
+            )
+            .await
+            .context("InitProducerId")?;
+        if resp.error_code != 0 {
+            anyhow::bail!("InitProducerId failed with error code {}", resp.error_code);
+        }
+        (resp.producer_id.0, resp.producer_epoch)
+    } else {
+        (-1, -1)
+    };
+    let n = plan.layout.leaders.len();
+    let mut parts: Vec<PartitionState> =
+        (0..n).map(|_| PartitionState { open: None, full: Default::default(), next_sequence: 0 }).collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed ^ plan.index as u64);
+    let payload: Vec<u8> = (0..w.record_bytes.1.max(8)).map(|_| rng.gen()).collect();
+    let keys: Vec<Vec<u8>> =
+        w.keys.map(|k| (0..k.min(1 << 20)).map(|i| format!("key-{i}").into_bytes()).collect()).unwrap_or_default();
+    let mut sticky = rng.gen_range(0..n.max(1));
+    let mut in_flight: JoinSet<Answer> = JoinSet::new();
+    let mut buffered = 0usize;
+    let mut generated = 0u64;
+    let linger = Duration::from_millis(w.linger_ms);
+    let start = Instant::now();
+    loop {
+        let now = Instant::now();
+        let more = plan.records.is_none_or(|r| generated < r) && now < plan.deadline;
+        // 1. Generate what the schedule allows and the buffer holds.
+        let mut next_due: Option<Instant> = None;
+        while more && buffered < w.buffer_bytes && plan.records.is_none_or(|r| generated < r) {
+            let due = plan.rate.map(|r| start + Duration::from_secs_f64(generated as f64 / r));
+            if let Some(d) = due {
+                if d > now {
+                    next_due = Some(d);
+                    break;
+                }
+            }
+            let size = if w.record_bytes.0 == w.record_bytes.1 {
+                w.record_bytes.0
+            } else {
+                rng.gen_range(w.record_bytes.0..=w.record_bytes.1)
+            };
+            let key = (!keys.is_empty()).then(|| &keys[rng.gen_range(0..keys.len())]);
+            let p = match key {
+                Some(k) => partition_for_key(k, n),
+                None => sticky,
+            };
+            let started = micros_since(plan.t0, due.unwrap_or(now));
+            let ts_ms = crate::wall_ms();
+            let open = parts[p].open.get_or_insert_with(|| Open {
+                builder: BatchBuilder::new(ts_ms),
+                starts: Vec::new(),
+                opened: now,
+            });
+            let stamp = micros_since(plan.t0, Instant::now()).to_be_bytes();
+            if size >= 8 {
+                open.builder.push(ts_ms, key.map(Vec::as_slice), Some(&[&stamp, &payload[..size - 8]]));
+            } else {
+                open.builder.push(ts_ms, key.map(Vec::as_slice), Some(&[&payload[..size]]));
+            }
+            open.starts.push((started, size as u32));
+            buffered += size + 16;
+            generated += 1;
+            if open.builder.size_bytes() >= w.batch_bytes {
+                let st = &mut parts[p];
+                st.full.extend(st.open.take());
+                if key.is_none() && n > 1 {
+                    sticky = (sticky + 1 + rng.gen_range(0..n - 1)) % n;
+                }
+            }
+        }
+        let done_generating = plan.records.is_some_and(|r| generated >= r) || Instant::now() >= plan.deadline;
+        // 2. Send ready batches: full, lingered long enough, or everything once done.
+        let now = Instant::now();
+        let mut ready: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+        let mut next_linger: Option<Instant> = None;
+        let mut backlog = false;
+        for (p, st) in parts.iter_mut().enumerate() {
+            if st.full.is_empty() {
+                if let Some(o) = &st.open {
+                    let deadline = o.opened + linger;
+                    if done_generating || deadline <= now {
+                        st.full.extend(st.open.take());
+                    } else {
+                        next_linger = Some(next_linger.map_or(deadline, |d: Instant| d.min(deadline)));
+                    }
+                }
+            }
+            if !st.full.is_empty() {
+                ready.entry(plan.layout.leaders[p]).or_default().push(p);
+                backlog |= st.full.len() > 1;
+            }
+        }
+        for (leader, ps) in ready {
+            let mut data = Vec::with_capacity(ps.len());
+            let mut sent = Sent { batches: Vec::with_capacity(ps.len()), bytes: 0 };
+            for p in ps {
+                let st = &mut parts[p];
+                let Some(o) = st.full.pop_front() else { continue };
+                let producer = if w.idempotent {
+                    ProducerFields { producer_id, producer_epoch, base_sequence: st.next_sequence }
+                } else {
+                    ProducerFields::NONE
+                };
+                st.next_sequence = st.next_sequence.wrapping_add(o.builder.count());
+                let batch = o.builder.finish(w.codec, producer)?;
+                data.push(PartitionProduceData::default().with_index(p as i32).with_records(Some(Bytes::from(batch))));
+                sent.bytes += o.starts.iter().map(|(_, s)| *s as usize + 16).sum::<usize>();
+                sent.batches.push((p, o.starts));
+            }
+            let req = ProduceRequest::default().with_acks(w.acks).with_timeout_ms(30_000).with_topic_data(vec![
+                TopicProduceData::default().with_name(topic_name(&w.topic)).with_partition_data(data),
+            ]);
+            let conn = conns.get(&leader).context("connection to leader")?;
+            if w.acks == 0 {
+                // No answer comes: the record is done once written.
+                let fut = conn.send_no_reply(&req, PRODUCE_VERSION).await;
+                let at = Instant::now();
+                buffered -= sent.bytes;
+                match fut {
+                    Ok(()) => {
+                        for (_, starts) in &sent.batches {
+                            for (s, size) in starts {
+                                rec.record(at, micros_since(plan.t0, at).saturating_sub(*s), *size as u64);
+                                Live::add(&plan.live.produced_bytes, *size as u64);
+                            }
+                            Live::add(&plan.live.produced, starts.len() as u64);
+                        }
+                    }
+                    Err(e) => count_error(&mut rec, &plan.live, &sent, &format!("send: {e}")),
+                }
+                continue;
+            }
+            let fut = conn.send(&req, PRODUCE_VERSION).await?;
+            in_flight.spawn(async move { (sent, fut.await) });
+            // Answers that already came free buffer space now.
+            while let Some(done) = in_flight.try_join_next() {
+                buffered -= settle(done?, &mut rec, &plan);
+            }
+        }
+        if done_generating && parts.iter().all(|p| p.open.is_none() && p.full.is_empty()) {
+            break;
+        }
+        // 3. Wait for an answer, the next scheduled record or the next linger deadline.
+        let soon = (backlog || done_generating).then(Instant::now);
+        let wake =
+            [next_due, next_linger, soon, (!done_generating).then_some(plan.deadline)].into_iter().flatten().min();
+        let full = buffered >= w.buffer_bytes;
+        tokio::select! {
+            Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                buffered -= settle(done?, &mut rec, &plan);
+            }
+            _ = tokio::time::sleep_until(wake.unwrap_or(now + Duration::from_millis(1)).into()), if !full || in_flight.is_empty() => {}
+        }
+    }
+    while let Some(done) = in_flight.join_next().await {
+        settle(done?, &mut rec, &plan);
+    }
+    Ok(rec)
+}
+
+fn count_error(rec: &mut Recorder, live: &Live, sent: &Sent, kind: &str) {
+    let n: u64 = sent.batches.iter().map(|(_, s)| s.len() as u64).sum();
+    rec.error(kind, n);
+    Live::add(&live.errors, n);
+}
+
+/// Records an answer; returns the bytes it frees.
+fn settle(answer: Answer, rec: &mut Recorder, plan: &ProducerPlan) -> usize {
+    let (sent, result) = answer;
+    match result {
+        Err(e) => count_error(rec, &plan.live, &sent, &format!("request: {e}")),
+        Ok((resp, arrived)) => {
+            let mut codes: HashMap<i32, i16> = HashMap::new();
+            for t in &resp.responses {
+                for p in &t.partition_responses {
+                    codes.insert(p.index, p.error_code);
+                }
+            }
+            let now_us = micros_since(plan.t0, arrived);
+            for (p, starts) in &sent.batches {
+                match codes.get(&(*p as i32)).copied().unwrap_or(-1) {
+                    0 => {
+                        let mut bytes = 0u64;
+                        for (s, size) in starts {
+                            rec.record(arrived, now_us.saturating_sub(*s), *size as u64);
+                            bytes += *size as u64;
+                        }
+                        Live::add(&plan.live.produced, starts.len() as u64);
+                        Live::add(&plan.live.produced_bytes, bytes);
+                    }
+                    code => {
+                        let kind = ResponseError::try_from_code(code)
+                            .map(|e| format!("{e:?}"))
+                            .unwrap_or_else(|| format!("error code {code}"));
+                        rec.error(&kind, starts.len() as u64);
+                        Live::add(&plan.live.errors, starts.len() as u64);
+                    }
+                }
+            }
+        }
+    }
+    sent.bytes
+}

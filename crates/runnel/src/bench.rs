@@ -1,0 +1,302 @@
+//! `runnel bench`, `runnel bench compare`, `runnel bench size`: the command line of the
+//! load generator in `runnel-bench`.
+
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
+use runnel_bench::scenario::{scenario, NAMES};
+use runnel_bench::size::{size, SizeInput};
+use runnel_bench::Workload;
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    #[command(flatten)]
+    run: Box<RunArgs>,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Run the same workload against two clusters, alternating, and print B/A ratios.
+    Compare {
+        /// Bootstrap address of cluster A.
+        #[arg(long)]
+        a: String,
+        /// Bootstrap address of cluster B.
+        #[arg(long)]
+        b: String,
+        /// Rounds (each runs A and B once, alternating which goes first).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        #[command(flatten)]
+        run: Box<RunArgs>,
+    },
+    /// Brokers (and cost) needed for a target load, from a measured per-broker throughput.
+    Size {
+        /// Client MB/s one broker sustained in a cluster with the target replication factor.
+        #[arg(long, conflicts_with = "from_report")]
+        per_broker_mb_s: Option<f64>,
+        /// Take the throughput from a `runnel bench --json` report of a cluster of --brokers.
+        #[arg(long)]
+        from_report: Option<PathBuf>,
+        /// Brokers of the cluster the report measured.
+        #[arg(long, default_value_t = 1)]
+        brokers: u32,
+        /// Target produce load in MB/s.
+        #[arg(long)]
+        target_mb_s: f64,
+        #[arg(long, default_value_t = 1024.0)]
+        record_bytes: f64,
+        #[arg(long, default_value_t = 3)]
+        replication_factor: u32,
+        /// Failure domains replicas spread over (e.g. 3 zones); the cluster must survive losing one.
+        #[arg(long, default_value_t = 3)]
+        domains: u32,
+        /// Capacity kept free, 0..1.
+        #[arg(long, default_value_t = 0.3)]
+        headroom: f64,
+        /// Price of one broker per hour (any currency).
+        #[arg(long)]
+        broker_hour_price: Option<f64>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args, Clone)]
+struct RunArgs {
+    /// Any Kafka-compatible bootstrap address.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    /// A named workload (durable-512, tiny-8, lz4-1k, latency-1k, keyed-many, partitions-N);
+    /// the options below override it.
+    #[arg(long)]
+    scenario: Option<String>,
+    /// Topic to create (and delete afterwards); default runnel-bench-<pid>.
+    #[arg(long)]
+    topic: Option<String>,
+    /// Use --topic as it exists: no create, no delete.
+    #[arg(long)]
+    existing_topic: bool,
+    /// Keep the created topic after the run.
+    #[arg(long)]
+    keep_topic: bool,
+    #[arg(long)]
+    partitions: Option<i32>,
+    #[arg(long)]
+    replication_factor: Option<i16>,
+    /// Topic config for the created topic, KEY=VALUE (repeatable).
+    #[arg(long = "topic-config", value_name = "KEY=VALUE")]
+    topic_configs: Vec<String>,
+    #[arg(long)]
+    producers: Option<usize>,
+    #[arg(long)]
+    consumers: Option<usize>,
+    /// Record value size in bytes, or MIN-MAX for a uniform spread.
+    #[arg(long)]
+    record_size: Option<String>,
+    /// Distinct keys (keyed records, Kafka's murmur2 partitioning); 0 = unkeyed.
+    #[arg(long)]
+    keys: Option<u64>,
+    /// none, gzip, snappy, lz4, zstd.
+    #[arg(long)]
+    compression: Option<String>,
+    /// 0, 1 or all (-1).
+    #[arg(long)]
+    acks: Option<String>,
+    #[arg(long)]
+    batch_size: Option<usize>,
+    #[arg(long)]
+    linger_ms: Option<u64>,
+    #[arg(long)]
+    idempotence: Option<bool>,
+    /// Records per second over all producers; latency is then measured from each record's
+    /// scheduled time (coordinated-omission correction).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seconds to produce for.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Records to produce (instead of a duration).
+    #[arg(long)]
+    records: Option<u64>,
+    #[arg(long)]
+    max_in_flight: Option<usize>,
+    #[arg(long)]
+    buffer_memory: Option<usize>,
+    /// Write the report as JSON here ("-" for stdout).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write an SVG chart (throughput and latency over time) here.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Live progress line on stderr (default: when stderr is a terminal).
+    #[arg(long)]
+    progress: Option<bool>,
+}
+
+impl RunArgs {
+    fn workload(&self) -> Result<Workload> {
+        let mut w = match &self.scenario {
+            Some(s) => scenario(s).ok_or_else(|| anyhow!("unknown scenario {s}; known: {}", NAMES.join(", ")))?,
+            None => Workload::default(),
+        };
+        w.topic = self.topic.clone().unwrap_or_else(|| format!("runnel-bench-{}", std::process::id()));
+        w.existing_topic = self.existing_topic;
+        w.keep_topic = self.keep_topic;
+        if self.existing_topic && self.topic.is_none() {
+            bail!("--existing-topic needs --topic");
+        }
+        macro_rules! set {
+            ($field:ident, $from:expr) => {
+                if let Some(v) = $from {
+                    w.$field = v;
+                }
+            };
+        }
+        set!(partitions, self.partitions);
+        set!(replication_factor, self.replication_factor);
+        set!(producers, self.producers);
+        set!(consumers, self.consumers);
+        set!(batch_bytes, self.batch_size);
+        set!(linger_ms, self.linger_ms);
+        set!(idempotent, self.idempotence);
+        set!(in_flight, self.max_in_flight);
+        set!(buffer_bytes, self.buffer_memory);
+        if let Some(k) = self.keys {
+            w.keys = (k > 0).then_some(k);
+        }
+        if let Some(r) = self.rate {
+            w.rate = (r > 0.0).then_some(r);
+        }
+        if let Some(d) = self.duration {
+            w.duration_s = d;
+            w.records = None;
+        }
+        if let Some(n) = self.records {
+            w.records = Some(n);
+        }
+        if let Some(c) = &self.compression {
+            w.codec = runnel_bench::codec(c).ok_or_else(|| anyhow!("unknown compression {c}"))?;
+            w.compression = c.clone();
+        }
+        if let Some(a) = &self.acks {
+            w.acks = match a.as_str() {
+                "all" | "-1" => -1,
+                "1" => 1,
+                "0" => 0,
+                other => bail!("--acks {other}: expected 0, 1 or all"),
+            };
+        }
+        if let Some(s) = &self.record_size {
+            let parse = |x: &str| x.trim().parse::<usize>().with_context(|| format!("--record-size {s}"));
+            w.record_bytes = match s.split_once('-') {
+                Some((lo, hi)) => (parse(lo)?, parse(hi)?),
+                None => (parse(s)?, parse(s)?),
+            };
+            if w.record_bytes.0 > w.record_bytes.1 {
+                bail!("--record-size {s}: MIN is above MAX");
+            }
+        }
+        for kv in &self.topic_configs {
+            let (k, v) = kv.split_once('=').with_context(|| format!("--topic-config {kv}: expected KEY=VALUE"))?;
+            w.topic_configs.insert(k.to_string(), v.to_string());
+        }
+        if w.in_flight == 0 || w.batch_bytes == 0 || w.partitions <= 0 {
+            bail!("--max-in-flight, --batch-size and --partitions must be positive");
+        }
+        Ok(w)
+    }
+
+    fn progress(&self) -> bool {
+        self.progress.unwrap_or_else(|| std::io::IsTerminal::is_terminal(&std::io::stderr()))
+    }
+}
+
+fn write_out(path: &PathBuf, text: &str) -> Result<()> {
+    if path.as_os_str() == "-" {
+        println!("{text}");
+        return Ok(());
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+pub async fn main(args: BenchArgs) -> Result<()> {
+    match args.command {
+        None => {
+            let a = &args.run;
+            let report = runnel_bench::run(&a.bootstrap, a.workload()?, a.progress()).await?;
+            print!("{}", report.text());
+            if let Some(p) = &a.json {
+                write_out(p, &serde_json::to_string_pretty(&report)?)?;
+            }
+            if let Some(p) = &a.svg {
+                write_out(p, &report.svg())?;
+            }
+            Ok(())
+        }
+        Some(BenchCommand::Compare { a, b, rounds, run }) => {
+            let c = runnel_bench::compare::compare(&a, &b, run.workload()?, rounds, run.progress()).await?;
+            print!("{}", c.text());
+            if let Some(p) = &run.json {
+                write_out(p, &serde_json::to_string_pretty(&c)?)?;
+            }
+            Ok(())
+        }
+        Some(BenchCommand::Size {
+            per_broker_mb_s,
+            from_report,
+            brokers,
+            target_mb_s,
+            record_bytes,
+            replication_factor,
+            domains,
+            headroom,
+            broker_hour_price,
+            json,
+        }) => {
+            let per_broker_mb_s = match (per_broker_mb_s, from_report) {
+                (Some(v), _) => v,
+                (None, Some(path)) => {
+                    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+                    let v: serde_json::Value = serde_json::from_str(&text).context("parsing the report")?;
+                    let mb = v["produce"]["mb_per_s"].as_f64().context("report has no produce.mb_per_s")?;
+                    mb / brokers.max(1) as f64
+                }
+                (None, None) => bail!("give --per-broker-mb-s or --from-report"),
+            };
+            let input = SizeInput {
+                per_broker_mb_s,
+                target_mb_s,
+                record_bytes,
+                replication_factor,
+                domains,
+                headroom,
+                broker_hour_price,
+            };
+            let out = size(&input).map_err(|e| anyhow!(e))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "input": input, "output": out }))?);
+            } else {
+                println!(
+                    "{} brokers ({} per failure domain x {domains}) for {target_mb_s} MB/s at {per_broker_mb_s:.1} MB/s per broker, rf {replication_factor}, {:.0}% headroom",
+                    out.brokers,
+                    out.brokers_per_domain,
+                    headroom * 100.0
+                );
+                println!(
+                    "utilisation {:.0}% normally, {:.0}% after losing one failure domain",
+                    out.utilisation_normal * 100.0,
+                    out.utilisation_after_domain_loss * 100.0
+                );
+                if let (Some(h), Some(m)) = (out.cost_per_hour, out.cost_per_million_records) {
+                    println!("cost {h:.2} per hour, {m:.6} per million {record_bytes}-byte records");
+                }
+            }
+            Ok(())
+        }
+    }
+}

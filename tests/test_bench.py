@@ -1,0 +1,143 @@
+"""`runnel bench`: the load generator measured against what the broker stored.
+
+Each run is a few seconds against a fresh runnel. The report's counts must equal what the
+broker holds (log-end offsets read independently through librdkafka), the consumers must
+have read every record, keyed records must land where Kafka's Java partitioner (murmur2)
+puts them, and `compare` / `size` must produce their figures.
+"""
+
+import json
+import subprocess
+
+from confluent_kafka import Consumer, TopicPartition
+
+from conftest import RUNNEL_BIN, Broker, unique_topic
+
+RUN_TIMEOUT_S = 120
+
+
+def bench(*args):
+    p = subprocess.run([RUNNEL_BIN, "bench", *map(str, args)], capture_output=True, text=True,
+                       timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, f"runnel bench {' '.join(map(str, args))} exited {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def high_watermarks(bootstrap, topic, partitions):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("hw")})
+    try:
+        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)]
+    finally:
+        c.close()
+
+
+def read_keys(bootstrap, topic, partitions, expected):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("keys"), "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out = []
+        while len(out) < expected:
+            batch = c.consume(1000, timeout=5)
+            assert batch, f"only {len(out)} of {expected} records readable"
+            out += [(m.partition(), m.key()) for m in batch if not m.error()]
+        return out
+    finally:
+        c.close()
+
+
+def murmur2(data):
+    """Kafka's Java client murmur2 (Utils.murmur2)."""
+    m, r = 0x5bd1e995, 24
+    h = (0x9747b28c ^ len(data)) & 0xffffffff
+    n4 = len(data) // 4
+    for i in range(n4):
+        k = int.from_bytes(data[4 * i:4 * i + 4], "little")
+        k = (k * m) & 0xffffffff
+        k ^= k >> r
+        k = (k * m) & 0xffffffff
+        h = (h * m) & 0xffffffff
+        h ^= k
+    rest = data[4 * n4:]
+    if len(rest) >= 3:
+        h ^= rest[2] << 16
+    if len(rest) >= 2:
+        h ^= rest[1] << 8
+    if rest:
+        h ^= rest[0]
+        h = (h * m) & 0xffffffff
+    h ^= h >> 13
+    h = (h * m) & 0xffffffff
+    h ^= h >> 15
+    return h
+
+
+def test_report_counts_match_what_the_broker_stored(runnel_broker, tmp_path):
+    b = runnel_broker
+    topic = unique_topic("bench")
+    out, svg = tmp_path / "report.json", tmp_path / "chart.svg"
+    p = bench("--bootstrap", b.bootstrap, "--topic", topic, "--partitions", 3, "--replication-factor", 1,
+              "--duration", 3, "--record-size", "100-400", "--keep-topic", "--json", out, "--svg", svg,
+              "--progress", "false")
+    r = json.loads(out.read_text())
+    produced = r["produce"]["records"]
+    assert produced > 1000, p.stdout
+    assert r["produce"]["errors"] == {}, r["produce"]["errors"]
+    assert r["stored_records"] == produced
+    assert sum(high_watermarks(b.bootstrap, topic, 3)) == produced, "the broker holds exactly what was acknowledged"
+    assert r["end_to_end"]["records"] == produced, "consumers read every record"
+    assert 100 * produced <= r["produce"]["bytes"] <= 400 * produced
+    lat = r["produce"]["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p99"] <= lat["p999"] <= lat["max"]
+    assert sum(t["produced"] for t in r["timeline"]) == produced
+    assert svg.read_text().startswith("<svg") and "throughput" in svg.read_text()
+    assert "produce" in p.stdout and "e2e" in p.stdout
+
+
+def test_keyed_compressed_rate_limited_run(runnel_broker, tmp_path):
+    b = runnel_broker
+    topic = unique_topic("bench")
+    out = tmp_path / "report.json"
+    bench("--bootstrap", b.bootstrap, "--topic", topic, "--partitions", 4, "--replication-factor", 1,
+          "--records", 3000, "--rate", 1500, "--keys", 50, "--compression", "zstd", "--producers", 2,
+          "--consumers", 2, "--keep-topic", "--json", out, "--progress", "false")
+    r = json.loads(out.read_text())
+    assert r["produce"]["records"] == 3000 and r["stored_records"] == 3000
+    assert r["end_to_end"]["records"] == 3000
+    assert sum(high_watermarks(b.bootstrap, topic, 4)) == 3000
+    # At 1500 records/s the run takes about two seconds, not less.
+    assert r["elapsed_s"] >= 1.5, r["elapsed_s"]
+    for partition, key in read_keys(b.bootstrap, topic, 4, 3000):
+        assert key.startswith(b"key-")
+        assert partition == (murmur2(key) & 0x7fffffff) % 4, f"{key} in partition {partition}"
+
+
+def test_acks_zero_and_scenario_flags(runnel_broker, tmp_path):
+    b = runnel_broker
+    out = tmp_path / "report.json"
+    bench("--bootstrap", b.bootstrap, "--scenario", "latency-1k", "--replication-factor", 1, "--duration", 2,
+          "--acks", 0, "--json", out, "--progress", "false")
+    r = json.loads(out.read_text())
+    assert r["workload"]["rate"] == 1000 and r["workload"]["record_bytes"] == [100, 100]
+    assert 1500 <= r["produce"]["records"] <= 2100, r["produce"]["records"]
+    assert r["stored_records"] == r["produce"]["records"]
+
+
+def test_compare_two_brokers_and_size(tmp_path):
+    a = Broker(tmp_path / "a").start()
+    b = Broker(tmp_path / "b").start()
+    try:
+        out = tmp_path / "compare.json"
+        p = bench("compare", "--a", a.bootstrap, "--b", b.bootstrap, "--rounds", 2, "--duration", 1,
+                  "--replication-factor", 1, "--partitions", 2, "--json", out, "--progress", "false")
+        c = json.loads(out.read_text())
+        assert len(c["reports_a"]) == 2 and len(c["reports_b"]) == 2
+        names = [f["name"] for f in c["figures"]]
+        assert "produce records/s" in names and "produce p99 ms" in names
+        assert "B/A" in p.stdout
+    finally:
+        a.kill9()
+        b.kill9()
+    p = bench("size", "--per-broker-mb-s", 100, "--target-mb-s", 500, "--broker-hour-price", 0.5, "--json")
+    s = json.loads(p.stdout)["output"]
+    assert s["brokers"] == 12 and s["brokers_per_domain"] == 4
+    assert abs(s["cost_per_hour"] - 6.0) < 1e-9
