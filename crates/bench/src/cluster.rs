@@ -141,8 +141,23 @@ impl Cluster {
         Ok(())
     }
 
-    /// Log-end offset (ListOffsets latest) of every partition, asked of each leader.
+    /// Log-end offset (ListOffsets latest) of every partition, asked of each leader. A new
+    /// topic's leaders may answer NOT_LEADER_OR_FOLLOWER for a moment: retried for 30 s.
     pub async fn end_offsets(&self, layout: &TopicLayout) -> Result<Vec<i64>> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.try_end_offsets(layout).await {
+                Ok(v) => return Ok(v),
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "retrying ListOffsets");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn try_end_offsets(&self, layout: &TopicLayout) -> Result<Vec<i64>> {
         let mut by_leader: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
         for (p, leader) in layout.leaders.iter().enumerate() {
             by_leader.entry(*leader).or_default().push(p as i32);

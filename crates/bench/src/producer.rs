@@ -117,17 +117,18 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
     }
     let (producer_id, producer_epoch) = if w.idempotent {
         let conn = conns.values().next().context("no broker")?;
-        let resp = conn
-            .call(
-                &InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(-1),
-                INIT_PRODUCER_ID_VERSION,
-            )
-            .await
-            .context("InitProducerId")?;
-        if resp.error_code != 0 {
-            anyhow::bail!("InitProducerId failed with error code {}", resp.error_code);
+        // A broker may not be ready to hand out ids yet (COORDINATOR_LOAD_IN_PROGRESS and
+        // the like): retried for 30 s, as a Kafka producer would.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let req = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(-1);
+            let resp = conn.call(&req, INIT_PRODUCER_ID_VERSION).await.context("InitProducerId")?;
+            match resp.error_code {
+                0 => break (resp.producer_id.0, resp.producer_epoch),
+                code if Instant::now() > deadline => anyhow::bail!("InitProducerId failed with error code {code}"),
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
         }
-        (resp.producer_id.0, resp.producer_epoch)
     } else {
         (-1, -1)
     };
