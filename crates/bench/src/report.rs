@@ -157,7 +157,8 @@ impl Report {
             xml(&self.bootstrap),
             self.timeline.len()
         );
-        let series = |s: &mut String, y0: f64, values: &[f64], max: f64, color: &str| {
+        // Later series are dashed so that one drawn over another stays visible.
+        let series = |s: &mut String, y0: f64, values: &[f64], max: f64, color: &str, dash: &str| {
             let pts: Vec<String> = values
                 .iter()
                 .enumerate()
@@ -165,7 +166,7 @@ impl Report {
                 .collect();
             let _ = writeln!(
                 s,
-                r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/>"#,
+                r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" stroke-dasharray="{dash}" points="{}"/>"#,
                 pts.join(" ")
             );
         };
@@ -192,8 +193,8 @@ impl Report {
                 y0 + panel_h / 2.0
             );
             let mut lx = left + 10.0;
-            for (name, color, values) in lines {
-                series(s, y0, values, max, color);
+            for (i, (name, color, values)) in lines.iter().enumerate() {
+                series(s, y0, values, max, color, ["none", "6 3", "2 3"][i % 3]);
                 let _ = writeln!(s, r#"<text x="{lx}" y="{}" fill="{color}">{name}</text>"#, y0 + 14.0);
                 lx += 110.0;
             }
