@@ -375,28 +375,12 @@ fn filter_batch(
 mod tests {
     use super::*;
     use crate::{Log, LogConfig};
-    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_NONE};
 
     fn keyed(key: &str, value: &str) -> Vec<u8> {
-        let r = Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: 0,
-            sequence: -1,
-            timestamp: 1_000,
-            key: Some(Bytes::from(key.to_string())),
-            value: Some(Bytes::from(value.to_string())),
-            headers: Default::default(),
-        };
-        let mut buf = BytesMut::new();
-        let opts = RecordEncodeOptions { version: 2, compression: Compression::None };
-        RecordBatchEncoder::encode(&mut buf, [r].iter(), &opts).expect("encode");
-        buf.to_vec()
+        let mut b = BatchBuilder::new(1_000);
+        b.push(1_000, Some(key.as_bytes()), Some(&[value.as_bytes()]));
+        b.finish(CODEC_NONE, ProducerFields::NONE).expect("encode")
     }
 
     /// Every record from the start, as (offset, raw record bytes); reads segment by segment.

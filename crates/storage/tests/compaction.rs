@@ -5,38 +5,20 @@
 
 use std::collections::BTreeMap;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::RecordBatchDecoder;
 use runnel_storage::{Log, LogConfig};
 use runnel_wire::batch::{BatchHeader, Batches};
+use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD};
 
 /// One batch of (key, value) records; a `None` value is a tombstone.
-fn keyed(records: &[(&str, Option<&str>)], ts: i64, pid: i64, seq: i32, compression: Compression) -> Vec<u8> {
-    let recs: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, (k, v))| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: 0,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: seq + i as i32,
-            timestamp: ts,
-            key: Some(Bytes::from(k.to_string())),
-            value: v.map(|v| Bytes::from(v.to_string())),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, recs.iter(), &RecordEncodeOptions { version: 2, compression })
-        .expect("encode");
-    buf.to_vec()
+fn keyed(records: &[(&str, Option<&str>)], ts: i64, pid: i64, seq: i32, codec: i16) -> Vec<u8> {
+    let mut b = BatchBuilder::new(ts);
+    for (k, v) in records {
+        b.push(ts, Some(k.as_bytes()), v.map(|v| [v.as_bytes()]).as_ref().map(|p| &p[..]));
+    }
+    let producer = ProducerFields { producer_id: pid, producer_epoch: 0, base_sequence: seq };
+    b.finish(codec, producer).expect("encode")
 }
 
 fn compacted() -> LogConfig {
@@ -84,7 +66,7 @@ fn clean(log: &mut Log, now_ms: i64) -> runnel_storage::CleanStats {
 
 /// Writes `rounds` rounds of updates to keys k0..k9 and returns, per key, the offset and
 /// value of its last write.
-fn write_updates(log: &mut Log, rounds: usize, compression: Compression) -> BTreeMap<String, (i64, String)> {
+fn write_updates(log: &mut Log, rounds: usize, compression: i16) -> BTreeMap<String, (i64, String)> {
     let mut latest = BTreeMap::new();
     for round in 0..rounds {
         let owned: Vec<(String, String)> = (0..10).map(|k| (format!("k{k}"), format!("v{round}-{k}"))).collect();
@@ -103,8 +85,7 @@ fn write_updates(log: &mut Log, rounds: usize, compression: Compression) -> BTre
 
 #[test]
 fn keeps_the_latest_record_per_key_at_its_offset_for_every_codec() {
-    for compression in [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd]
-    {
+    for compression in [CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD] {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut log = Log::open(dir.path(), compacted(), 0).expect("open");
         write_updates(&mut log, 30, compression);
@@ -150,15 +131,15 @@ fn tombstones_stay_until_delete_retention_passes() {
     for round in 0..20 {
         let v = format!("v{round}");
         let recs: Vec<(&str, Option<&str>)> = vec![("a", Some(&v)), ("b", Some(&v)), ("gone", Some(&v))];
-        let b = keyed(&recs, 1_000, -1, -1, Compression::None);
+        let b = keyed(&recs, 1_000, -1, -1, CODEC_NONE);
         log.append(&b, &BatchHeader::validate_for_append(&b).expect("valid"), 0).expect("append");
     }
-    let b = keyed(&[("gone", None)], 1_000, -1, -1, Compression::None);
+    let b = keyed(&[("gone", None)], 1_000, -1, -1, CODEC_NONE);
     let tomb = log.append(&b, &BatchHeader::validate_for_append(&b).expect("valid"), 0).expect("append").base_offset;
     // Push the tombstone out of the active segment.
     for round in 0..20 {
         let v = format!("w{round}");
-        let b = keyed(&[("a", Some(&v))], 1_000, -1, -1, Compression::None);
+        let b = keyed(&[("a", Some(&v))], 1_000, -1, -1, CODEC_NONE);
         log.append(&b, &BatchHeader::validate_for_append(&b).expect("valid"), 0).expect("append");
     }
     // Young tombstone: "gone" is reduced to its tombstone.
@@ -170,7 +151,7 @@ fn tombstones_stay_until_delete_retention_passes() {
     // Later (new dirty data to trigger a pass), the tombstone itself goes.
     for round in 0..20 {
         let v = format!("x{round}");
-        let b = keyed(&[("b", Some(&v))], 5_000, -1, -1, Compression::None);
+        let b = keyed(&[("b", Some(&v))], 5_000, -1, -1, CODEC_NONE);
         log.append(&b, &BatchHeader::validate_for_append(&b).expect("valid"), 0).expect("append");
     }
     clean(&mut log, 10_000);
@@ -182,12 +163,12 @@ fn producer_state_survives_compaction_and_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut log = Log::open(dir.path(), compacted(), 0).expect("open");
     // Producer 7 writes key "p" once; everyone else overwrites it later.
-    let first = keyed(&[("p", Some("from-7"))], 1_000, 7, 0, Compression::None);
+    let first = keyed(&[("p", Some("from-7"))], 1_000, 7, 0, CODEC_NONE);
     let info = log.append(&first, &BatchHeader::validate_for_append(&first).expect("valid"), 0).expect("append");
-    write_updates(&mut log, 5, Compression::None);
+    write_updates(&mut log, 5, CODEC_NONE);
     for i in 0..20 {
         let v = format!("later{i}");
-        let b = keyed(&[("p", Some(&v))], 1_000, -1, -1, Compression::None);
+        let b = keyed(&[("p", Some(&v))], 1_000, -1, -1, CODEC_NONE);
         log.append(&b, &BatchHeader::validate_for_append(&b).expect("valid"), 0).expect("append");
     }
     clean(&mut log, 10_000);
@@ -205,7 +186,7 @@ fn producer_state_survives_compaction_and_reopen() {
 fn a_pass_interrupted_before_the_swap_leaves_the_old_segments() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut log = Log::open(dir.path(), compacted(), 0).expect("open");
-    write_updates(&mut log, 20, Compression::None);
+    write_updates(&mut log, 20, CODEC_NONE);
     let before = consume(&log);
     let plan = log.clean_plan(log.log_end_offset(), 10_000).expect("plan");
     let cleaned = plan.execute(10_000).expect("execute");

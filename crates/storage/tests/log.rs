@@ -2,38 +2,19 @@
 //! batches, a crash's torn tail is cut on reopen, retention and DeleteRecords move the log
 //! start, and idempotent retries are answered from the log without a second copy.
 
-use bytes::BytesMut;
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use runnel_storage::{AppendError, Log, LogConfig, ProducerError, ReadError};
 use runnel_wire::batch::{BatchHeader, Batches};
+use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_NONE};
 use std::io::Write;
 
+/// `n` unkeyed 100-byte records with timestamps ts, ts+1, ...
 fn batch(n: usize, ts: i64, pid: i64, seq: i32) -> Vec<u8> {
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: 0,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: seq + i as i32,
-            timestamp: ts + i as i64,
-            key: None,
-            value: Some(bytes::Bytes::from(vec![b'x'; 100])),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records.iter(),
-        &RecordEncodeOptions { version: 2, compression: Compression::None },
-    )
-    .expect("encode");
-    buf.to_vec()
+    let mut b = BatchBuilder::new(ts);
+    let value = [b'x'; 100];
+    for i in 0..n {
+        b.push(ts + i as i64, None, Some(&[&value]));
+    }
+    b.finish(CODEC_NONE, ProducerFields { producer_id: pid, producer_epoch: 0, base_sequence: seq }).expect("encode")
 }
 
 fn append(log: &mut Log, b: &[u8]) -> Result<runnel_storage::AppendInfo, AppendError> {

@@ -1,0 +1,319 @@
+//! The anomaly checks. Each finding names the values and offsets involved, so a failure
+//! can be traced back to the history.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Outcome {
+    Ok,
+    Failed,
+    Unknown,
+}
+
+/// One produce of one value.
+#[derive(Debug, Clone, Serialize)]
+pub struct Send {
+    pub producer: usize,
+    pub partition: i32,
+    pub value: u64,
+    pub outcome: Outcome,
+    /// The offset the broker acknowledged (Ok sends only).
+    pub offset: Option<i64>,
+}
+
+/// One poll of one consumer: the records it got, in the order it got them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Poll {
+    pub consumer: usize,
+    /// (partition, offset, value)
+    pub records: Vec<(i32, i64, u64)>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct History {
+    /// In the order each producer issued them (per producer, order matters).
+    pub sends: Vec<Send>,
+    /// In the order each consumer made them (per consumer, order matters).
+    pub polls: Vec<Poll>,
+    /// Consumers whose reads cover every partition from the log start to its end after the
+    /// workload stopped.
+    pub final_readers: BTreeSet<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Anomaly {
+    /// Acknowledged, and never read by a final reader.
+    LostWrite { value: u64, partition: i32, acked_offset: i64 },
+    /// One value read at two different places.
+    Duplicate { value: u64, at: Vec<(i32, i64)> },
+    /// Two different values read at one offset.
+    InconsistentOffset { partition: i32, offset: i64, values: Vec<u64> },
+    /// The value read at an acknowledged offset is not the one acknowledged there.
+    AckMismatch { value: u64, partition: i32, acked_offset: i64, read: Option<u64> },
+    /// A value whose send failed was read.
+    FailedWriteRead { value: u64, partition: i32, offset: i64 },
+    /// A value never sent was read.
+    PhantomRead { value: u64, partition: i32, offset: i64 },
+    /// A producer's acknowledged offsets in a partition went backwards.
+    NonMonotonicSend { producer: usize, partition: i32, value: u64, offset: i64, previous: i64 },
+    /// A consumer's reads of a partition went backwards.
+    NonMonotonicPoll { consumer: usize, partition: i32, offset: i64, previous: i64 },
+    /// A consumer's reads of a partition jumped over offsets that hold records.
+    SkippedOffsets { consumer: usize, partition: i32, from: i64, to: i64, skipped: usize },
+}
+
+impl Anomaly {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Anomaly::LostWrite { .. } => "lost-write",
+            Anomaly::Duplicate { .. } => "duplicate",
+            Anomaly::InconsistentOffset { .. } => "inconsistent-offset",
+            Anomaly::AckMismatch { .. } => "ack-mismatch",
+            Anomaly::FailedWriteRead { .. } => "failed-write-read",
+            Anomaly::PhantomRead { .. } => "phantom-read",
+            Anomaly::NonMonotonicSend { .. } => "non-monotonic-send",
+            Anomaly::NonMonotonicPoll { .. } => "non-monotonic-poll",
+            Anomaly::SkippedOffsets { .. } => "skipped-offsets",
+        }
+    }
+}
+
+/// Examples kept per kind of anomaly.
+const EXAMPLES_MAX: usize = 10;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub sends_ok: usize,
+    pub sends_failed: usize,
+    pub sends_unknown: usize,
+    /// Unknown sends that turned out to be in the log.
+    pub unknown_present: usize,
+    pub records_read: usize,
+    /// Count per kind of anomaly.
+    pub counts: BTreeMap<&'static str, usize>,
+    /// The first few of each kind.
+    pub examples: BTreeMap<&'static str, Vec<Anomaly>>,
+}
+
+impl Report {
+    pub fn valid(&self) -> bool {
+        self.counts.values().all(|n| *n == 0)
+    }
+
+    fn add(&mut self, a: Anomaly) {
+        let kind = a.kind();
+        *self.counts.entry(kind).or_default() += 1;
+        let ex = self.examples.entry(kind).or_default();
+        if ex.len() < EXAMPLES_MAX {
+            ex.push(a);
+        }
+    }
+}
+
+pub fn check(h: &History) -> Report {
+    let mut r = Report::default();
+    let sent: HashMap<u64, &Send> = h.sends.iter().map(|s| (s.value, s)).collect();
+    for s in &h.sends {
+        match s.outcome {
+            Outcome::Ok => r.sends_ok += 1,
+            Outcome::Failed => r.sends_failed += 1,
+            Outcome::Unknown => r.sends_unknown += 1,
+        }
+    }
+
+    // Where each value was read, and what each offset holds, over all consumers.
+    let mut places: HashMap<u64, BTreeSet<(i32, i64)>> = HashMap::new();
+    let mut at: BTreeMap<(i32, i64), BTreeSet<u64>> = BTreeMap::new();
+    let mut final_seen: BTreeSet<u64> = BTreeSet::new();
+    for p in &h.polls {
+        for &(partition, offset, value) in &p.records {
+            r.records_read += 1;
+            places.entry(value).or_default().insert((partition, offset));
+            at.entry((partition, offset)).or_default().insert(value);
+            if h.final_readers.contains(&p.consumer) {
+                final_seen.insert(value);
+            }
+        }
+    }
+    for (&(partition, offset), values) in &at {
+        if values.len() > 1 {
+            r.add(Anomaly::InconsistentOffset { partition, offset, values: values.iter().copied().collect() });
+        }
+    }
+    let mut dupes: Vec<(&u64, &BTreeSet<(i32, i64)>)> = places.iter().filter(|(_, p)| p.len() > 1).collect();
+    dupes.sort();
+    for (value, p) in dupes {
+        r.add(Anomaly::Duplicate { value: *value, at: p.iter().copied().collect() });
+    }
+    let mut read_values: Vec<(&u64, &BTreeSet<(i32, i64)>)> = places.iter().collect();
+    read_values.sort();
+    for (value, p) in read_values {
+        let (partition, offset) = *p.iter().next().expect("a read value has a place");
+        match sent.get(value) {
+            None => r.add(Anomaly::PhantomRead { value: *value, partition, offset }),
+            Some(s) if s.outcome == Outcome::Failed => {
+                r.add(Anomaly::FailedWriteRead { value: *value, partition, offset })
+            }
+            Some(s) if s.outcome == Outcome::Unknown => r.unknown_present += 1,
+            Some(_) => {}
+        }
+    }
+
+    // Acknowledged sends: present where acknowledged, and read by the final readers.
+    for s in h.sends.iter().filter(|s| s.outcome == Outcome::Ok) {
+        let Some(acked) = s.offset else { continue };
+        let read = at.get(&(s.partition, acked));
+        if let Some(values) = read {
+            if !values.contains(&s.value) {
+                r.add(Anomaly::AckMismatch {
+                    value: s.value,
+                    partition: s.partition,
+                    acked_offset: acked,
+                    read: values.iter().next().copied(),
+                });
+            }
+        }
+        if !h.final_readers.is_empty() && !final_seen.contains(&s.value) {
+            r.add(Anomaly::LostWrite { value: s.value, partition: s.partition, acked_offset: acked });
+        }
+    }
+
+    // Per producer and partition, acknowledged offsets grow in send order.
+    let mut last_ack: HashMap<(usize, i32), i64> = HashMap::new();
+    for s in h.sends.iter().filter(|s| s.outcome == Outcome::Ok) {
+        let Some(offset) = s.offset else { continue };
+        if let Some(&previous) = last_ack.get(&(s.producer, s.partition)) {
+            if offset <= previous {
+                r.add(Anomaly::NonMonotonicSend {
+                    producer: s.producer,
+                    partition: s.partition,
+                    value: s.value,
+                    offset,
+                    previous,
+                });
+            }
+        }
+        last_ack.insert((s.producer, s.partition), offset);
+    }
+
+    // Per consumer and partition, reads go forward without jumping over records.
+    let occupied: BTreeMap<i32, BTreeSet<i64>> = at.keys().fold(BTreeMap::new(), |mut m, &(p, o)| {
+        m.entry(p).or_insert_with(BTreeSet::new).insert(o);
+        m
+    });
+    let mut last_read: HashMap<(usize, i32), i64> = HashMap::new();
+    for p in &h.polls {
+        for &(partition, offset, _) in &p.records {
+            if let Some(&previous) = last_read.get(&(p.consumer, partition)) {
+                if offset <= previous {
+                    r.add(Anomaly::NonMonotonicPoll { consumer: p.consumer, partition, offset, previous });
+                } else if let Some(offsets) = occupied.get(&partition) {
+                    let skipped = offsets.range(previous + 1..offset).count();
+                    if skipped > 0 {
+                        r.add(Anomaly::SkippedOffsets {
+                            consumer: p.consumer,
+                            partition,
+                            from: previous,
+                            to: offset,
+                            skipped,
+                        });
+                    }
+                }
+            }
+            last_read.insert((p.consumer, partition), offset);
+        }
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(producer: usize, partition: i32, value: u64, offset: i64) -> Send {
+        Send { producer, partition, value, outcome: Outcome::Ok, offset: Some(offset) }
+    }
+
+    /// Two producers, two partitions, values 0..20 at offsets 0..10 per partition, read back
+    /// fully by consumer 9 (the final reader) and partly by consumer 1.
+    fn clean() -> History {
+        let mut sends = Vec::new();
+        let mut all = Vec::new();
+        for v in 0..20u64 {
+            let partition = (v % 2) as i32;
+            let offset = (v / 2) as i64;
+            sends.push(ok((v % 2) as usize, partition, v, offset));
+            all.push((partition, offset, v));
+        }
+        let partial: Vec<_> = all.iter().copied().filter(|(p, o, _)| *p == 0 && *o < 5).collect();
+        History {
+            sends,
+            polls: vec![Poll { consumer: 1, records: partial }, Poll { consumer: 9, records: all }],
+            final_readers: [9].into_iter().collect(),
+        }
+    }
+
+    #[test]
+    fn a_clean_history_is_valid() {
+        let r = check(&clean());
+        assert!(r.valid(), "{r:?}");
+        assert_eq!((r.sends_ok, r.records_read), (20, 25));
+    }
+
+    #[test]
+    fn a_planted_loss_is_found() {
+        let mut h = clean();
+        h.polls[1].records.retain(|(_, _, v)| *v != 7);
+        let r = check(&h);
+        assert_eq!(r.counts.get("lost-write"), Some(&1));
+        assert_eq!(r.examples["lost-write"][0], Anomaly::LostWrite { value: 7, partition: 1, acked_offset: 3 });
+        // The final reader now jumps from offset 2 to 4 in partition 1... but nobody saw 3,
+        // so it is a loss, not a skip.
+        assert_eq!(r.counts.get("skipped-offsets"), None);
+    }
+
+    #[test]
+    fn a_planted_duplicate_and_an_inconsistent_offset_are_found() {
+        let mut h = clean();
+        // Value 4 (partition 0, offset 2) appears again at offset 10.
+        h.polls[1].records.push((0, 10, 4));
+        // Consumer 1 saw value 99 where the final reader saw value 2 (partition 0 offset 1).
+        h.polls[0].records[1] = (0, 1, 99);
+        let r = check(&h);
+        assert_eq!(r.counts.get("duplicate"), Some(&1));
+        assert_eq!(r.counts.get("inconsistent-offset"), Some(&1));
+        assert_eq!(r.counts.get("phantom-read"), Some(&1));
+        assert!(!r.valid());
+    }
+
+    #[test]
+    fn failed_and_unknown_sends_are_judged_by_what_was_read() {
+        let mut h = clean();
+        h.sends.push(Send { producer: 0, partition: 0, value: 100, outcome: Outcome::Unknown, offset: None });
+        h.sends.push(Send { producer: 0, partition: 0, value: 101, outcome: Outcome::Unknown, offset: None });
+        h.sends.push(Send { producer: 0, partition: 0, value: 102, outcome: Outcome::Failed, offset: None });
+        h.polls[1].records.push((0, 10, 100));
+        let r = check(&h);
+        assert!(r.valid(), "an unknown send may or may not land: {r:?}");
+        assert_eq!(r.unknown_present, 1);
+        h.polls[1].records.push((0, 11, 102));
+        let r = check(&h);
+        assert_eq!(r.counts.get("failed-write-read"), Some(&1));
+    }
+
+    #[test]
+    fn order_anomalies_are_found() {
+        let mut h = clean();
+        // Producer 0's ack for value 4 goes backwards.
+        h.sends[4].offset = Some(0);
+        // Consumer 1 reads partition 0 offsets 0,1,2,3,4 then 1 again, then 4 -> 8 (skips 5..7).
+        h.polls.push(Poll { consumer: 1, records: vec![(0, 1, 2), (0, 8, 16)] });
+        let r = check(&h);
+        assert_eq!(r.counts.get("non-monotonic-send"), Some(&1));
+        assert_eq!(r.counts.get("non-monotonic-poll"), Some(&1));
+        assert_eq!(r.counts.get("skipped-offsets"), Some(&1));
+        assert_eq!(r.counts.get("ack-mismatch"), Some(&1), "value 4 was acked at 0 where value 0 sits");
+    }
+}

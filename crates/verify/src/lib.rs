@@ -1,0 +1,16 @@
+//! `runnel verify`'s checker: given the history of a queue workload (every send with its
+//! outcome and acknowledged offset, every poll with the records it returned), find the
+//! anomalies Jepsen's Kafka checker looks for. The workload that records such a history
+//! against a live cluster comes on top of this; the checker is pure so it can be tested
+//! with planted anomalies.
+//!
+//! Model: every send carries a value unique to the run. A send is `Ok` (acknowledged, with
+//! the offset the broker gave), `Failed` (the broker said no: it must never be read) or
+//! `Unknown` (timeout, connection lost: it may or may not be there). Polls are listed per
+//! consumer in the order they happened; a consumer reads partitions it is assigned from
+//! some offset on, and a `final_read` consumer reads every partition from the start to the
+//! end once the workload has stopped, so what it does not see is not in the log.
+
+pub mod checker;
+
+pub use checker::{check, Anomaly, History, Outcome, Poll, Report, Send};
