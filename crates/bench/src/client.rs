@@ -40,12 +40,20 @@ impl Connection {
         stream.set_nodelay(true)?;
         let (mut rd, mut wr) = stream.into_split();
         let (tx, mut rx) = mpsc::channel::<(Bytes, Option<Waiter>)>(in_flight.max(1));
-        let pending: Arc<Mutex<VecDeque<Waiter>>> = Arc::new(Mutex::new(VecDeque::new()));
+        // `None` once the reader has stopped: nothing more will be answered, so a waiter
+        // arriving after that is failed at once instead of waiting forever.
+        let pending: Arc<Mutex<Option<VecDeque<Waiter>>>> = Arc::new(Mutex::new(Some(VecDeque::new())));
         let p = pending.clone();
         tokio::spawn(async move {
             while let Some((frame, waiter)) = rx.recv().await {
                 if let Some(w) = waiter {
-                    p.lock().unwrap_or_else(|e| e.into_inner()).push_back(w);
+                    match p.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                        Some(queue) => queue.push_back(w),
+                        None => {
+                            let _ = w.2.send(Err(anyhow!("connection closed")));
+                            continue;
+                        }
+                    }
                 }
                 if wr.write_all(&frame).await.is_err() {
                     break;
@@ -54,7 +62,8 @@ impl Connection {
         });
         tokio::spawn(async move {
             let fail_all = |why: &str| {
-                for (_, _, w, _) in pending.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                let queue = pending.lock().unwrap_or_else(|e| e.into_inner()).take();
+                for (_, _, w, _) in queue.into_iter().flatten() {
                     let _ = w.send(Err(anyhow!("{why}")));
                 }
             };
@@ -75,9 +84,9 @@ impl Connection {
                     return;
                 }
                 let arrived = Instant::now();
-                let Some((id, header_version, waiter, permit)) =
-                    pending.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
-                else {
+                let next = pending.lock().unwrap_or_else(|e| e.into_inner()).as_mut().and_then(VecDeque::pop_front);
+                let Some((id, header_version, waiter, permit)) = next else {
+                    fail_all("response without a request");
                     return;
                 };
                 drop(permit);

@@ -3,6 +3,7 @@
 //! `runnel bench` measures any Kafka-compatible cluster.
 
 mod bench;
+mod verify;
 
 use std::path::PathBuf;
 
@@ -42,6 +43,9 @@ enum Command {
     },
     /// Load generator and benchmark for any Kafka-compatible cluster (also: compare, size).
     Bench(Box<bench::BenchArgs>),
+    /// Record a queue workload's history against a cluster (while faults are injected) and
+    /// check it for lost, duplicated, inconsistent or reordered records.
+    Verify(Box<verify::VerifyArgs>),
 }
 
 fn apply_overrides(settings: &mut Settings, overrides: &[String]) -> Result<()> {
@@ -61,7 +65,7 @@ fn config(command: Command) -> Result<BrokerConfig> {
             apply_overrides(&mut s, &overrides)?;
             s
         }
-        Command::Bench(_) => unreachable!("bench does not configure a broker"),
+        Command::Bench(_) | Command::Verify(_) => unreachable!("only dev and serve configure a broker"),
         Command::Serve { config, settings: overrides } => {
             let text = std::fs::read_to_string(&config).with_context(|| format!("reading {}", config.display()))?;
             let mut s = Settings::from_properties(&text).with_context(|| format!("in {}", config.display()))?;
@@ -94,6 +98,7 @@ fn main() {
     let runtime = || tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime");
     let result = match cli.command {
         Command::Bench(args) => runtime().and_then(|rt| rt.block_on(bench::main(*args))),
+        Command::Verify(args) => runtime().and_then(|rt| rt.block_on(verify::main(*args))),
         command => config(command).and_then(|config| runtime()?.block_on(server::run(config, stop_signal()))),
     };
     if let Err(e) = result {

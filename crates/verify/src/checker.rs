@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
     Ok,
     Failed,
@@ -13,7 +13,7 @@ pub enum Outcome {
 }
 
 /// One produce of one value.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Send {
     pub producer: usize,
     pub partition: i32,
@@ -24,14 +24,14 @@ pub struct Send {
 }
 
 /// One poll of one consumer: the records it got, in the order it got them.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Poll {
     pub consumer: usize,
     /// (partition, offset, value)
     pub records: Vec<(i32, i64, u64)>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct History {
     /// In the order each producer issued them (per producer, order matters).
     pub sends: Vec<Send>,

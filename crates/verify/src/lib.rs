@@ -1,8 +1,7 @@
 //! `runnel verify`'s checker: given the history of a queue workload (every send with its
 //! outcome and acknowledged offset, every poll with the records it returned), find the
-//! anomalies Jepsen's Kafka checker looks for. The workload that records such a history
-//! against a live cluster comes on top of this; the checker is pure so it can be tested
-//! with planted anomalies.
+//! anomalies Jepsen's Kafka checker looks for. `workload` records such a history against a
+//! live cluster; the checker is pure so it can be tested with planted anomalies.
 //!
 //! Model: every send carries a value unique to the run. A send is `Ok` (acknowledged, with
 //! the offset the broker gave), `Failed` (the broker said no: it must never be read) or
@@ -12,5 +11,6 @@
 //! end once the workload has stopped, so what it does not see is not in the log.
 
 pub mod checker;
+pub mod workload;
 
 pub use checker::{check, Anomaly, History, Outcome, Poll, Report, Send};
