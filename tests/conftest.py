@@ -29,6 +29,19 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_for(predicate, what, timeout_s, diagnostics=lambda: "", interval_s=0.5):
+    """Polls predicate() (bounded) until it returns a truthy value, which it returns; fails
+    the test with `diagnostics()` when the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for: {what}\n{diagnostics()}")
+        time.sleep(interval_s)
+
+
 def wait_for_port(port, timeout_s=20.0, proc=None):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -15,7 +15,8 @@ import pytest
 
 from conftest import unique_topic
 from test_java_client import java_build  # noqa: F401  (session fixture: builds .cache/java)
-from test_java_groups import committed_offsets, members, produce, wait_for  # noqa: F401  (fixture)
+from conftest import wait_for
+from test_java_groups import committed_offsets, members, produce  # noqa: F401  (fixture)
 from test_kafka_tools import Tools, tools  # noqa: F401  (fixture)
 
 GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"

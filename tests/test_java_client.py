@@ -35,6 +35,19 @@ def _clip(s, keep=4000):
     return f"{s[:keep]}\n[... {len(s) - 2 * keep} characters left out ...]\n{s[-keep:]}"
 
 
+def run_java(java_build_dir, main_class, args, timeout, opts=JAVA_OPTS):
+    """Runs one of the compiled test programs (output captured); fails the test, with what
+    the program printed, if it overruns `timeout`."""
+    classpath = f"{java_build_dir / 'classes'}:{java_build_dir / 'lib'}/*"
+    cmd = ["java", *opts, "-cp", classpath, main_class, *map(str, args)]
+    try:
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, encoding="utf-8", errors="replace",
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{main_class} {' '.join(map(str, args))} timed out after {timeout}s\n"
+                    f"--- stdout ---\n{_text(e.stdout)}\n--- stderr ---\n{_clip(_text(e.stderr))}")
+
+
 @pytest.fixture(scope="session")
 def java_build():
     """Runs tests/java/build.sh once per session (a no-op when already built)."""
@@ -54,18 +67,9 @@ def test_java_client_roundtrip_all_codecs(broker, java_build):
     zstd, 3000 records with null/empty/large values, duplicate and null headers and explicit
     timestamps come back byte-identical at the offsets the idempotent producer was given, and
     describeTopics, listOffsets (earliest/latest/timestamp/max-timestamp) and deleteTopics agree."""
-    classpath = f"{java_build / 'classes'}:{java_build / 'lib'}/*"
-    cmd = ["java", *JAVA_OPTS, "-cp", classpath, "ClientCheck",
-           "--bootstrap", broker.bootstrap,
-           "--topic-prefix", unique_topic("javacheck"),
-           "--records", "3000",
-           "--timeout-s", str(CLIENT_CHECK_TIMEOUT_S - 30)]
-    try:
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, encoding="utf-8", errors="replace",
-                           timeout=CLIENT_CHECK_TIMEOUT_S)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"ClientCheck timed out after {CLIENT_CHECK_TIMEOUT_S}s\n"
-                    f"--- stdout ---\n{_text(e.stdout)}\n--- stderr ---\n{_clip(_text(e.stderr))}")
+    args = ["--bootstrap", broker.bootstrap, "--topic-prefix", unique_topic("javacheck"),
+            "--records", "3000", "--timeout-s", CLIENT_CHECK_TIMEOUT_S - 30]
+    p = run_java(java_build, "ClientCheck", args, CLIENT_CHECK_TIMEOUT_S)
     report = f"--- stdout ---\n{p.stdout}\n--- stderr ---\n{_clip(p.stderr)}"
     if hasattr(broker, "log_tail"):
         report += f"\n--- broker log (tail) ---\n{broker.log_tail()}"

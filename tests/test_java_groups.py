@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from conftest import ROOT, create_topic, unique_topic
-from test_java_client import _text, java_build  # noqa: F401  (session fixture: builds .cache/java)
+from conftest import ROOT, create_topic, unique_topic, wait_for
+from test_java_client import java_build, run_java  # noqa: F401  (session fixture: builds .cache/java)
 
 # Short-lived JVMs on a small machine: favour startup time over throughput.
 JAVA_OPTS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xmx256m",
@@ -39,14 +39,7 @@ MEMBER_MAX_SECONDS = 420
 def groupcheck(java_build_dir, *args, timeout=TOOL_TIMEOUT_S, expect_ok=True):  # noqa: F811
     """Runs a one-shot GroupCheck subcommand; fails the test with its output unless it printed
     its OK line and exited 0."""
-    classpath = f"{java_build_dir / 'classes'}:{java_build_dir / 'lib'}/*"
-    cmd = ["java", *JAVA_OPTS, "-cp", classpath, "GroupCheck", *map(str, args)]
-    try:
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, encoding="utf-8", errors="replace",
-                           timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"GroupCheck {' '.join(map(str, args))} timed out after {timeout}s\n"
-                    f"--- stdout ---\n{_text(e.stdout)}\n--- stderr ---\n{_text(e.stderr)}")
+    p = run_java(java_build_dir, "GroupCheck", args, timeout, opts=JAVA_OPTS)
     if expect_ok and (p.returncode != 0 or "GroupCheck " not in p.stdout or " OK:" not in p.stdout):
         pytest.fail(f"GroupCheck {' '.join(map(str, args))} exited with {p.returncode}\n"
                     f"--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr[-6000:]}")
@@ -171,18 +164,6 @@ def members(java_build, tmp_path):  # noqa: F811
             m.kill9()
         except Exception:  # noqa: BLE001  (teardown must not mask the test's result)
             pass
-
-
-def wait_for(predicate, what, timeout_s, diagnostics=lambda: ""):
-    """Polls predicate() (bounded) until it returns a truthy value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for: {what}\n{diagnostics()}")
-        time.sleep(0.5)
 
 
 PROTOCOLS = [

@@ -17,12 +17,11 @@ Every test asserts on what the tool prints, not only on its exit code.
 import json
 import re
 import subprocess
-import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from conftest import ROOT, unique_topic
+from conftest import ROOT, unique_topic, wait_for
 from test_java_client import _text, java_build  # noqa: F401  (session fixture: builds .cache/java)
 
 TOOL_TIMEOUT_S = 120
@@ -120,16 +119,9 @@ def tools(java_build, broker):  # noqa: F811  (java_build is the imported fixtur
     t.cleanup()
 
 
-def wait_until(predicate, what, timeout_s=15.0):
-    """Polls predicate() until it returns a truthy value (metadata may trail a completed admin call)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for: {what}")
-        time.sleep(0.3)
+def wait_until(predicate, what):
+    """Metadata may trail a completed admin call: poll (15 s at most) until it shows."""
+    return wait_for(predicate, what, 15.0, interval_s=0.3)
 
 
 def broker_ids(bootstrap):

@@ -12,7 +12,8 @@ use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableT
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    BrokerId, CreateTopicsRequest, DeleteTopicsRequest, ListOffsetsRequest, MetadataRequest, TopicName,
+    BrokerId, CreateTopicsRequest, DeleteTopicsRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -26,6 +27,14 @@ pub const LIST_OFFSETS_VERSION: i16 = 7;
 pub const CREATE_TOPICS_VERSION: i16 = 7;
 pub const DELETE_TOPICS_VERSION: i16 = 5;
 pub const INIT_PRODUCER_ID_VERSION: i16 = 4;
+
+/// InitProducerId for an idempotent producer (no transactional id): (error code, producer
+/// id, epoch). Callers decide which error codes to retry.
+pub async fn init_producer_id(conn: &Connection) -> Result<(i16, i64, i16)> {
+    let req = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(-1);
+    let resp = conn.call(&req, INIT_PRODUCER_ID_VERSION).await.context("InitProducerId")?;
+    Ok((resp.error_code, resp.producer_id.0, resp.producer_epoch))
+}
 
 pub fn topic_name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))

@@ -35,6 +35,32 @@ pub struct ConsumerPlan {
     pub deadline: Instant,
 }
 
+/// The first eight bytes of a value as a big-endian u64: the producer's stamp (or, for
+/// `runnel verify`, the value's identity).
+pub fn value_stamp(value: &[u8]) -> Option<u64> {
+    value.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes)
+}
+
+/// Calls `f(offset, value)` for every record at or after `from` in one partition's fetched
+/// data (whole batches only; a batch cut at the size limit ends it). Returns the offset
+/// after the last batch that held such records.
+pub fn for_each_record(data: &[u8], from: i64, mut f: impl FnMut(i64, &[u8])) -> Result<Option<i64>> {
+    let mut next = None;
+    for item in Batches::new(data) {
+        let Ok((h, range)) = item else { break };
+        if h.next_offset() <= from {
+            continue;
+        }
+        let mut raw = Bytes::copy_from_slice(&data[range]);
+        let set = RecordBatchDecoder::decode(&mut raw).map_err(|e| anyhow::anyhow!("{e}"))?;
+        for r in set.records.iter().filter(|r| r.offset >= from) {
+            f(r.offset, r.value.as_deref().unwrap_or_default());
+        }
+        next = Some(h.next_offset());
+    }
+    Ok(next)
+}
+
 pub async fn run(plan: ConsumerPlan) -> Result<Recorder> {
     let mut rec = Recorder::new(plan.t0);
     let client_id = format!("runnel-bench-consumer-{}", plan.index);
@@ -93,25 +119,13 @@ pub async fn run(plan: ConsumerPlan) -> Result<Recorder> {
                         continue;
                     }
                     let Some(records) = p.records else { continue };
-                    let mut next = None;
-                    for item in Batches::new(&records) {
-                        let Ok((h, range)) = item else { break };
-                        if h.next_offset() <= position[&idx] {
-                            continue;
-                        }
-                        let mut raw = Bytes::copy_from_slice(&records[range]);
-                        let set = RecordBatchDecoder::decode(&mut raw).map_err(|e| anyhow::anyhow!("{e}"))?;
-                        let mut n = 0;
-                        for r in set.records.iter().filter(|r| r.offset >= position[&idx]) {
-                            let v = r.value.as_deref().unwrap_or_default();
-                            let sent = v.get(..8).map(|b| u64::from_be_bytes(b.try_into().unwrap_or_default()));
-                            let latency = sent.map_or(0, |s| now_us.saturating_sub(s));
-                            rec.record(arrived, latency, v.len() as u64);
-                            n += 1;
-                        }
-                        Live::add(&plan.live.consumed, n);
-                        next = Some(h.next_offset());
-                    }
+                    let mut n = 0;
+                    let next = for_each_record(&records, position[&idx], |_, v| {
+                        let latency = value_stamp(v).map_or(0, |s| now_us.saturating_sub(s));
+                        rec.record(arrived, latency, v.len() as u64);
+                        n += 1;
+                    })?;
+                    Live::add(&plan.live.consumed, n);
                     if let Some(o) = next {
                         position.insert(idx, o);
                     }

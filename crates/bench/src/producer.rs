@@ -16,13 +16,13 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest};
+use kafka_protocol::messages::ProduceRequest;
 use rand::{Rng, SeedableRng};
 use runnel_wire::build::{BatchBuilder, ProducerFields};
 use tokio::task::JoinSet;
 
 use crate::client::Connection;
-use crate::cluster::{topic_name, TopicLayout, INIT_PRODUCER_ID_VERSION, PRODUCE_VERSION};
+use crate::cluster::{init_producer_id, topic_name, TopicLayout, PRODUCE_VERSION};
 use crate::stats::{Live, Recorder};
 use crate::Workload;
 
@@ -121,11 +121,11 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
         // the like): retried for 30 s, as a Kafka producer would.
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let req = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(-1);
-            let resp = conn.call(&req, INIT_PRODUCER_ID_VERSION).await.context("InitProducerId")?;
-            match resp.error_code {
-                0 => break (resp.producer_id.0, resp.producer_epoch),
-                code if Instant::now() > deadline => anyhow::bail!("InitProducerId failed with error code {code}"),
+            match init_producer_id(conn).await? {
+                (0, id, epoch) => break (id, epoch),
+                (code, _, _) if Instant::now() > deadline => {
+                    anyhow::bail!("InitProducerId failed with error code {code}")
+                }
                 _ => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
@@ -177,9 +177,9 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
             });
             let stamp = micros_since(plan.t0, Instant::now()).to_be_bytes();
             if size >= 8 {
-                open.builder.push(ts_ms, key.map(Vec::as_slice), Some(&[&stamp, &payload[..size - 8]]));
+                open.builder.push_parts(ts_ms, key.map(Vec::as_slice), Some(&[&stamp, &payload[..size - 8]]));
             } else {
-                open.builder.push(ts_ms, key.map(Vec::as_slice), Some(&[&payload[..size]]));
+                open.builder.push(ts_ms, key.map(Vec::as_slice), Some(&payload[..size]));
             }
             open.starts.push((started, size as u32));
             buffered += size + 16;

@@ -47,7 +47,7 @@ fn encode(records: &[(Bytes, Option<Bytes>)]) -> Result<Vec<u8>, String> {
     let now = crate::now_ms();
     let mut batch = BatchBuilder::new(now);
     for (k, v) in records {
-        batch.push(now, Some(k), v.as_ref().map(|v| [&v[..]]).as_ref().map(|parts| &parts[..]));
+        batch.push(now, Some(k), v.as_deref());
     }
     batch.finish(CODEC_NONE, ProducerFields::NONE).map_err(|e| e.to_string())
 }

@@ -172,15 +172,23 @@ impl ConsumerGroup {
     }
 
     /// Records that bring the log up to date with this group: its own record and each
-    /// member's if they changed, a tombstone for each member that left.
-    pub fn changes(&mut self, group_id: &str) -> LogRecords {
+    /// member's if they changed, a tombstone for each member that left. `touched` is the
+    /// member a heartbeat came from: unless the group's own record changed (new targets or
+    /// regex matches move its epochs), no other member's record can have changed, so only
+    /// that one is compared, which keeps a heartbeat's cost independent of the group size.
+    pub fn changes(&mut self, group_id: &str, touched: Option<&str>) -> LogRecords {
         let mut out = Vec::new();
         let group = self.group_value().encode();
-        if self.saved_group.as_ref() != Some(&group) {
+        let group_changed = self.saved_group.as_ref() != Some(&group);
+        if group_changed {
             out.push((Key::ConsumerGroup { group: group_id.into() }.encode(), Some(group.clone())));
             self.saved_group = Some(group);
         }
-        for m in self.members.values() {
+        let candidates: Vec<&CMember> = match touched {
+            Some(id) if !group_changed => self.members.get(id).into_iter().collect(),
+            _ => self.members.values().collect(),
+        };
+        for m in candidates {
             let v = m.value().encode();
             if self.saved_members.get(&m.id) != Some(&v) {
                 let key = Key::ConsumerMember { group: group_id.into(), member_id: m.id.clone() };

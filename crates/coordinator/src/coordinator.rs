@@ -1,7 +1,7 @@
 //! The coordinator: all groups behind one lock, persistence through [`GroupLog`], and
 //! waiting for rebalances outside the lock.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -164,7 +164,8 @@ impl Coordinator {
                 .entry(group_id.to_string())
                 .or_insert_with(|| ConsumerGroup::new(&self.config.consumer_default_assignor));
             let out = g.heartbeat(req, topics, Instant::now());
-            let records = g.changes(group_id);
+            let touched = out.as_ref().ok().map(|o| o.member_id.as_str());
+            let records = g.changes(group_id, touched);
             (out, (!records.is_empty()).then(|| self.log.append(self.partition_for(group_id), records)))
         };
         if let Some(written) = written {
@@ -380,7 +381,7 @@ impl Coordinator {
             let gone = g.expire(t.now);
             if gone > 0 {
                 tracing::info!(group = %id, members = gone, "consumer-protocol member sessions expired");
-                written.push((id.clone(), self.log.append(self.partition_for(id), g.changes(id))));
+                written.push((id.clone(), self.log.append(self.partition_for(id), g.changes(id, None))));
             }
         }
         for (id, w) in written {
@@ -481,33 +482,26 @@ impl Coordinator {
             let mut consumer = self.lock_consumer();
             for g in groups.values().filter(|g| g.pending_commits == 0) {
                 let cg_members = consumer.get(&g.id).filter(|cg| !cg.members.is_empty());
-                let expired: Vec<(String, i32)> = if let Some(cg) = cg_members {
-                    let subscribed: std::collections::HashSet<&String> =
-                        cg.members.values().flat_map(|m| m.topics()).collect();
-                    g.offsets
-                        .iter()
-                        .filter(|((t, _), v)| !subscribed.contains(t) && expired_by(v.commit_timestamp))
-                        .map(|(k, _)| k.clone())
-                        .collect()
+                // Which offsets can expire, and from when: a live group keeps the topics its
+                // members subscribe to; an empty one counts from when it emptied (or, if it
+                // never had members, from each commit).
+                let (subscribed, empty_since): (HashSet<String>, Option<i64>) = if let Some(cg) = cg_members {
+                    (cg.members.values().flat_map(|m| m.topics().cloned()).collect(), None)
                 } else if g.state == State::Empty {
-                    let since = |v: &OffsetValue| {
-                        if g.protocol_type.is_some() {
-                            g.state_timestamp
-                        } else {
-                            v.commit_timestamp
-                        }
-                    };
-                    g.offsets.iter().filter(|(_, v)| expired_by(since(v))).map(|(k, _)| k.clone()).collect()
+                    (HashSet::new(), g.protocol_type.is_some().then_some(g.state_timestamp))
                 } else if g.protocol_type.as_deref() == Some("consumer") {
-                    let subscribed = g.subscribed_topics();
-                    g.offsets
-                        .iter()
-                        .filter(|((t, _), v)| !subscribed.contains(t) && expired_by(v.commit_timestamp))
-                        .map(|(k, _)| k.clone())
-                        .collect()
+                    (g.subscribed_topics(), None)
                 } else {
-                    Vec::new()
+                    continue;
                 };
+                let expired: Vec<(String, i32)> = g
+                    .offsets
+                    .iter()
+                    .filter(|((t, _), v)| {
+                        !subscribed.contains(t) && expired_by(empty_since.unwrap_or(v.commit_timestamp))
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
                 let dead = g.state == State::Empty
                     && !g.has_pending_members()
                     && cg_members.is_none()

@@ -31,7 +31,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use runnel_wire::batch::{read_varint, BatchHeader, HEADER_BYTES};
 use runnel_wire::build::{compress, decompress};
 
-use crate::segment::file_name;
+use crate::segment::{self, file_name};
 
 /// Keys one pass maps (a map entry costs ~40 bytes). A pass that reaches this stops at the
 /// end of the current segment; the next pass carries on from there.
@@ -109,20 +109,12 @@ pub(crate) fn recover_swaps(dir: &Path) -> io::Result<()> {
                 let old = old?.file_name().into_string().unwrap_or_default();
                 let Some(b) = old.strip_suffix(".log").and_then(|s| s.parse::<i64>().ok()) else { continue };
                 if (base..end).contains(&b) {
-                    remove_segment_files(dir, b)?;
+                    segment::remove_files(dir, b)?;
                 }
             }
             fs::rename(entry.path(), dir.join(file_name(base, "log")))?;
             File::open(dir)?.sync_all()?;
         }
-    }
-    Ok(())
-}
-
-pub(crate) fn remove_segment_files(dir: &Path, base: i64) -> io::Result<()> {
-    fs::remove_file(dir.join(file_name(base, "log")))?;
-    for ext in ["index", "timeindex"] {
-        let _ = fs::remove_file(dir.join(file_name(base, ext)));
     }
     Ok(())
 }
@@ -379,7 +371,7 @@ mod tests {
 
     fn keyed(key: &str, value: &str) -> Vec<u8> {
         let mut b = BatchBuilder::new(1_000);
-        b.push(1_000, Some(key.as_bytes()), Some(&[value.as_bytes()]));
+        b.push(1_000, Some(key.as_bytes()), Some(value.as_bytes()));
         b.finish(CODEC_NONE, ProducerFields::NONE).expect("encode")
     }
 
@@ -433,7 +425,7 @@ mod tests {
         let g = &cleaned.groups[0];
         assert!(g.bases.len() > 1, "the first group merges segments");
         fs::rename(&g.path, dir.path().join(swap_name(g.bases[0], g.end))).expect("rename");
-        remove_segment_files(dir.path(), g.bases[0]).expect("delete first");
+        segment::remove_files(dir.path(), g.bases[0]).expect("delete first");
         drop(log);
         let reopened = Log::open(dir.path(), cfg, 0).expect("reopen");
         let got = contents(&reopened);

@@ -247,10 +247,15 @@ impl Segment {
 
     pub fn delete(self) -> io::Result<()> {
         let dir = self.path.parent().map(Path::to_path_buf).unwrap_or_default();
-        std::fs::remove_file(&self.path)?;
-        for ext in ["index", "timeindex"] {
-            let _ = std::fs::remove_file(dir.join(file_name(self.base_offset, ext)));
-        }
-        Ok(())
+        remove_files(&dir, self.base_offset)
     }
+}
+
+/// Deletes a segment's `.log` and (if present) its index files.
+pub(crate) fn remove_files(dir: &Path, base_offset: i64) -> io::Result<()> {
+    std::fs::remove_file(dir.join(file_name(base_offset, "log")))?;
+    for ext in ["index", "timeindex"] {
+        let _ = std::fs::remove_file(dir.join(file_name(base_offset, ext)));
+    }
+    Ok(())
 }

@@ -15,7 +15,7 @@ use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_GZIP, CODEC_LZ4, CO
 fn keyed(records: &[(&str, Option<&str>)], ts: i64, pid: i64, seq: i32, codec: i16) -> Vec<u8> {
     let mut b = BatchBuilder::new(ts);
     for (k, v) in records {
-        b.push(ts, Some(k.as_bytes()), v.map(|v| [v.as_bytes()]).as_ref().map(|p| &p[..]));
+        b.push(ts, Some(k.as_bytes()), v.map(str::as_bytes));
     }
     let producer = ProducerFields { producer_id: pid, producer_epoch: 0, base_sequence: seq };
     b.finish(codec, producer).expect("encode")

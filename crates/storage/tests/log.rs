@@ -12,7 +12,7 @@ fn batch(n: usize, ts: i64, pid: i64, seq: i32) -> Vec<u8> {
     let mut b = BatchBuilder::new(ts);
     let value = [b'x'; 100];
     for i in 0..n {
-        b.push(ts + i as i64, None, Some(&[&value]));
+        b.push(ts + i as i64, None, Some(&value));
     }
     b.finish(CODEC_NONE, ProducerFields { producer_id: pid, producer_epoch: 0, base_sequence: seq }).expect("encode")
 }

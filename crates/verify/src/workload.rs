@@ -14,12 +14,11 @@ use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{BrokerId, FetchRequest, InitProducerIdRequest, ProduceRequest};
-use kafka_protocol::records::RecordBatchDecoder;
+use kafka_protocol::messages::{BrokerId, FetchRequest, ProduceRequest};
 use runnel_bench::client::Connection;
-use runnel_bench::cluster::{topic_name, Cluster, FETCH_VERSION, INIT_PRODUCER_ID_VERSION, PRODUCE_VERSION};
+use runnel_bench::cluster::{init_producer_id, topic_name, Cluster, FETCH_VERSION, PRODUCE_VERSION};
+use runnel_bench::consumer::{for_each_record, value_stamp};
 use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_NONE};
-use runnel_wire::Batches;
 use tokio::sync::watch;
 
 use crate::checker::{History, Outcome, Poll, Send};
@@ -64,12 +63,11 @@ async fn call_with_timeout<R: kafka_protocol::protocol::Request>(
 }
 
 async fn init_producer(conn: &Connection) -> Result<(i64, i16)> {
-    let req = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(-1);
-    let resp = call_with_timeout(conn, &req, INIT_PRODUCER_ID_VERSION).await?;
-    if resp.error_code != 0 {
-        anyhow::bail!("InitProducerId: error code {}", resp.error_code);
+    let answer = tokio::time::timeout(Duration::from_secs(15), init_producer_id(conn)).await;
+    match answer.context("request timed out")?? {
+        (0, id, epoch) => Ok((id, epoch)),
+        (code, _, _) => anyhow::bail!("InitProducerId: error code {code}"),
     }
-    Ok((resp.producer_id.0, resp.producer_epoch))
 }
 
 fn retriable(code: i16) -> bool {
@@ -139,7 +137,7 @@ async fn produce(cfg: Arc<VerifyConfig>, index: usize, deadline: Instant) -> Vec
                 let seq = *sequence.get(&partition).unwrap_or(&0);
                 let mut b = BatchBuilder::new(0);
                 for v in &values {
-                    b.push(0, None, Some(&[&v.to_be_bytes()]));
+                    b.push(0, None, Some(&v.to_be_bytes()));
                 }
                 let fields = ProducerFields { producer_id: pid, producer_epoch: epoch, base_sequence: seq };
                 let records = b.finish(CODEC_NONE, fields).expect("an uncompressed batch always encodes");
@@ -238,18 +236,15 @@ async fn consume(
         for t in resp.responses {
             for p in t.partitions {
                 let Some(data) = p.records.filter(|_| p.error_code == 0) else { continue };
-                let from = position[&p.partition_index];
-                for item in Batches::new(&data) {
-                    let Ok((h, range)) = item else { break };
-                    let mut raw = Bytes::copy_from_slice(&data[range]);
-                    let Ok(set) = RecordBatchDecoder::decode(&mut raw) else { break };
-                    for r in set.records.iter().filter(|r| r.offset >= from) {
-                        let v = r.value.as_deref().unwrap_or_default();
-                        let value =
-                            v.get(..8).map_or(u64::MAX, |b| u64::from_be_bytes(b.try_into().unwrap_or([0xff; 8])));
-                        records.push((p.partition_index, r.offset, value));
-                    }
-                    position.insert(p.partition_index, h.next_offset().max(from));
+                let partition = p.partition_index;
+                let mut got = Vec::new();
+                let read = for_each_record(&data, position[&partition], |offset, v| {
+                    got.push((partition, offset, value_stamp(v).unwrap_or(u64::MAX)));
+                });
+                // A fetch with an undecodable batch is dropped whole and read again.
+                if let Ok(Some(next)) = read {
+                    position.insert(partition, next);
+                    records.extend(got);
                 }
             }
         }

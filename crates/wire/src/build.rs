@@ -105,9 +105,14 @@ impl BatchBuilder {
         HEADER_BYTES + self.records.len()
     }
 
-    /// Adds one record with no headers; its value is the concatenation of `value` parts
+    /// Adds one record with no headers (`None` value: a tombstone).
+    pub fn push(&mut self, timestamp: i64, key: Option<&[u8]>, value: Option<&[u8]>) {
+        self.push_parts(timestamp, key, value.as_ref().map(std::slice::from_ref));
+    }
+
+    /// Adds one record with no headers whose value is the concatenation of `value` parts
     /// (`None`: a null value, a tombstone).
-    pub fn push(&mut self, timestamp: i64, key: Option<&[u8]>, value: Option<&[&[u8]]>) {
+    pub fn push_parts(&mut self, timestamp: i64, key: Option<&[u8]>, value: Option<&[&[u8]]>) {
         let ts_delta = timestamp - self.base_timestamp;
         let offset_delta = self.count as i64;
         let key_len = key.map_or(-1, |k| k.len() as i64);
@@ -172,8 +177,8 @@ mod tests {
     fn built_batches_validate_and_decode_for_every_codec() {
         for codec in [CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD] {
             let mut b = BatchBuilder::new(1_000);
-            b.push(1_000, Some(b"k0"), Some(&[b"v", b"0"]));
-            b.push(1_005, None, Some(&[&[7u8; 300]]));
+            b.push_parts(1_000, Some(b"k0"), Some(&[b"v", b"0"]));
+            b.push(1_005, None, Some(&[7u8; 300]));
             b.push(999, Some(b"gone"), None);
             let producer = ProducerFields { producer_id: 9, producer_epoch: 1, base_sequence: 40 };
             let bytes = b.finish(codec, producer).expect("finish");
