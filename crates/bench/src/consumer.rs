@@ -43,12 +43,17 @@ pub fn value_stamp(value: &[u8]) -> Option<u64> {
 
 /// Calls `f(offset, value)` for every record at or after `from` in one partition's fetched
 /// data (whole batches only; a batch cut at the size limit ends it). Returns the offset
-/// after the last batch that held such records.
+/// after the last batch past `from`.
 pub fn for_each_record(data: &[u8], from: i64, mut f: impl FnMut(i64, &[u8])) -> Result<Option<i64>> {
     let mut next = None;
     for item in Batches::new(data) {
         let Ok((h, range)) = item else { break };
         if h.next_offset() <= from {
+            continue;
+        }
+        if h.is_control() {
+            // Transaction markers and Raft's own entries: no records, but they take offsets.
+            next = Some(h.next_offset());
             continue;
         }
         let mut raw = Bytes::copy_from_slice(&data[range]);

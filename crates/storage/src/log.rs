@@ -147,6 +147,17 @@ impl Log {
     /// Opens (or creates) the log in `dir`, recovering from a crash if needed: batches from
     /// the last recovery point on are CRC-checked and a torn or corrupt tail is truncated.
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> io::Result<Log> {
+        Log::open_visiting(dir, config, now_ms, |_| {})
+    }
+
+    /// [`Log::open`], handing the header of every batch that survives recovery to `visit`,
+    /// in offset order (the Raft layer rebuilds its index-to-offset map from them).
+    pub fn open_visiting(
+        dir: &Path,
+        config: LogConfig,
+        now_ms: i64,
+        mut visit: impl FnMut(&BatchHeader),
+    ) -> io::Result<Log> {
         fs::create_dir_all(dir)?;
         cleaner::recover_swaps(dir)?;
         let (recovery_point, mut log_start_offset, cleaner_point) = read_checkpoint(dir)?;
@@ -176,7 +187,10 @@ impl Log {
                     continue;
                 }
             }
-            let outcome = seg.scan(recovery_point, |h, _| producers.record(h))?;
+            let outcome = seg.scan(recovery_point, |h, _| {
+                producers.record(h);
+                visit(h);
+            })?;
             if let Some(why) = outcome.torn {
                 warn!(dir = %dir.display(), base, valid_bytes = outcome.valid_bytes, %why, "truncating torn log tail");
                 seg.truncate_to(outcome.valid_bytes)?;
@@ -280,6 +294,107 @@ impl Log {
         self.producers.record(&stamped);
         assert_eq!(self.log_end_offset(), stamped.next_offset(), "log end must follow the appended batch");
         Ok(AppendInfo { base_offset, last_offset: stamped.last_offset(), duplicate: false })
+    }
+
+    /// Appends a batch whose offsets and leader epoch are already stamped (a replicated
+    /// entry): it must start exactly at the log end. Producer state follows it, so a
+    /// follower that becomes leader answers retries as the old leader would have.
+    pub fn append_stamped(&mut self, batch: &[u8], h: &BatchHeader, now_ms: i64) -> io::Result<()> {
+        assert_eq!(h.base_offset, self.log_end_offset(), "a replicated batch must start at the log end");
+        self.maybe_roll(batch.len() as u64, now_ms)?;
+        if let Err(e) = self.active_mut().append(batch, h) {
+            let size = self.active().size;
+            let _ = self.active_mut().truncate_to(size);
+            return Err(e);
+        }
+        self.producers.record(h);
+        Ok(())
+    }
+
+    /// Removes every batch at or after `offset` (Raft replaced them with the leader's
+    /// entries). `offset` must be a batch boundary. Producer state is rebuilt from what
+    /// stays, which means reading every remaining batch header: truncation is rare.
+    pub fn truncate_from(&mut self, offset: i64, now_ms: i64) -> io::Result<()> {
+        if offset >= self.log_end_offset() {
+            return Ok(());
+        }
+        while self.segments.len() > 1 && self.active().base_offset >= offset {
+            let seg = self.segments.pop().expect("more than one segment");
+            seg.delete()?;
+        }
+        let base = self.active().base_offset;
+        if offset >= self.log_end_offset() {
+            // The cut fell on a segment boundary: dropping later segments was all of it.
+        } else if offset <= base {
+            let seg = self.segments.pop().expect("a log always has an active segment");
+            seg.delete()?;
+            self.segments.push(Segment::create(&self.dir, offset.max(0), self.config.index_interval_bytes, now_ms)?);
+        } else {
+            let pos = match self.active().position_of(offset)? {
+                Some((pos, h)) if h.base_offset == offset => pos,
+                found => {
+                    let found = found.map(|(_, h)| (h.base_offset, h.last_offset()));
+                    return Err(io::Error::other(format!(
+                        "offset {offset} is not a batch boundary (segment {base}, found {found:?}, end {})",
+                        self.log_end_offset()
+                    )));
+                }
+            };
+            self.active_mut().truncate_to(pos)?;
+            let mut seg = Segment::open(&self.dir, base, self.config.index_interval_bytes, now_ms)?;
+            // Rebuild the indexes from what is left (they may point past the cut).
+            seg.scan(i64::MAX, |_, _| {})?;
+            *self.active_mut() = seg;
+        }
+        let mut producers = ProducerTable::default();
+        for seg in &self.segments {
+            seg.for_each_header(|h| producers.record(h))?;
+        }
+        self.producers = producers;
+        self.log_start_offset = self.log_start_offset.min(self.log_end_offset());
+        self.recovery_point = self.recovery_point.min(self.log_end_offset());
+        self.write_checkpoint()
+    }
+
+    /// Drops the whole log and restarts it empty at `offset` (a replica installing a
+    /// snapshot: the leader no longer has what came before).
+    pub fn reset(&mut self, offset: i64, now_ms: i64) -> io::Result<()> {
+        for seg in std::mem::take(&mut self.segments) {
+            seg.delete()?;
+        }
+        self.segments.push(Segment::create(&self.dir, offset, self.config.index_interval_bytes, now_ms)?);
+        self.log_start_offset = offset;
+        self.recovery_point = offset;
+        self.cleaner_point = offset;
+        self.producers = ProducerTable::default();
+        self.write_checkpoint()
+    }
+
+    /// The idempotence check of [`Log::append`] for a batch that will follow `pending`
+    /// (batches proposed to Raft but not yet in the log). `Ok(Some((base, last)))`: a
+    /// duplicate of the batch at those offsets.
+    pub fn check_producer(
+        &self,
+        h: &BatchHeader,
+        pending: &[BatchHeader],
+    ) -> Result<Option<(i64, i64)>, ProducerError> {
+        self.producers.check_after(h, pending)
+    }
+
+    /// Base offset of the first batch kept on disk (below the log start when DeleteRecords
+    /// moved the start inside a segment).
+    pub fn first_batch_offset(&self) -> i64 {
+        self.segments[0].base_offset
+    }
+
+    /// Re-reads the `.log` bytes of the batches in `[from, to)`, at most `max_bytes`
+    /// (always at least the first batch), whatever the high watermark.
+    pub fn read_range(&self, from: i64, to: i64, max_bytes: usize) -> io::Result<Vec<u8>> {
+        match self.read(from, max_bytes, to, true) {
+            Ok(plan) => plan.execute(),
+            Err(ReadError::Io(e)) => Err(e),
+            Err(e) => Err(io::Error::other(e.to_string())),
+        }
     }
 
     fn maybe_roll(&mut self, incoming: u64, now_ms: i64) -> io::Result<()> {

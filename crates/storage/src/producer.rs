@@ -23,7 +23,7 @@ struct CachedBatch {
     last_offset: i64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<CachedBatch>,
@@ -85,6 +85,23 @@ impl ProducerTable {
             }
             _ => Ok(None),
         }
+    }
+
+    /// [`ProducerTable::check`] as if `pending` (batches not yet in the log) had been
+    /// recorded first.
+    pub fn check_after(&self, h: &BatchHeader, pending: &[BatchHeader]) -> Result<Option<(i64, i64)>, ProducerError> {
+        let mine = |p: &&BatchHeader| p.producer_id == h.producer_id && p.has_producer_id();
+        if !pending.iter().any(|p| mine(&p)) {
+            return self.check(h);
+        }
+        let mut view = ProducerTable::default();
+        if let Some(e) = self.producers.get(&h.producer_id) {
+            view.producers.insert(h.producer_id, e.clone());
+        }
+        for p in pending.iter().filter(mine) {
+            view.record(p);
+        }
+        view.check(h)
     }
 
     /// Records a batch that is now in the log (appended, or found while scanning on open).

@@ -205,7 +205,11 @@ impl Segment {
     }
 
     /// Walks batch headers from `pos` until `pred` holds.
-    fn find_batch(&self, pos: &mut u64, pred: impl Fn(&BatchHeader) -> bool) -> io::Result<Option<(u64, BatchHeader)>> {
+    fn find_batch(
+        &self,
+        pos: &mut u64,
+        mut pred: impl FnMut(&BatchHeader) -> bool,
+    ) -> io::Result<Option<(u64, BatchHeader)>> {
         let mut head = [0u8; HEADER_BYTES];
         while *pos + HEADER_BYTES as u64 <= self.size {
             self.file.read_exact_at(&mut head, *pos)?;
@@ -216,6 +220,15 @@ impl Segment {
             *pos += h.total_bytes() as u64;
         }
         Ok(None)
+    }
+
+    /// Hands every batch header, in order, to `visit` (the segment was scanned already).
+    pub fn for_each_header(&self, mut visit: impl FnMut(&BatchHeader)) -> io::Result<()> {
+        self.find_batch(&mut 0, |h| {
+            visit(h);
+            false
+        })?;
+        Ok(())
     }
 
     /// First batch whose max timestamp is at least `ts`.

@@ -169,3 +169,37 @@ fn time_retention_rolls_and_deletes_an_expired_active_segment() {
     assert_eq!(log.log_start_offset(), 2);
     assert_eq!(log.log_end_offset(), 2);
 }
+
+#[test]
+fn replicated_appends_and_truncation_at_any_batch_boundary() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log = Log::open(dir.path(), small_segments(), 0).expect("open");
+    // Stamped batches from a leader: offsets are given, producer state follows them.
+    let mut bases = Vec::new();
+    for i in 0..40 {
+        let mut b = batch(2, i, 7, i as i32 * 2);
+        let base = log.log_end_offset();
+        runnel_wire::batch::stamp(&mut b, base, 3);
+        let h = BatchHeader::validate_for_append(&b).expect("valid");
+        log.append_stamped(&b, &h, 0).expect("append");
+        bases.push(base);
+    }
+    assert!(log.segment_count() > 3);
+    // Cut one batch at a time from the top: every batch boundary, segment starts included.
+    for k in (20..40).rev() {
+        log.truncate_from(bases[k], 0).expect("truncate");
+        assert_eq!(log.log_end_offset(), bases[k]);
+    }
+    let kept: Vec<i64> = read_all(&log, 0).iter().map(|h| h.base_offset).collect();
+    assert_eq!(kept, bases[..20].to_vec());
+    // Producer state was rebuilt: the next sequence after the 20 kept batches is 40.
+    let next = batch(2, 99, 7, 40);
+    let h = BatchHeader::validate_for_append(&next).expect("valid");
+    assert_eq!(log.check_producer(&h, &[]).expect("in order"), None);
+    let dup = batch(2, 99, 7, 38);
+    let hd = BatchHeader::validate_for_append(&dup).expect("valid");
+    assert_eq!(log.check_producer(&hd, &[]).expect("dup"), Some((bases[19], bases[19] + 1)));
+    drop(log);
+    let log = Log::open(dir.path(), small_segments(), 0).expect("reopen");
+    assert_eq!(log.log_end_offset(), bases[20]);
+}

@@ -13,6 +13,7 @@ pub const CODEC_GZIP: i16 = 1;
 pub const CODEC_SNAPPY: i16 = 2;
 pub const CODEC_LZ4: i16 = 3;
 pub const CODEC_ZSTD: i16 = 4;
+const ATTR_CONTROL: i16 = 0x20;
 
 /// Decompresses a batch's records section.
 pub fn decompress(codec: i16, data: &[u8]) -> anyhow::Result<Bytes> {
@@ -145,6 +146,16 @@ impl BatchBuilder {
 
     /// The finished batch (base offset 0, leader epoch -1: the broker stamps both).
     pub fn finish(&self, codec: i16, producer: ProducerFields) -> anyhow::Result<Vec<u8>> {
+        self.finish_with(codec, codec, producer)
+    }
+
+    /// An uncompressed control batch (clients skip it, as they skip transaction markers).
+    pub fn finish_control(&self) -> Vec<u8> {
+        self.finish_with(CODEC_NONE, CODEC_NONE | ATTR_CONTROL, ProducerFields::NONE)
+            .expect("an uncompressed batch cannot fail to build")
+    }
+
+    fn finish_with(&self, codec: i16, attributes: i16, producer: ProducerFields) -> anyhow::Result<Vec<u8>> {
         let section = compress(codec, &self.records)?;
         let mut out = Vec::with_capacity(HEADER_BYTES + section.len());
         out.extend_from_slice(&0i64.to_be_bytes());
@@ -152,7 +163,7 @@ impl BatchBuilder {
         out.extend_from_slice(&(-1i32).to_be_bytes());
         out.push(MAGIC_V2 as u8);
         out.extend_from_slice(&[0; 4]);
-        out.extend_from_slice(&codec.to_be_bytes());
+        out.extend_from_slice(&attributes.to_be_bytes());
         out.extend_from_slice(&(self.count - 1).max(0).to_be_bytes());
         out.extend_from_slice(&self.base_timestamp.to_be_bytes());
         out.extend_from_slice(&self.max_timestamp.to_be_bytes());

@@ -1,0 +1,404 @@
+//! One replica of one Raft group, without I/O of its own: the caller ticks it, feeds it
+//! messages, sends what it emits, and syncs the disk between [`Replica::collect`] and
+//! [`Replica::persisted`] (so one fsync can cover many groups).
+//!
+//! The leader assigns Kafka offsets when it proposes: a batch goes into the Raft log with
+//! its base offset and leader epoch (the Raft term) already stamped, so every replica
+//! stores the same bytes at the same offsets. The high watermark is the end of the last
+//! committed entry that is also on this replica's disk.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::Path;
+
+use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
+use raft::{Config, RawNode, StateRole};
+use runnel_storage::{Log, LogConfig, ProducerError};
+use runnel_wire::batch::stamp;
+use runnel_wire::BatchHeader;
+use tokio::sync::oneshot;
+
+use crate::store::RaftLog;
+
+/// Timing and identity of a replica. Ticks are driven by the caller (100 ms in a broker).
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    /// This replica's Raft id (a broker's node id + 1: Raft reserves 0).
+    pub id: u64,
+    /// The group's voters when it is created; an existing replica keeps its own record.
+    pub voters: Vec<u64>,
+    pub election_tick: usize,
+    pub heartbeat_tick: usize,
+    /// Committed entries with data are handed to the caller ([`Replica::take_applied`]):
+    /// the metadata group needs them, partition groups do not.
+    pub deliver_committed: bool,
+    /// Bound on bytes proposed but not committed; proposals past it are refused.
+    pub max_uncommitted_bytes: u64,
+}
+
+impl ReplicaConfig {
+    pub fn new(id: u64, voters: Vec<u64>) -> ReplicaConfig {
+        ReplicaConfig {
+            id,
+            voters,
+            election_tick: 10,
+            heartbeat_tick: 1,
+            deliver_committed: false,
+            max_uncommitted_bytes: 256 << 20,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum ProposeError {
+    /// Not the leader (the known leader, if any, is given).
+    NotLeader(Option<u64>),
+    /// Too much proposed and not yet committed; try again shortly.
+    Busy,
+    Producer(ProducerError),
+    Invalid(String),
+}
+
+/// Where a proposed batch went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proposed {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// Raft index of the entry holding it.
+    pub index: u64,
+    pub term: u64,
+    /// A retry of a batch already proposed: nothing new was written.
+    pub duplicate: bool,
+}
+
+/// How an acknowledgement waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// acks=all: committed (on a majority of disks).
+    Committed,
+    /// acks=1: on the leader's disk.
+    Local,
+}
+
+struct Waiter {
+    index: u64,
+    term: u64,
+    tx: oneshot::Sender<bool>,
+}
+
+/// A ready taken by [`Replica::collect`], waiting for the caller's disk sync.
+pub struct Collected {
+    number: u64,
+    last_index: u64,
+    held: Vec<Message>,
+}
+
+pub struct Replica {
+    node: RawNode<RaftLog>,
+    deliver_committed: bool,
+    high_watermark: i64,
+    commit_waiters: VecDeque<Waiter>,
+    local_waiters: VecDeque<Waiter>,
+    applied: Vec<Entry>,
+}
+
+impl Replica {
+    pub fn open(dir: &Path, log_config: LogConfig, cfg: &ReplicaConfig, now_ms: i64) -> io::Result<Replica> {
+        let store = RaftLog::open(dir, log_config, &cfg.voters, now_ms)?;
+        let commit = store.hard_state().commit;
+        let high_watermark = store.end_offset_of(commit);
+        let config = Config {
+            id: cfg.id,
+            election_tick: cfg.election_tick,
+            heartbeat_tick: cfg.heartbeat_tick,
+            // Partitions need nothing replayed; the metadata group rebuilds its state.
+            applied: if cfg.deliver_committed { store.first() - 1 } else { commit },
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            max_uncommitted_size: cfg.max_uncommitted_bytes,
+            max_committed_size_per_ready: 16 << 20,
+            ..Default::default()
+        };
+        config.validate().map_err(|e| io::Error::other(e.to_string()))?;
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let node = RawNode::new(&config, store, &logger).map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(Replica {
+            node,
+            deliver_committed: cfg.deliver_committed,
+            high_watermark,
+            commit_waiters: VecDeque::new(),
+            local_waiters: VecDeque::new(),
+            applied: Vec::new(),
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.node.raft.id
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.node.raft.state == StateRole::Leader
+    }
+
+    /// The leader this replica knows of.
+    pub fn leader(&self) -> Option<u64> {
+        Some(self.node.raft.leader_id).filter(|id| *id != raft::INVALID_ID)
+    }
+
+    pub fn term(&self) -> u64 {
+        self.node.raft.term
+    }
+
+    pub fn role(&self) -> StateRole {
+        self.node.raft.state
+    }
+
+    pub fn voters(&self) -> Vec<u64> {
+        self.node.store().conf_state().voters.clone()
+    }
+
+    pub fn store(&self) -> &RaftLog {
+        self.node.store()
+    }
+
+    pub fn log(&self) -> &Log {
+        self.node.store().log()
+    }
+
+    pub fn log_mut(&mut self) -> &mut Log {
+        self.node.mut_store().log_mut()
+    }
+
+    /// Offsets below this are committed and on this replica's disk.
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+
+    pub fn committed_index(&self) -> u64 {
+        self.node.raft.raft_log.committed
+    }
+
+    /// Raft's own test hook, used by the simulator to make election timeouts reproducible.
+    pub fn set_election_timeout(&mut self, ticks: usize) {
+        self.node.raft.set_randomized_election_timeout(ticks);
+    }
+
+    pub fn tick(&mut self) -> bool {
+        self.node.tick()
+    }
+
+    pub fn step(&mut self, m: Message) -> raft::Result<()> {
+        self.node.step(m)
+    }
+
+    pub fn campaign(&mut self) -> raft::Result<()> {
+        self.node.campaign()
+    }
+
+    pub fn transfer_leader(&mut self, to: u64) {
+        self.node.transfer_leader(to)
+    }
+
+    /// Proposes a validated client batch. The leader checks idempotence against the log and
+    /// against batches proposed but not yet written, then stamps the next offsets and the
+    /// term into the batch.
+    pub fn propose_batch(&mut self, batch: &[u8], h: &BatchHeader) -> Result<Proposed, ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader(self.leader()));
+        }
+        if h.is_control() {
+            return Err(ProposeError::Invalid("control batches cannot be produced".into()));
+        }
+        let term = self.term();
+        let epoch = i32::try_from(term).map_err(|_| ProposeError::Invalid("term past i32".into()))?;
+        let (next, pending) = self.pending();
+        let store = self.node.store();
+        if let Some((base, last)) = store.log().check_producer(h, &pending).map_err(ProposeError::Producer)? {
+            let index =
+                self.index_holding(base).ok_or_else(|| ProposeError::Invalid("duplicate's entry is gone".into()))?;
+            let term = self.entry_term(index).unwrap_or(term);
+            return Ok(Proposed { base_offset: base, last_offset: last, index, term, duplicate: true });
+        }
+        let mut data = batch.to_vec();
+        stamp(&mut data, next, epoch);
+        self.propose_raw(data)?;
+        let index = self.node.raft.raft_log.last_index();
+        Ok(Proposed {
+            base_offset: next,
+            last_offset: next + h.last_offset_delta as i64,
+            index,
+            term,
+            duplicate: false,
+        })
+    }
+
+    /// Proposes an internal record (the metadata group's), as a one-record batch.
+    pub fn propose_record(&mut self, value: &[u8], now_ms: i64) -> Result<Proposed, ProposeError> {
+        let mut b = runnel_wire::build::BatchBuilder::new(now_ms);
+        b.push(now_ms, None, Some(value));
+        let batch =
+            b.finish(0, runnel_wire::build::ProducerFields::NONE).map_err(|e| ProposeError::Invalid(e.to_string()))?;
+        let h = BatchHeader::parse(&batch).map_err(|e| ProposeError::Invalid(e.to_string()))?;
+        self.propose_batch(&batch, &h)
+    }
+
+    fn propose_raw(&mut self, data: Vec<u8>) -> Result<(), ProposeError> {
+        match self.node.propose(Vec::new(), data) {
+            Ok(()) => Ok(()),
+            Err(raft::Error::ProposalDropped) if self.is_leader() => Err(ProposeError::Busy),
+            Err(_) => Err(ProposeError::NotLeader(self.leader())),
+        }
+    }
+
+    /// The offset after every entry Raft holds (written or not), and the headers of the
+    /// batches proposed but not yet written.
+    fn pending(&self) -> (i64, Vec<BatchHeader>) {
+        let store = self.node.store();
+        let mut next = store.log().log_end_offset();
+        let mut headers = Vec::new();
+        for e in self.node.raft.raft_log.unstable.entries.iter().filter(|e| e.index > store.last()) {
+            match BatchHeader::parse(&e.data) {
+                Ok(h) if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() => {
+                    next = h.next_offset();
+                    headers.push(h);
+                }
+                _ => next += 1,
+            }
+        }
+        (next, headers)
+    }
+
+    /// Raft index of the entry whose batch starts at `offset` (written or pending).
+    fn index_holding(&self, offset: i64) -> Option<u64> {
+        let store = self.node.store();
+        if let Some(i) = store.index_of(offset) {
+            return Some(i);
+        }
+        let unstable = &self.node.raft.raft_log.unstable.entries;
+        unstable
+            .iter()
+            .find(|e| BatchHeader::parse(&e.data).is_ok_and(|h| h.base_offset <= offset && offset <= h.last_offset()))
+            .map(|e| e.index)
+    }
+
+    fn entry_term(&self, index: u64) -> Option<u64> {
+        self.node.raft.raft_log.term(index).ok()
+    }
+
+    /// A receiver that yields true once the entry `index` of `term` is durable as asked,
+    /// false if it never will be here (leadership lost, or the entry was replaced).
+    pub fn wait(&mut self, index: u64, term: u64, durability: Durability) -> oneshot::Receiver<bool> {
+        let (tx, rx) = oneshot::channel();
+        let w = Waiter { index, term, tx };
+        match durability {
+            Durability::Committed => insert_sorted(&mut self.commit_waiters, w),
+            Durability::Local => insert_sorted(&mut self.local_waiters, w),
+        }
+        self.release_waiters();
+        rx
+    }
+
+    /// First half of a ready: writes entries and hard state (no fsync), applies committed
+    /// entries, and puts messages that may leave now into `out`. Returns None when there
+    /// was nothing to do; otherwise sync the log, then call [`Replica::persisted`].
+    pub fn collect(&mut self, now_ms: i64, out: &mut Vec<Message>) -> io::Result<Option<Collected>> {
+        if !self.node.has_ready() {
+            return Ok(None);
+        }
+        let mut rd = self.node.ready();
+        out.extend(rd.take_messages());
+        if !rd.snapshot().is_empty() {
+            self.node.mut_store().apply_snapshot(rd.snapshot(), now_ms)?;
+        }
+        self.node.mut_store().append(rd.entries(), now_ms)?;
+        if let Some(hs) = rd.hs() {
+            self.node.mut_store().set_hard_state(hs.clone())?;
+        }
+        if let Some(ss) = rd.ss() {
+            if ss.raft_state != StateRole::Leader {
+                self.fail_waiters();
+            }
+        }
+        let committed = rd.take_committed_entries();
+        let held = rd.take_persisted_messages();
+        let number = rd.number();
+        self.node.advance_append_async(rd);
+        self.apply(committed)?;
+        Ok(Some(Collected { number, last_index: self.node.store().last(), held }))
+    }
+
+    /// Second half of a ready, after the caller synced the log. Returns true when the high
+    /// watermark moved.
+    pub fn persisted(&mut self, c: Collected, out: &mut Vec<Message>) -> bool {
+        self.node.mut_store().mark_synced(c.last_index);
+        self.node.on_persist_ready(c.number);
+        out.extend(c.held);
+        self.release_waiters()
+    }
+
+    fn apply(&mut self, committed: Vec<Entry>) -> io::Result<()> {
+        let Some(last) = committed.last().map(|e| e.index) else { return Ok(()) };
+        for e in committed {
+            match e.get_entry_type() {
+                EntryType::EntryConfChange => {
+                    let cc: ConfChange = protobuf::Message::parse_from_bytes(&e.data).map_err(io::Error::other)?;
+                    let cs = self.node.apply_conf_change(&cc).map_err(|e| io::Error::other(e.to_string()))?;
+                    self.node.mut_store().set_conf_state(cs)?;
+                }
+                EntryType::EntryConfChangeV2 => {
+                    let cc: ConfChangeV2 = protobuf::Message::parse_from_bytes(&e.data).map_err(io::Error::other)?;
+                    let cs = self.node.apply_conf_change(&cc).map_err(|e| io::Error::other(e.to_string()))?;
+                    self.node.mut_store().set_conf_state(cs)?;
+                }
+                EntryType::EntryNormal if self.deliver_committed && !e.data.is_empty() => self.applied.push(e),
+                EntryType::EntryNormal => {}
+            }
+        }
+        self.node.mut_store().set_commit(last);
+        self.node.advance_apply_to(last);
+        Ok(())
+    }
+
+    /// Committed entries with data since the last call (only with `deliver_committed`).
+    pub fn take_applied(&mut self) -> Vec<Entry> {
+        std::mem::take(&mut self.applied)
+    }
+
+    /// Moves the high watermark and answers waiters whose entries are now durable.
+    fn release_waiters(&mut self) -> bool {
+        let synced = self.node.store().synced_index();
+        let durable = self.node.raft.raft_log.committed.min(synced);
+        let hw = self.node.store().end_offset_of(durable);
+        let moved = hw > self.high_watermark;
+        self.high_watermark = self.high_watermark.max(hw);
+        for (queue, upto) in [(&mut self.commit_waiters, durable), (&mut self.local_waiters, synced)] {
+            while queue.front().is_some_and(|w| w.index <= upto) {
+                let w = queue.pop_front().expect("front exists");
+                let same = self.node.raft.raft_log.term(w.index).ok() == Some(w.term);
+                let _ = w.tx.send(same);
+            }
+        }
+        moved
+    }
+
+    /// Leadership was lost: entries proposed here may or may not commit under the next
+    /// leader, so their producers are told to retry (idempotence removes duplicates).
+    fn fail_waiters(&mut self) {
+        for w in self.commit_waiters.drain(..).chain(self.local_waiters.drain(..)) {
+            let _ = w.tx.send(false);
+        }
+    }
+
+    /// Clean shutdown: commit index and log checkpoint to disk.
+    pub fn close(&mut self) -> io::Result<()> {
+        self.fail_waiters();
+        self.node.mut_store().close()
+    }
+}
+
+fn insert_sorted(queue: &mut VecDeque<Waiter>, w: Waiter) {
+    let at = queue.partition_point(|x| x.index <= w.index);
+    queue.insert(at, w);
+}

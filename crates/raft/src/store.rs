@@ -1,0 +1,511 @@
+//! The Raft log of one replica, kept in the partition's Kafka log: Raft entry `i` is the
+//! i-th batch from the log start, its term is the batch's `partitionLeaderEpoch`, and
+//! its data is the batch itself (offsets already assigned by the leader). Raft's own
+//! entries (the no-op a new leader appends, configuration changes) are written as control
+//! batches, which take one offset each and which clients skip, as they skip transaction
+//! markers.
+//!
+//! Next to the log, `raft.state` holds what Raft needs beyond the entries: term, vote and
+//! commit, the voter configuration, and where the log starts in Raft's numbering (the
+//! index, term and offset of the snapshot point). It is rewritten atomically when the term,
+//! vote or configuration change, not on every commit (a lost commit index is re-learned
+//! from the leader).
+
+use std::collections::VecDeque;
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState, StorageError};
+use runnel_storage::{Log, LogConfig};
+use runnel_wire::batch::{read_varint, stamp, Batches, HEADER_BYTES};
+use runnel_wire::build::BatchBuilder;
+use runnel_wire::BatchHeader;
+
+const STATE_FILE: &str = "raft.state";
+const STATE_VERSION: &str = "v1";
+
+/// Control record types for Raft's own entries (Kafka uses 0 and 1 for transaction markers
+/// and 2..6 in its own metadata log).
+const CONTROL_NOOP: i16 = 100;
+const CONTROL_CONF_CHANGE: i16 = 101;
+const CONTROL_CONF_CHANGE_V2: i16 = 102;
+
+/// Bytes read from the log per chunk when raft-rs asks for entries.
+const READ_CHUNK_BYTES: usize = 1 << 20;
+
+pub struct RaftLog {
+    log: Log,
+    dir: PathBuf,
+    /// Base offset of each entry from `first_index` on.
+    offsets: VecDeque<i64>,
+    /// Runs of equal terms, ascending: (first index of the run, term).
+    terms: Vec<(u64, u64)>,
+    /// Index and term of the entry just before the first stored one (0, 0 for a new log).
+    snap_index: u64,
+    snap_term: u64,
+    /// Offset of the entry after the snapshot point: where the log starts for Raft.
+    first_offset: i64,
+    hard: HardState,
+    conf: ConfState,
+    /// Entries up to this index are on disk and fsynced.
+    synced_index: u64,
+}
+
+fn storage_err(e: io::Error) -> raft::Error {
+    raft::Error::Store(StorageError::Other(Box::new(e)))
+}
+
+impl RaftLog {
+    /// Opens the replica's log in `dir`. A new log starts with `voters` as its
+    /// configuration; an existing one keeps what it recorded.
+    pub fn open(dir: &Path, config: LogConfig, voters: &[u64], now_ms: i64) -> io::Result<RaftLog> {
+        fs::create_dir_all(dir)?;
+        let saved = read_state(dir)?;
+        let mut headers = Vec::new();
+        let log = Log::open_visiting(dir, config, now_ms, |h| headers.push((h.base_offset, h.partition_leader_epoch)))?;
+        let mut store = RaftLog {
+            log,
+            dir: dir.to_path_buf(),
+            offsets: VecDeque::new(),
+            terms: Vec::new(),
+            snap_index: 0,
+            snap_term: 0,
+            first_offset: 0,
+            hard: HardState::default(),
+            conf: ConfState::default(),
+            synced_index: 0,
+        };
+        match saved {
+            Some(s) => {
+                store.hard = s.hard;
+                store.conf = s.conf;
+                store.snap_index = s.snap_index;
+                store.snap_term = s.snap_term;
+                store.first_offset = s.first_offset;
+            }
+            None => {
+                store.conf.voters = voters.to_vec();
+                store.first_offset = store.log.first_batch_offset();
+                store.write_state()?;
+            }
+        }
+        for (base, epoch) in headers {
+            if base < store.first_offset {
+                continue;
+            }
+            if store.offsets.is_empty() && base != store.first_offset {
+                return Err(io::Error::other(format!(
+                    "{}: the first batch at {base} is not the Raft log start {}",
+                    dir.display(),
+                    store.first_offset
+                )));
+            }
+            let index = store.snap_index + 1 + store.offsets.len() as u64;
+            store.offsets.push_back(base);
+            store.note_term(index, epoch.max(0) as u64);
+        }
+        store.hard.commit = store.hard.commit.min(store.last()).max(store.snap_index);
+        store.synced_index = store.last();
+        Ok(store)
+    }
+
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    pub fn log_mut(&mut self) -> &mut Log {
+        &mut self.log
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn first(&self) -> u64 {
+        self.snap_index + 1
+    }
+
+    pub fn last(&self) -> u64 {
+        self.snap_index + self.offsets.len() as u64
+    }
+
+    pub fn conf_state(&self) -> &ConfState {
+        &self.conf
+    }
+
+    pub fn hard_state(&self) -> &HardState {
+        &self.hard
+    }
+
+    pub fn synced_index(&self) -> u64 {
+        self.synced_index
+    }
+
+    pub fn mark_synced(&mut self, index: u64) {
+        self.synced_index = self.synced_index.max(index.min(self.last()));
+    }
+
+    /// Offset one past entry `index` (the high watermark when `index` is committed).
+    pub fn end_offset_of(&self, index: u64) -> i64 {
+        if index <= self.snap_index {
+            return self.first_offset;
+        }
+        match self.offsets.get((index - self.snap_index) as usize) {
+            Some(next) => *next,
+            None => self.log.log_end_offset(),
+        }
+    }
+
+    /// Base offset of entry `index` if it is stored.
+    pub fn offset_of(&self, index: u64) -> Option<i64> {
+        index.checked_sub(self.first()).and_then(|i| self.offsets.get(i as usize)).copied()
+    }
+
+    /// Index of the entry holding `offset`, if stored.
+    pub fn index_of(&self, offset: i64) -> Option<u64> {
+        if offset < self.first_offset || offset >= self.log.log_end_offset() {
+            return None;
+        }
+        let i = self.offsets.partition_point(|o| *o <= offset).checked_sub(1)?;
+        Some(self.first() + i as u64)
+    }
+
+    fn term_at(&self, index: u64) -> Option<u64> {
+        if index == self.snap_index {
+            return Some(self.snap_term);
+        }
+        if index < self.first() || index > self.last() {
+            return None;
+        }
+        let run = self.terms.partition_point(|(start, _)| *start <= index).checked_sub(1)?;
+        Some(self.terms[run].1)
+    }
+
+    /// The last offset written in each term up to `epoch`, for OffsetForLeaderEpoch: the
+    /// end offset of `epoch` is the start of the first later term (or the log end).
+    pub fn end_offset_for_epoch(&self, epoch: u64) -> Option<(u64, i64)> {
+        let run = self.terms.partition_point(|(_, t)| *t <= epoch);
+        if run == 0 {
+            return None;
+        }
+        let term = self.terms[run - 1].1;
+        let end = match self.terms.get(run) {
+            Some((start, _)) => self.offset_of(*start).unwrap_or(self.log.log_end_offset()),
+            None => self.log.log_end_offset(),
+        };
+        Some((term, end))
+    }
+
+    fn note_term(&mut self, index: u64, term: u64) {
+        if self.terms.last().map(|(_, t)| *t) != Some(term) {
+            self.terms.push((index, term));
+        }
+    }
+
+    /// Writes entries handed over by raft-rs (not fsynced: the caller syncs the log and
+    /// then reports the ready persisted). Entries that conflict with stored ones replace
+    /// them: the log is cut at the first of them.
+    pub fn append(&mut self, entries: &[Entry], now_ms: i64) -> io::Result<()> {
+        let Some(first) = entries.first() else { return Ok(()) };
+        let at = first.index;
+        assert!(at > self.snap_index, "entry {at} is inside the snapshot ({})", self.snap_index);
+        if at <= self.last() {
+            let offset = self.offsets[(at - self.first()) as usize];
+            self.log.truncate_from(offset, now_ms)?;
+            self.offsets.truncate((at - self.first()) as usize);
+            while self.terms.last().is_some_and(|(start, _)| *start >= at) {
+                self.terms.pop();
+            }
+            self.synced_index = self.synced_index.min(at - 1);
+        }
+        assert_eq!(at, self.last() + 1, "entries must follow the log");
+        for e in entries {
+            let base = self.log.log_end_offset();
+            let term = i32::try_from(e.term).map_err(|_| io::Error::other("term past i32"))?;
+            if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
+                let h = BatchHeader::parse(&e.data).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
+                if h.base_offset != base || h.total_bytes() != e.data.len() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("entry {} holds offset {} but the log ends at {base}", e.index, h.base_offset),
+                    ));
+                }
+                self.log.append_stamped(&e.data, &h, now_ms)?;
+            } else {
+                let mut batch = control_batch(e);
+                stamp(&mut batch, base, term);
+                let h = BatchHeader::parse(&batch).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
+                self.log.append_stamped(&batch, &h, now_ms)?;
+            }
+            self.offsets.push_back(base);
+            self.note_term(e.index, e.term);
+        }
+        Ok(())
+    }
+
+    /// Records a new hard state; the file is rewritten (and fsynced) only when the term or
+    /// vote changed, which Raft requires before it sends anything.
+    pub fn set_hard_state(&mut self, hs: HardState) -> io::Result<()> {
+        let durable = hs.term != self.hard.term || hs.vote != self.hard.vote;
+        self.hard = hs;
+        if durable {
+            self.write_state()?;
+        }
+        Ok(())
+    }
+
+    pub fn set_commit(&mut self, commit: u64) {
+        self.hard.commit = self.hard.commit.max(commit);
+    }
+
+    pub fn set_conf_state(&mut self, conf: ConfState) -> io::Result<()> {
+        self.conf = conf;
+        self.write_state()
+    }
+
+    /// Installs a snapshot from the leader: everything stored is dropped and the log
+    /// restarts at the offset the snapshot names (the leader no longer has the entries
+    /// before it).
+    pub fn apply_snapshot(&mut self, snap: &Snapshot, now_ms: i64) -> io::Result<()> {
+        let meta = snap.get_metadata();
+        let first_offset = decode_snapshot(&snap.data)?;
+        self.log.reset(first_offset, now_ms)?;
+        self.offsets.clear();
+        self.terms.clear();
+        self.snap_index = meta.index;
+        self.snap_term = meta.term;
+        self.first_offset = first_offset;
+        self.conf = meta.get_conf_state().clone();
+        self.hard.commit = self.hard.commit.max(meta.index);
+        self.hard.term = self.hard.term.max(meta.term);
+        self.synced_index = meta.index;
+        self.write_state()
+    }
+
+    /// Persists the commit index too (clean shutdown) and closes the log.
+    pub fn close(&mut self) -> io::Result<()> {
+        self.log.close()?;
+        self.write_state()
+    }
+
+    fn write_state(&self) -> io::Result<()> {
+        let ids = |v: &[u64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" ");
+        let text = format!(
+            "{STATE_VERSION} {} {} {} {} {} {}\nvoters {}\nlearners {}\nvoters_outgoing {}\nlearners_next {}\nauto_leave {}\n",
+            self.hard.term,
+            self.hard.vote,
+            self.hard.commit,
+            self.snap_index,
+            self.snap_term,
+            self.first_offset,
+            ids(&self.conf.voters),
+            ids(&self.conf.learners),
+            ids(&self.conf.voters_outgoing),
+            ids(&self.conf.learners_next),
+            u8::from(self.conf.auto_leave),
+        );
+        let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
+        let mut f = File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        fs::rename(&tmp, self.dir.join(STATE_FILE))?;
+        File::open(&self.dir)?.sync_all()
+    }
+
+    /// Reads entries `[low, high)` back from the log, stopping after `max_bytes` (but
+    /// always returning at least one).
+    fn read_entries(&self, low: u64, high: u64, max_bytes: u64) -> io::Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        let mut size = 0u64;
+        let mut index = low;
+        while index < high {
+            let from = self.offsets[(index - self.first()) as usize];
+            let to = self.end_offset_of(high - 1);
+            let chunk = Bytes::from(self.log.read_range(from, to, READ_CHUNK_BYTES)?);
+            if chunk.is_empty() {
+                return Err(io::Error::other(format!("entry {index} at offset {from} is missing from the log")));
+            }
+            for item in Batches::new(&chunk) {
+                let (h, range) = item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                if index >= high || (size > 0 && size + range.len() as u64 > max_bytes) {
+                    return Ok(out);
+                }
+                let expected = self.offsets[(index - self.first()) as usize];
+                if h.base_offset != expected {
+                    return Err(io::Error::other(format!(
+                        "entry {index}: batch at {} where {expected} was expected",
+                        h.base_offset
+                    )));
+                }
+                size += range.len() as u64;
+                out.push(entry_of(index, &h, chunk.slice(range))?);
+                index += 1;
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl raft::Storage for RaftLog {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState { hard_state: self.hard.clone(), conf_state: self.conf.clone() })
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low <= self.snap_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > self.last() + 1 {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        self.read_entries(low, high, max_size.into().unwrap_or(u64::MAX)).map_err(storage_err)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        if idx < self.snap_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        self.term_at(idx).ok_or(raft::Error::Store(StorageError::Unavailable))
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.first())
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.last())
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        if self.snap_index < request_index {
+            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
+        }
+        let mut snap =
+            Snapshot { data: Bytes::copy_from_slice(&self.first_offset.to_be_bytes()), ..Default::default() };
+        let meta = snap.mut_metadata();
+        meta.index = self.snap_index;
+        meta.term = self.snap_term;
+        meta.set_conf_state(self.conf.clone());
+        Ok(snap)
+    }
+}
+
+fn decode_snapshot(data: &[u8]) -> io::Result<i64> {
+    let raw: [u8; 8] = data.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "snapshot data"))?;
+    Ok(i64::from_be_bytes(raw))
+}
+
+/// A control batch standing for one of Raft's own entries: key (version 0, type), value
+/// the entry's data (a configuration change; empty for the no-op).
+fn control_batch(e: &Entry) -> Vec<u8> {
+    let kind = match e.get_entry_type() {
+        EntryType::EntryNormal => CONTROL_NOOP,
+        EntryType::EntryConfChange => CONTROL_CONF_CHANGE,
+        EntryType::EntryConfChangeV2 => CONTROL_CONF_CHANGE_V2,
+    };
+    let mut key = [0u8; 4];
+    key[2..].copy_from_slice(&kind.to_be_bytes());
+    // No timestamp (-1): every replica writes the same bytes for the same entry.
+    let mut b = BatchBuilder::new(-1);
+    b.push(-1, Some(&key), Some(&e.data));
+    b.finish_control()
+}
+
+/// The Raft entry a stored batch stands for.
+fn entry_of(index: u64, h: &BatchHeader, batch: Bytes) -> io::Result<Entry> {
+    let mut e = Entry { index, term: h.partition_leader_epoch.max(0) as u64, ..Default::default() };
+    if !h.is_control() {
+        e.set_entry_type(EntryType::EntryNormal);
+        e.data = batch;
+        return Ok(e);
+    }
+    let bad = || {
+        io::Error::new(io::ErrorKind::InvalidData, format!("control batch at {} is not a Raft entry", h.base_offset))
+    };
+    let (kind, value) = control_record(&batch[HEADER_BYTES..]).ok_or_else(bad)?;
+    e.set_entry_type(match kind {
+        CONTROL_NOOP => EntryType::EntryNormal,
+        CONTROL_CONF_CHANGE => EntryType::EntryConfChange,
+        CONTROL_CONF_CHANGE_V2 => EntryType::EntryConfChangeV2,
+        _ => return Err(bad()),
+    });
+    e.data = batch.slice_ref(value);
+    Ok(e)
+}
+
+/// (type, value) of the single record in a control batch's records section.
+fn control_record(records: &[u8]) -> Option<(i16, &[u8])> {
+    let mut at = 0usize;
+    let varint = |b: &[u8], at: &mut usize| -> Option<i64> {
+        let (v, n) = read_varint(b.get(*at..)?)?;
+        *at += n;
+        Some(v)
+    };
+    let _len = varint(records, &mut at)?;
+    at += 1; // attributes
+    let _ts = varint(records, &mut at)?;
+    let _delta = varint(records, &mut at)?;
+    let key_len = usize::try_from(varint(records, &mut at)?).ok()?;
+    let key = records.get(at..at + key_len)?;
+    at += key_len;
+    if key.len() != 4 || key[..2] != [0, 0] {
+        return None;
+    }
+    let kind = i16::from_be_bytes([key[2], key[3]]);
+    let value_len = usize::try_from(varint(records, &mut at)?.max(0)).ok()?;
+    Some((kind, records.get(at..at + value_len)?))
+}
+
+struct Saved {
+    hard: HardState,
+    conf: ConfState,
+    snap_index: u64,
+    snap_term: u64,
+    first_offset: i64,
+}
+
+fn read_state(dir: &Path) -> io::Result<Option<Saved>> {
+    let text = match fs::read_to_string(dir.join(STATE_FILE)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("{}: unreadable {STATE_FILE}", dir.display()));
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().ok_or_else(bad)?.split_whitespace().collect();
+    let [STATE_VERSION, term, vote, commit, snap_index, snap_term, first_offset] = head.as_slice() else {
+        return Err(bad());
+    };
+    let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
+    let hard = HardState { term: num(term)?, vote: num(vote)?, commit: num(commit)?, ..Default::default() };
+    let mut conf = ConfState::default();
+    for line in lines {
+        let mut parts = line.split_whitespace();
+        let key = parts.next().unwrap_or_default();
+        let ids = parts.map(num).collect::<io::Result<Vec<u64>>>()?;
+        match key {
+            "voters" => conf.voters = ids,
+            "learners" => conf.learners = ids,
+            "voters_outgoing" => conf.voters_outgoing = ids,
+            "learners_next" => conf.learners_next = ids,
+            "auto_leave" => conf.auto_leave = ids.first() == Some(&1),
+            _ => {}
+        }
+    }
+    Ok(Some(Saved {
+        hard,
+        conf,
+        snap_index: num(snap_index)?,
+        snap_term: num(snap_term)?,
+        first_offset: first_offset.parse::<i64>().map_err(|_| bad())?,
+    }))
+}
