@@ -25,6 +25,8 @@ pub struct Broker {
     /// Consumer groups and committed offsets, kept in `__consumer_offsets`.
     pub groups: Coordinator,
     pub shutting_down: AtomicBool,
+    /// Cluster mode (`controller.quorum.voters` set): metadata quorum and Raft driver.
+    pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 impl Broker {
@@ -67,6 +69,7 @@ impl Broker {
             data_arrived,
             fetch_sessions: sessions,
             shutting_down: AtomicBool::new(false),
+            cluster: std::sync::OnceLock::new(),
         });
         let records = broker.groups.load().map_err(|e| anyhow::anyhow!("loading consumer groups: {e}"))?;
         if records > 0 {
@@ -92,6 +95,13 @@ impl Broker {
         if !enabled {
             return None;
         }
+        if let Some(cluster) = self.cluster.get() {
+            // The controller creates it; the caller answers "not yet" and the client retries.
+            let (cluster, name) = (cluster.clone(), name.to_string());
+            let rf = self.catalog.settings().i64("default.replication.factor") as i16;
+            tokio::spawn(async move { cluster.auto_create(&name, partitions, rf).await });
+            return None;
+        }
         match self.catalog.create_topic(name, partitions, Default::default()) {
             Ok(t) => Some(t),
             // Another request created it first.
@@ -104,7 +114,7 @@ impl Broker {
     pub fn close(&self) {
         for t in self.catalog.topics_snapshot() {
             for p in &t.partitions {
-                if let Err(e) = p.log().close() {
+                if let Err(e) = p.close() {
                     tracing::warn!(topic = %t.name, partition = p.index, error = %e, "closing log");
                 }
             }

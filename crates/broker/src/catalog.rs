@@ -230,6 +230,13 @@ impl Catalog {
         Ok(topic)
     }
 
+    /// Adds a topic the metadata log defines (cluster mode); it is not written to
+    /// `cluster.json`, since the metadata log already holds it.
+    pub fn insert_topic(&self, topic: Topic) {
+        let _g = self.lock_change();
+        self.write_topics().insert(topic.name.clone(), Arc::new(topic));
+    }
+
     pub fn delete_topic(&self, name: &str) -> Result<Arc<Topic>, CatalogError> {
         let _g = self.lock_change();
         let topic = self.topic(name).ok_or_else(|| CatalogError::UnknownTopic(name.to_string()))?;
@@ -283,7 +290,9 @@ impl Catalog {
         let topic = self.topic(name).ok_or_else(|| CatalogError::UnknownTopic(name.to_string()))?;
         let log_config = topic_config::log_config(&configs, &self.settings());
         for p in &topic.partitions {
-            p.log().set_config(log_config);
+            if let Some(mut log) = p.log() {
+                log.set_config(log_config);
+            }
         }
         self.replace(Topic { name: topic.name.clone(), id: topic.id, partitions: topic.partitions.clone(), configs })
     }
@@ -302,7 +311,9 @@ impl Catalog {
         for t in self.topics_snapshot() {
             let cfg = topic_config::log_config(&t.configs, &settings);
             for p in &t.partitions {
-                p.log().set_config(cfg);
+                if let Some(mut log) = p.log() {
+                    log.set_config(cfg);
+                }
             }
         }
         Ok(())
@@ -342,6 +353,7 @@ impl Catalog {
             broker_configs: self.settings().dynamic().clone(),
             topics: topics
                 .iter()
+                .filter(|t| t.partitions.iter().all(|p| p.is_local()))
                 .map(|t| PersistedTopic {
                     name: t.name.to_string(),
                     id: t.id,

@@ -38,6 +38,11 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("node.id", Kind::Int, "1"),
     ("listeners", Kind::List, "PLAINTEXT://127.0.0.1:9092"),
     ("advertised.listeners", Kind::List, ""),
+    // Cluster mode: the metadata quorum's voters, `id@host:port` (Raft traffic between
+    // brokers goes to these addresses). Empty: a single broker without replication.
+    ("controller.quorum.voters", Kind::List, ""),
+    // Failure domains, outermost first: region=us-east1,zone=us-east1-b,rack=r7.
+    ("broker.location", Kind::Str, ""),
     ("log.dirs", Kind::Str, "./data"),
     ("num.partitions", Kind::Int, "1"),
     ("default.replication.factor", Kind::Int, "1"),

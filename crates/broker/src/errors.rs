@@ -54,3 +54,17 @@ pub fn batch(e: &BatchError) -> ResponseError {
 pub fn flush_failed() -> ResponseError {
     ResponseError::KafkaStorageError
 }
+
+/// A proposal to a partition's Raft group that was refused.
+pub fn propose(e: runnel_raft::ProposeError) -> (ResponseError, String) {
+    use runnel_raft::ProposeError as P;
+    match e {
+        P::NotLeader(_) => (ResponseError::NotLeaderOrFollower, "This broker is not the partition leader.".into()),
+        P::Busy => (ResponseError::RequestTimedOut, "Too much data is waiting to be committed.".into()),
+        P::Producer(p) => {
+            let e = AppendError::Producer(p);
+            (append(&e), e.to_string())
+        }
+        P::Invalid(msg) => (ResponseError::CorruptMessage, msg),
+    }
+}

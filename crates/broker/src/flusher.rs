@@ -53,22 +53,6 @@ impl Flusher {
     }
 }
 
-/// Makes everything written to `files` so far durable.
-fn sync(files: &[Arc<std::fs::File>], syncfs: bool) -> std::io::Result<()> {
-    if syncfs && files.len() >= 2 {
-        use std::os::fd::AsRawFd;
-        // SAFETY: syncfs only reads the descriptor, which `files[0]` keeps open.
-        if unsafe { libc::syncfs(files[0].as_raw_fd()) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        return Ok(());
-    }
-    for f in files {
-        f.sync_data()?;
-    }
-    Ok(())
-}
-
 async fn run(mut rx: mpsc::Receiver<FlushRequest>, data_arrived: Arc<Notify>, syncfs: bool) {
     let mut round = Vec::new();
     while rx.recv_many(&mut round, FLUSH_QUEUE_MAX).await > 0 {
@@ -80,8 +64,8 @@ async fn run(mut rx: mpsc::Receiver<FlushRequest>, data_arrived: Arc<Notify>, sy
             }
         }
         let targets: Vec<(Arc<Partition>, i64)> = upto.into_values().collect();
-        let files: Vec<_> = targets.iter().map(|(p, _)| p.log().sync_handle()).collect();
-        let synced = tokio::task::spawn_blocking(move || sync(&files, syncfs)).await;
+        let files: Vec<_> = targets.iter().filter_map(|(p, _)| Some(p.local_log()?.sync_handle())).collect();
+        let synced = tokio::task::spawn_blocking(move || runnel_storage::sync_files(&files, syncfs)).await;
         let result = match synced {
             Ok(Ok(())) => {
                 for (p, off) in &targets {

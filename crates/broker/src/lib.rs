@@ -2,11 +2,13 @@
 //! per Kafka API, the topic catalog, partitions, group commit and fetch sessions.
 //!
 //! Neighbours: `runnel-wire` (batch validation), `runnel-storage` (the partition log),
-//! `runnel-coordinator` (consumer groups, stored through `offsets_log`).
+//! `runnel-coordinator` (consumer groups, stored through `offsets_log`), `runnel-raft`
+//! (replication; `cluster` holds the metadata quorum in cluster mode).
 //! The binary crate `runnel` parses the command line and calls [`server::run`].
 
 pub mod broker;
 pub mod catalog;
+pub mod cluster;
 pub mod config;
 pub mod connection;
 mod dispatch;

@@ -1,22 +1,67 @@
-//! A partition as the broker sees it: the storage log behind a lock, plus the high
-//! watermark. This is the seam where replication slots in: today the high watermark
-//! advances when the local fsync covers a write; with Raft it advances on commit.
+//! A partition as the broker sees it. Three kinds:
+//!
+//! - **local** (single-broker mode): the storage log behind a lock; the high watermark
+//!   advances when group commit's fsync covers a write;
+//! - **replicated**: this broker holds one replica of the partition's Raft group; the log
+//!   lives inside the replica and the high watermark is Raft's commit;
+//! - **remote**: the partition's replicas are on other brokers.
 
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use kafka_protocol::error::ResponseError;
+use runnel_raft::{driver, Replica, SharedReplica};
 use runnel_storage::{AppendError, AppendInfo, Log, ReadError, ReadPlan};
 use runnel_wire::BatchHeader;
+
+enum Kind {
+    Local(Box<Mutex<Log>>),
+    Replicated { replica: SharedReplica, group: u64 },
+    Remote,
+}
 
 pub struct Partition {
     pub topic: Arc<str>,
     pub index: i32,
-    log: Mutex<Log>,
-    /// Offsets below this are durable (per the fsync policy) and visible to consumers.
+    kind: Kind,
+    /// Broker ids holding a replica (leader first when it was assigned); empty for local.
+    pub replicas: Vec<i32>,
+    /// Local partitions: offsets below this are durable (per the fsync policy) and visible.
     high_watermark: AtomicI64,
-    /// Mirrors of the log's bounds, readable without the lock.
+    /// Mirrors of a local log's bounds, readable without the lock.
     log_start_offset: AtomicI64,
     log_end_offset: AtomicI64,
+}
+
+/// The log of a hosted partition, locked (directly, or through its Raft replica).
+pub enum LogGuard<'a> {
+    Local(MutexGuard<'a, Log>),
+    Replica(MutexGuard<'a, Replica>),
+}
+
+impl Deref for LogGuard<'_> {
+    type Target = Log;
+    fn deref(&self) -> &Log {
+        match self {
+            LogGuard::Local(g) => g,
+            LogGuard::Replica(g) => g.log(),
+        }
+    }
+}
+
+impl DerefMut for LogGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Log {
+        match self {
+            LogGuard::Local(g) => g,
+            LogGuard::Replica(g) => g.log_mut(),
+        }
+    }
+}
+
+/// Raft ids are broker ids + 1 (Raft reserves 0).
+pub fn broker_of(raft_id: u64) -> i32 {
+    raft_id as i32 - 1
 }
 
 impl Partition {
@@ -27,35 +72,146 @@ impl Partition {
         Partition {
             topic,
             index,
-            log: Mutex::new(log),
+            kind: Kind::Local(Box::new(Mutex::new(log))),
+            replicas: Vec::new(),
             high_watermark: AtomicI64::new(end),
             log_start_offset: AtomicI64::new(start),
             log_end_offset: AtomicI64::new(end),
         }
     }
 
-    pub fn log(&self) -> MutexGuard<'_, Log> {
-        // A panic while holding the lock is a bug that already crashed a request; the log
-        // itself stays consistent (appends are single writes), so keep serving.
-        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    pub fn replicated(
+        topic: Arc<str>,
+        index: i32,
+        replicas: Vec<i32>,
+        replica: SharedReplica,
+        group: u64,
+    ) -> Partition {
+        Partition {
+            topic,
+            index,
+            kind: Kind::Replicated { replica, group },
+            replicas,
+            high_watermark: AtomicI64::new(0),
+            log_start_offset: AtomicI64::new(0),
+            log_end_offset: AtomicI64::new(0),
+        }
+    }
+
+    pub fn remote(topic: Arc<str>, index: i32, replicas: Vec<i32>) -> Partition {
+        Partition {
+            topic,
+            index,
+            kind: Kind::Remote,
+            replicas,
+            high_watermark: AtomicI64::new(0),
+            log_start_offset: AtomicI64::new(0),
+            log_end_offset: AtomicI64::new(0),
+        }
+    }
+
+    /// The log if this broker hosts the partition.
+    pub fn log(&self) -> Option<LogGuard<'_>> {
+        match &self.kind {
+            // A panic while holding the lock is a bug that already crashed a request; the
+            // log itself stays consistent (appends are single writes), so keep serving.
+            Kind::Local(log) => Some(LogGuard::Local(log.lock().unwrap_or_else(|p| p.into_inner()))),
+            Kind::Replicated { replica, .. } => Some(LogGuard::Replica(driver::lock(replica))),
+            Kind::Remote => None,
+        }
+    }
+
+    /// The log of a single-broker partition (retention, cleaning and group commit work on
+    /// these directly; a replicated log changes only through Raft).
+    pub fn local_log(&self) -> Option<MutexGuard<'_, Log>> {
+        match &self.kind {
+            Kind::Local(log) => Some(log.lock().unwrap_or_else(|p| p.into_inner())),
+            _ => None,
+        }
+    }
+
+    pub fn is_local(&self) -> bool {
+        matches!(self.kind, Kind::Local(_))
+    }
+
+    pub fn replica(&self) -> Option<(&SharedReplica, u64)> {
+        match &self.kind {
+            Kind::Replicated { replica, group } => Some((replica, *group)),
+            _ => None,
+        }
+    }
+
+    /// Why this broker cannot serve the partition as its leader, if it cannot.
+    pub fn leader_error(&self) -> Option<ResponseError> {
+        match &self.kind {
+            Kind::Local(_) => None,
+            Kind::Replicated { replica, .. } if driver::lock(replica).is_leader() => None,
+            _ => Some(ResponseError::NotLeaderOrFollower),
+        }
+    }
+
+    /// (leader broker id or -1, leader epoch) as this broker knows them.
+    pub fn leader(&self, me: i32) -> (i32, i32) {
+        match &self.kind {
+            Kind::Local(_) => (me, 0),
+            Kind::Replicated { replica, .. } => {
+                let r = driver::lock(replica);
+                (r.leader().map_or(-1, broker_of), r.term() as i32)
+            }
+            Kind::Remote => (-1, -1),
+        }
+    }
+
+    /// OffsetForLeaderEpoch: the largest epoch at most `epoch` and the offset where it
+    /// ended (the start of the next epoch, or the log end); (-1, -1) when there is none.
+    pub fn epoch_end_offset(&self, epoch: i32) -> (i32, i64) {
+        match &self.kind {
+            Kind::Local(log) => {
+                let log = log.lock().unwrap_or_else(|p| p.into_inner());
+                if epoch >= log.leader_epoch() {
+                    (log.leader_epoch(), log.log_end_offset())
+                } else {
+                    (-1, -1)
+                }
+            }
+            Kind::Replicated { replica, .. } => {
+                let r = driver::lock(replica);
+                match r.store().end_offset_for_epoch(epoch.max(0) as u64) {
+                    Some((term, end)) => (term as i32, end),
+                    None => (-1, -1),
+                }
+            }
+            Kind::Remote => (-1, -1),
+        }
     }
 
     pub fn high_watermark(&self) -> i64 {
-        self.high_watermark.load(Ordering::Acquire)
+        match &self.kind {
+            Kind::Replicated { replica, .. } => driver::lock(replica).high_watermark(),
+            _ => self.high_watermark.load(Ordering::Acquire),
+        }
     }
 
     pub fn log_start_offset(&self) -> i64 {
-        self.log_start_offset.load(Ordering::Acquire)
+        match &self.kind {
+            Kind::Replicated { replica, .. } => driver::lock(replica).log().log_start_offset(),
+            _ => self.log_start_offset.load(Ordering::Acquire),
+        }
     }
 
     pub fn log_end_offset(&self) -> i64 {
-        self.log_end_offset.load(Ordering::Acquire)
+        match &self.kind {
+            Kind::Replicated { replica, .. } => driver::lock(replica).log().log_end_offset(),
+            _ => self.log_end_offset.load(Ordering::Acquire),
+        }
     }
 
-    /// Appends validated batches in order under one lock; returns each batch's outcome.
-    /// Stops at the first failure (later batches of the same request are not written).
+    /// Appends validated batches to a local log in order under one lock; returns each
+    /// batch's outcome. Stops at the first failure (later batches are not written).
     pub fn append(&self, batches: &[(&[u8], BatchHeader)], now_ms: i64) -> Result<Vec<AppendInfo>, AppendError> {
-        let mut log = self.log();
+        let Some(mut log) = self.local_log() else {
+            return Err(AppendError::Io(std::io::Error::other("not a local partition")));
+        };
         let mut out = Vec::with_capacity(batches.len());
         for (bytes, h) in batches {
             out.push(log.append(bytes, h, now_ms)?);
@@ -64,19 +220,33 @@ impl Partition {
         Ok(out)
     }
 
-    /// Moves the high watermark up to `offset` (never down, never past the log end).
+    /// Moves a local partition's high watermark up to `offset` (never down, never past the
+    /// log end).
     pub fn advance_high_watermark(&self, offset: i64) {
         let offset = offset.min(self.log_end_offset());
         self.high_watermark.fetch_max(offset, Ordering::AcqRel);
     }
 
     pub fn read(&self, offset: i64, max_bytes: usize, min_one: bool) -> Result<ReadPlan, ReadError> {
-        self.log().read(offset, max_bytes, self.high_watermark(), min_one)
+        let hw = self.high_watermark();
+        match self.log() {
+            Some(log) => log.read(offset, max_bytes, hw, min_one),
+            None => Err(ReadError::Io(std::io::Error::other("partition not hosted here"))),
+        }
     }
 
     /// Re-reads the bounds after an operation that moved the log start.
     pub fn refresh_bounds(&self, log: &Log) {
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
         self.log_end_offset.store(log.log_end_offset(), Ordering::Release);
+    }
+
+    /// Clean shutdown of whatever this broker holds of the partition.
+    pub fn close(&self) -> std::io::Result<()> {
+        match &self.kind {
+            Kind::Local(log) => log.lock().unwrap_or_else(|p| p.into_inner()).close(),
+            Kind::Replicated { replica, .. } => driver::lock(replica).close(),
+            Kind::Remote => Ok(()),
+        }
     }
 }

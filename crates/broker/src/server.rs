@@ -23,6 +23,12 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     let started = std::time::Instant::now();
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     let broker = Broker::open(config)?;
+    let voters = broker.config.settings.get("controller.quorum.voters").to_string();
+    if !voters.is_empty() {
+        let location = broker.config.settings.get("broker.location").to_string();
+        let cluster = crate::cluster::Cluster::start(&broker, &voters, &location).await?;
+        let _ = broker.cluster.set(cluster);
+    }
     let connections_max = broker.config.settings.usize("max.connections").max(1);
     let permits = Arc::new(Semaphore::new(connections_max));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -115,10 +121,13 @@ async fn cleaner_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
                     if b.shutting_down.load(Ordering::Acquire) {
                         return;
                     }
-                    let Some(plan) = p.log().clean_plan(p.high_watermark(), crate::now_ms()) else { continue };
+                    let Some(plan) = p.local_log().and_then(|log| log.clean_plan(p.high_watermark(), crate::now_ms()))
+                    else {
+                        continue;
+                    };
                     let started = std::time::Instant::now();
                     let swapped = plan.execute(crate::now_ms()).and_then(|cleaned| {
-                        let mut log = p.log();
+                        let Some(mut log) = p.local_log() else { return Ok(None) };
                         if b.shutting_down.load(Ordering::Acquire) {
                             return Ok(None);
                         }
@@ -155,7 +164,8 @@ async fn retention_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>
             let now = crate::now_ms();
             for t in b.catalog.topics_snapshot() {
                 for p in &t.partitions {
-                    let mut log = p.log();
+                    // Replicated logs are not trimmed yet: Raft's index map must move with them.
+                    let Some(mut log) = p.local_log() else { continue };
                     match log.enforce_retention(now) {
                         Ok(0) => {}
                         Ok(n) => {

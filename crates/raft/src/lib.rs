@@ -3,9 +3,12 @@
 //! without doing I/O itself, so a broker can batch disk syncs and network sends across
 //! thousands of groups, and the simulator can run a whole cluster from one seed.
 
+pub mod driver;
 pub mod replica;
 pub mod store;
+pub mod transport;
 
+pub use driver::{Driver, Hooks, SharedReplica};
 pub use raft::eraftpb::Message;
 pub use raft::StateRole;
 pub use replica::{Collected, Durability, ProposeError, Proposed, Replica, ReplicaConfig};

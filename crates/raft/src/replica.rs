@@ -89,8 +89,17 @@ struct Waiter {
 /// A ready taken by [`Replica::collect`], waiting for the caller's disk sync.
 pub struct Collected {
     number: u64,
+    must_sync: bool,
     last_index: u64,
     held: Vec<Message>,
+}
+
+impl Collected {
+    /// Entries (or a snapshot) were written: the log must be synced before
+    /// [`Replica::persisted`].
+    pub fn must_sync(&self) -> bool {
+        self.must_sync
+    }
 }
 
 pub struct Replica {
@@ -324,9 +333,10 @@ impl Replica {
         let committed = rd.take_committed_entries();
         let held = rd.take_persisted_messages();
         let number = rd.number();
+        let must_sync = rd.must_sync();
         self.node.advance_append_async(rd);
         self.apply(committed)?;
-        Ok(Some(Collected { number, last_index: self.node.store().last(), held }))
+        Ok(Some(Collected { number, must_sync, last_index: self.node.store().last(), held }))
     }
 
     /// Second half of a ready, after the caller synced the log. Returns true when the high

@@ -20,11 +20,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run one broker for development: 127.0.0.1:9092, data in ./data.
+    /// Run one broker for development: 127.0.0.1:9092, data in ./data. With --brokers N, a
+    /// local cluster of N broker processes on ports PORT..PORT+N-1 (Raft between them on
+    /// PORT+1000..), data under DATA_DIR/broker-I.
     Dev {
-        /// Port to listen on (127.0.0.1 only).
+        /// Port to listen on (127.0.0.1 only); with --brokers, the first broker's.
         #[arg(long, default_value_t = 9092)]
         port: u16,
+        /// Number of brokers (separate processes, one replica each per partition).
+        #[arg(long, default_value_t = 1)]
+        brokers: u16,
         /// Where the logs and metadata live.
         #[arg(long, default_value = "./data")]
         data_dir: PathBuf,
@@ -58,7 +63,7 @@ fn apply_overrides(settings: &mut Settings, overrides: &[String]) -> Result<()> 
 
 fn config(command: Command) -> Result<BrokerConfig> {
     let settings = match command {
-        Command::Dev { port, data_dir, settings: overrides } => {
+        Command::Dev { port, data_dir, settings: overrides, .. } => {
             let mut s = Settings::default();
             s.set("listeners", &format!("PLAINTEXT://127.0.0.1:{port}"))?;
             s.set("log.dirs", &data_dir.to_string_lossy())?;
@@ -88,6 +93,66 @@ async fn stop_signal() {
     }
 }
 
+/// `runnel dev --brokers N`: N `runnel dev` processes forming one cluster. Prints each
+/// broker's pid, so tools and tests can kill or pause one; a broker that dies is started
+/// again a second later (with its new pid printed). SIGINT or SIGTERM stops them all.
+async fn dev_cluster(port: u16, brokers: u16, data_dir: PathBuf, overrides: Vec<String>) -> Result<()> {
+    let exe = std::env::current_exe().context("locating the runnel binary")?;
+    let internal = |i: u16| port.checked_add(1000 + i).context("port out of range");
+    let mut voters = Vec::new();
+    for i in 0..brokers {
+        voters.push(format!("{i}@127.0.0.1:{}", internal(i)?));
+    }
+    let voters = voters.join(",");
+    let spawn = |i: u16| -> Result<tokio::process::Child> {
+        let client_port = port.checked_add(i).context("port out of range")?;
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.arg("dev")
+            .arg("--port")
+            .arg(client_port.to_string())
+            .arg("--data-dir")
+            .arg(data_dir.join(format!("broker-{i}")))
+            .args(["--set", &format!("node.id={i}")])
+            .args(["--set", &format!("controller.quorum.voters={voters}")])
+            .args(["--set", &format!("default.replication.factor={}", brokers.min(3))])
+            .args(["--set", &format!("broker.location=zone=dev-{i}")]);
+        for o in &overrides {
+            cmd.args(["--set", o]);
+        }
+        let child = cmd.kill_on_drop(true).spawn().context("starting a broker")?;
+        println!("broker {i} pid {} listening on 127.0.0.1:{client_port}", child.id().unwrap_or(0));
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        Ok(child)
+    };
+    let mut children = (0..brokers).map(spawn).collect::<Result<Vec<_>>>()?;
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+                for (i, c) in children.iter_mut().enumerate() {
+                    if let Ok(Some(status)) = c.try_wait() {
+                        tracing::warn!(broker = i, %status, "broker exited; starting it again");
+                        *c = spawn(i as u16)?;
+                    }
+                }
+            }
+        }
+    }
+    for c in &children {
+        if let Some(pid) = c.id() {
+            // SAFETY: kill only sends a signal to a child this process started.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        }
+    }
+    for mut c in children {
+        let _ = c.wait().await;
+    }
+    Ok(())
+}
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("RUNNEL_LOG").unwrap_or_else(|_| "info".into()))
@@ -97,6 +162,9 @@ fn main() {
     let cli = Cli::parse();
     let runtime = || tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime");
     let result = match cli.command {
+        Command::Dev { port, brokers, data_dir, settings } if brokers > 1 => {
+            runtime().and_then(|rt| rt.block_on(dev_cluster(port, brokers, data_dir, settings)))
+        }
         Command::Bench(args) => runtime().and_then(|rt| rt.block_on(bench::main(*args))),
         Command::Verify(args) => runtime().and_then(|rt| rt.block_on(verify::main(*args))),
         command => config(command).and_then(|config| runtime()?.block_on(server::run(config, stop_signal()))),

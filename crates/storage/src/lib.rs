@@ -15,3 +15,21 @@ mod segment;
 pub use cleaner::{all_records_keyed, CleanPlan, CleanStats, Cleaned};
 pub use log::{AppendError, AppendInfo, Log, LogConfig, ReadError, ReadPlan, SEGMENT_BYTES_MAX};
 pub use producer::{ProducerError, ProducerTable};
+
+/// Makes everything written to `files` so far durable: one `syncfs` when `syncfs` is set
+/// and there are two or more files (one journal commit for all of them), else an
+/// fdatasync per file. Since Linux 5.8 syncfs reports writeback errors as fsync does.
+pub fn sync_files(files: &[std::sync::Arc<std::fs::File>], syncfs: bool) -> std::io::Result<()> {
+    if syncfs && files.len() >= 2 {
+        use std::os::fd::AsRawFd;
+        // SAFETY: syncfs only reads the descriptor, which `files[0]` keeps open.
+        if unsafe { libc::syncfs(files[0].as_raw_fd()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        return Ok(());
+    }
+    for f in files {
+        f.sync_data()?;
+    }
+    Ok(())
+}

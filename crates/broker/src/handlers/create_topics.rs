@@ -11,7 +11,7 @@ use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::catalog::CatalogError;
-use crate::dispatch::{now, Reply};
+use crate::dispatch::Reply;
 use crate::errors;
 use crate::handlers::describe_configs::topic_config_entries;
 
@@ -20,88 +20,117 @@ pub fn handle(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Reply {
         let s = b.catalog.settings();
         (s.i64("num.partitions") as i32, s.i64("default.replication.factor") as i16)
     };
-    let brokers = 1i16;
-    let topics = r
-        .topics
-        .into_iter()
-        .map(|t| {
-            let name = t.name.0.to_string();
-            let mut res = CreatableTopicResult::default().with_name(t.name.clone());
-            let partitions = if !t.assignments.is_empty() {
-                t.assignments.len() as i32
-            } else if t.num_partitions == -1 {
-                default_partitions
-            } else {
-                t.num_partitions
-            };
-            let rf = if !t.assignments.is_empty() {
-                t.assignments[0].broker_ids.len() as i16
-            } else if t.replication_factor == -1 {
-                default_rf
-            } else {
-                t.replication_factor
-            };
-            let mut configs = BTreeMap::new();
-            let mut outcome: Result<(), (ResponseError, String)> = Ok(());
-            for c in &t.configs {
-                match &c.value {
-                    Some(val) => {
-                        configs.insert(c.name.to_string(), val.to_string());
+    let b = b.clone();
+    Box::pin(async move {
+        let cluster = b.cluster.get().cloned();
+        let brokers = if cluster.is_some() { i16::MAX } else { 1i16 };
+        let mut topics = Vec::with_capacity(r.topics.len());
+        for t in r.topics {
+            let res = {
+                let name = t.name.0.to_string();
+                let mut res = CreatableTopicResult::default().with_name(t.name.clone());
+                let partitions = if !t.assignments.is_empty() {
+                    t.assignments.len() as i32
+                } else if t.num_partitions == -1 {
+                    default_partitions
+                } else {
+                    t.num_partitions
+                };
+                let rf = if !t.assignments.is_empty() {
+                    t.assignments[0].broker_ids.len() as i16
+                } else if t.replication_factor == -1 {
+                    default_rf
+                } else {
+                    t.replication_factor
+                };
+                let mut configs = BTreeMap::new();
+                let mut outcome: Result<(), (ResponseError, String)> = Ok(());
+                for c in &t.configs {
+                    match &c.value {
+                        Some(val) => {
+                            configs.insert(c.name.to_string(), val.to_string());
+                        }
+                        None => {
+                            outcome = Err((
+                                ResponseError::InvalidConfig,
+                                format!("Null value for config {}", c.name.as_str()),
+                            ))
+                        }
                     }
-                    None => outcome = Err((ResponseError::InvalidConfig, format!("Null value for config {}", c.name.as_str()))),
                 }
-            }
-            if rf < 1 || rf > brokers {
-                outcome = Err((
+                if rf < 1 || rf > brokers {
+                    outcome = Err((
                     ResponseError::InvalidReplicationFactor,
                     format!("Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {brokers} broker(s) are registered."),
                 ));
-            }
-            let me = b.node_id();
-            if t.assignments.iter().any(|a| a.broker_ids.iter().any(|id| id.0 != me)) {
-                outcome = Err((ResponseError::InvalidReplicaAssignment, "Assignment names a broker that does not exist".into()));
-            }
-            let outcome = outcome.and_then(|_| {
-                let done = if r.validate_only {
-                    b.catalog.check_create(&name, partitions, &configs)
-                } else {
-                    b.catalog.create_topic(&name, partitions, configs.clone()).map(|topic| {
-                        res.topic_id = topic.id;
-                    })
-                };
-                done.map_err(|e: CatalogError| (errors::catalog(&e), e.to_string()))
-            });
-            match outcome {
-                Ok(()) => {
-                    if v >= 5 {
-                        res.num_partitions = partitions;
-                        res.replication_factor = rf;
-                        let settings = b.catalog.settings();
-                        let entries = topic_config_entries(&configs, &settings, None, false, v)
-                            .into_iter()
-                            .map(|e| {
-                                CreatableTopicConfigs::default()
-                                    .with_name(e.name)
-                                    .with_value(e.value)
-                                    .with_read_only(e.read_only)
-                                    .with_config_source(e.config_source)
-                                    .with_is_sensitive(false)
+                }
+                let me = b.node_id();
+                if cluster.is_some() && !t.assignments.is_empty() {
+                    outcome = Err((
+                        ResponseError::InvalidReplicaAssignment,
+                        "Manual replica assignments are not supported yet; replicas are placed over failure domains"
+                            .into(),
+                    ));
+                } else if t.assignments.iter().any(|a| a.broker_ids.iter().any(|id| id.0 != me)) {
+                    outcome = Err((
+                        ResponseError::InvalidReplicaAssignment,
+                        "Assignment names a broker that does not exist".into(),
+                    ));
+                }
+                let outcome = match (outcome, &cluster) {
+                    (Err(e), _) => Err(e),
+                    (Ok(()), Some(cl)) => match b.catalog.check_create(&name, partitions, &configs) {
+                        Err(e) => Err((errors::catalog(&e), e.to_string())),
+                        Ok(()) => {
+                            cl.create_topic(&name, partitions, rf, configs.clone(), r.validate_only).await.map(|id| {
+                                res.topic_id = id;
                             })
-                            .collect();
-                        res.configs = Some(entries);
+                        }
+                    },
+                    (Ok(()), None) => {
+                        let done = if r.validate_only {
+                            b.catalog.check_create(&name, partitions, &configs)
+                        } else {
+                            b.catalog.create_topic(&name, partitions, configs.clone()).map(|topic| {
+                                res.topic_id = topic.id;
+                            })
+                        };
+                        done.map_err(|e: CatalogError| (errors::catalog(&e), e.to_string()))
                     }
-                    if v < 7 {
+                };
+                match outcome {
+                    Ok(()) => {
+                        if v >= 5 {
+                            res.num_partitions = partitions;
+                            res.replication_factor = rf;
+                            let settings = b.catalog.settings();
+                            let entries = topic_config_entries(&configs, &settings, None, false, v)
+                                .into_iter()
+                                .map(|e| {
+                                    CreatableTopicConfigs::default()
+                                        .with_name(e.name)
+                                        .with_value(e.value)
+                                        .with_read_only(e.read_only)
+                                        .with_config_source(e.config_source)
+                                        .with_is_sensitive(false)
+                                })
+                                .collect();
+                            res.configs = Some(entries);
+                        }
+                        if v < 7 {
+                            res.topic_id = uuid::Uuid::nil();
+                        }
+                    }
+                    Err((code, msg)) => {
+                        res.error_code = code.code();
+                        res.error_message = Some(str_bytes(&msg));
                         res.topic_id = uuid::Uuid::nil();
                     }
                 }
-                Err((code, msg)) => {
-                    res.error_code = code.code();
-                    res.error_message = Some(str_bytes(&msg));
-                    res.topic_id = uuid::Uuid::nil();
-                }
-            }
-            res
-        })
-        .collect();
-    now(CreateTopicsResponse::default().with_topics(topics))
+                res
+            };
+            topics.push(res);
+        }
+        Some(CreateTopicsResponse::default().with_topics(topics).into())
+    })
 }

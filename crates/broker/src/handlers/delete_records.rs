@@ -31,7 +31,10 @@ pub fn handle(b: &Arc<Broker>, r: DeleteRecordsRequest, _v: i16) -> Reply {
                     if offset < 0 || offset > hw {
                         return res.with_error_code(ResponseError::OffsetOutOfRange.code());
                     }
-                    let mut log = part.log();
+                    // A replicated log would need the new start agreed through Raft.
+                    let Some(mut log) = part.local_log() else {
+                        return res.with_error_code(ResponseError::PolicyViolation.code());
+                    };
                     match log.delete_records_before(offset) {
                         Ok(start) => {
                             part.refresh_bounds(&log);

@@ -87,6 +87,11 @@ fn read_all(b: &Broker, parts: &[(PartKey, PartState)], max_bytes: usize, v: i16
             out.push(Read { key: key.clone(), data, news: true });
             continue;
         };
+        if let Some(code) = part.leader_error() {
+            data.error_code = code.code();
+            out.push(Read { key: key.clone(), data, news: true });
+            continue;
+        }
         let hw = part.high_watermark();
         data.high_watermark = hw;
         data.last_stable_offset = hw;

@@ -24,7 +24,12 @@ fn lookup(key_type: i8) -> Result<(), (ResponseError, &'static str)> {
 
 pub fn handle(b: &Arc<Broker>, r: FindCoordinatorRequest, v: i16) -> Reply {
     let c = &b.config;
-    let (node, host, port) = (BrokerId(c.node_id), str_bytes(&c.advertised_host), c.advertised_port as i32);
+    let (mut node, mut host, mut port) = (BrokerId(c.node_id), str_bytes(&c.advertised_host), c.advertised_port as i32);
+    // Cluster mode: group state is not replicated yet, so one broker (the lowest id)
+    // coordinates every group, and all clients agree on which.
+    if let Some(first) = b.cluster.get().and_then(|cl| cl.brokers().into_iter().next()) {
+        (node, host, port) = (BrokerId(first.id), str_bytes(&first.host), first.port as i32);
+    }
     if v >= 4 {
         let coordinators = r
             .coordinator_keys

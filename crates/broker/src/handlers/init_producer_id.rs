@@ -21,6 +21,9 @@ pub fn handle(b: &Arc<Broker>, r: InitProducerIdRequest, _v: i16) -> Reply {
         (r.producer_id.0, r.producer_epoch + 1)
     } else {
         match b.catalog.allocate_producer_id() {
+            // Cluster mode: each broker allocates from its own range (node id + 1 in the
+            // high bits), so ids never collide across brokers.
+            Ok(id) if b.cluster.get().is_some() => (id | ((b.node_id() as i64 + 1) << 40), 0),
             Ok(id) => (id, 0),
             Err(e) => {
                 tracing::error!(error = %e, "allocating a producer id");

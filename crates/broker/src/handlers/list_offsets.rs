@@ -44,7 +44,9 @@ fn lookup(p: &Partition, ts: i64) -> Result<(i64, i64), ResponseError> {
         EARLIEST | EARLIEST_LOCAL => (start, -1),
         LATEST_TIERED => (-1, -1),
         MAX_TIMESTAMP => {
-            let batch = p.log().batch_with_max_timestamp().map_err(io)?;
+            let log = p.log().ok_or(ResponseError::NotLeaderOrFollower)?;
+            let batch = log.batch_with_max_timestamp().map_err(io)?;
+            drop(log);
             batch
                 .and_then(|b| {
                     let max = runnel_wire::BatchHeader::parse(&b).ok()?.max_timestamp;
@@ -53,7 +55,9 @@ fn lookup(p: &Partition, ts: i64) -> Result<(i64, i64), ResponseError> {
                 .unwrap_or((-1, -1))
         }
         ts if ts >= 0 => {
-            let batch = p.log().batch_for_timestamp(ts).map_err(io)?;
+            let log = p.log().ok_or(ResponseError::NotLeaderOrFollower)?;
+            let batch = log.batch_for_timestamp(ts).map_err(io)?;
+            drop(log);
             batch.and_then(|b| find_record(b, start, hw, |t| t >= ts)).unwrap_or((-1, -1))
         }
         _ => return Err(ResponseError::InvalidRequest),
@@ -77,15 +81,22 @@ pub fn handle(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16) -> Reply {
                     let Some(part) = topic.as_ref().and_then(|t| t.partitions.get(p.partition_index as usize)) else {
                         return res.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                     };
-                    if p.current_leader_epoch > 0 {
+                    if let Some(code) = part.leader_error() {
+                        return res.with_error_code(code.code());
+                    }
+                    let (_, epoch) = part.leader(b.node_id());
+                    if p.current_leader_epoch > epoch {
                         return res.with_error_code(ResponseError::UnknownLeaderEpoch.code());
+                    }
+                    if p.current_leader_epoch >= 0 && p.current_leader_epoch < epoch {
+                        return res.with_error_code(ResponseError::FencedLeaderEpoch.code());
                     }
                     match lookup(part, p.timestamp) {
                         Ok((offset, timestamp)) => {
                             res.offset = offset;
                             res.timestamp = timestamp;
                             if v >= 4 {
-                                res.leader_epoch = if offset >= 0 { 0 } else { -1 };
+                                res.leader_epoch = if offset >= 0 { epoch } else { -1 };
                             }
                             res
                         }

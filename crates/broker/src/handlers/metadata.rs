@@ -16,18 +16,27 @@ use crate::catalog::{validate_topic_name, Topic};
 use crate::dispatch::{now, Reply};
 
 pub fn topic_entry(b: &Broker, t: &Topic, v: i16) -> MetadataResponseTopic {
-    let me = BrokerId(b.node_id());
+    let me = b.node_id();
     let partitions = t
         .partitions
         .iter()
         .map(|p| {
+            let (leader, epoch) = p.leader(me);
+            let replicas: Vec<BrokerId> = if p.replicas.is_empty() {
+                vec![BrokerId(me)]
+            } else {
+                p.replicas.iter().map(|r| BrokerId(*r)).collect()
+            };
             let mut e = MetadataResponsePartition::default()
                 .with_partition_index(p.index)
-                .with_leader_id(me)
-                .with_replica_nodes(vec![me])
-                .with_isr_nodes(vec![me]);
+                .with_leader_id(BrokerId(leader))
+                .with_isr_nodes(replicas.clone())
+                .with_replica_nodes(replicas);
+            if leader < 0 {
+                e.error_code = ResponseError::LeaderNotAvailable.code();
+            }
             if v >= 7 {
-                e.leader_epoch = 0;
+                e.leader_epoch = epoch;
             }
             e
         })
@@ -70,6 +79,10 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> Reply {
                         }
                         None => match may_create.then(|| b.auto_create(name)).flatten() {
                             Some(t) => topic_entry(b, &t, v),
+                            // Being created by the controller: clients retry.
+                            None if may_create && b.cluster.get().is_some() => {
+                                error_entry(Some(name), uuid::Uuid::nil(), ResponseError::LeaderNotAvailable)
+                            }
                             None => error_entry(Some(name), uuid::Uuid::nil(), ResponseError::UnknownTopicOrPartition),
                         },
                     },
@@ -86,12 +99,32 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> Reply {
         .with_node_id(BrokerId(c.node_id))
         .with_host(str_bytes(&c.advertised_host))
         .with_port(c.advertised_port as i32);
-    let mut resp = MetadataResponse::default().with_brokers(vec![me]).with_topics(topics);
+    let (brokers, controller, cluster_id) = match b.cluster.get() {
+        Some(cl) => {
+            let mut brokers: Vec<MetadataResponseBroker> = cl
+                .brokers()
+                .into_iter()
+                .map(|info| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(info.id))
+                        .with_host(str_bytes(&info.host))
+                        .with_port(info.port as i32)
+                        .with_rack(info.rack().map(|r| str_bytes(&r)))
+                })
+                .collect();
+            if !brokers.iter().any(|x| x.node_id.0 == c.node_id) {
+                brokers.push(me);
+            }
+            (brokers, cl.controller().unwrap_or(-1), cl.cluster_id.clone())
+        }
+        None => (vec![me], c.node_id, b.catalog.cluster_id.clone()),
+    };
+    let mut resp = MetadataResponse::default().with_brokers(brokers).with_topics(topics);
     if v >= 1 {
-        resp.controller_id = BrokerId(c.node_id);
+        resp.controller_id = BrokerId(controller);
     }
     if v >= 2 {
-        resp.cluster_id = Some(str_bytes(&b.catalog.cluster_id));
+        resp.cluster_id = Some(str_bytes(&cluster_id));
     }
     now(resp)
 }

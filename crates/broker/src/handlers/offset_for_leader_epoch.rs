@@ -26,17 +26,17 @@ pub fn handle(b: &Arc<Broker>, r: OffsetForLeaderEpochRequest, _v: i16) -> Reply
                     match part {
                         None => out.error_code = ResponseError::UnknownTopicOrPartition.code(),
                         Some(part) => {
-                            let epoch = part.log().leader_epoch();
-                            if p.current_leader_epoch > epoch {
+                            let (_, epoch) = part.leader(b.node_id());
+                            if let Some(e) = part.leader_error() {
+                                out.error_code = e.code();
+                            } else if p.current_leader_epoch > epoch {
                                 out.error_code = ResponseError::UnknownLeaderEpoch.code();
                             } else if p.current_leader_epoch >= 0 && p.current_leader_epoch < epoch {
                                 out.error_code = ResponseError::FencedLeaderEpoch.code();
-                            } else if p.leader_epoch >= epoch {
-                                out.leader_epoch = epoch;
-                                out.end_offset = part.log_end_offset();
                             } else {
-                                out.leader_epoch = -1;
-                                out.end_offset = -1;
+                                let (leader_epoch, end_offset) = part.epoch_end_offset(p.leader_epoch);
+                                out.leader_epoch = leader_epoch;
+                                out.end_offset = end_offset;
                             }
                         }
                     }

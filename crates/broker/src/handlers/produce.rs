@@ -99,6 +99,9 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Reply {
     let now_ms = crate::now_ms();
     let acks = r.acks;
     let mut accepted: Vec<Accepted> = Vec::new();
+    // Replicated partitions: (topic index, partition index, acknowledgement to wait for).
+    let mut waits: Vec<(usize, usize, tokio::sync::oneshot::Receiver<bool>)> = Vec::new();
+    let mut kicks: Vec<u64> = Vec::new();
     let mut responses = Vec::with_capacity(r.topic_data.len());
     for t in r.topic_data {
         let topic = if v >= 13 { b.catalog.topic_by_id(t.topic_id) } else { b.catalog.topic(&t.name.0) };
@@ -127,8 +130,31 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Reply {
                         "This server does not host this topic-partition.".into(),
                     ));
                 };
+                if let Some(e) = part.leader_error() {
+                    return Err((e, "This broker is not the partition leader.".into()));
+                }
                 let records = p.records.as_deref().unwrap_or_default();
                 let batches = validate(records, rules, now_ms)?;
+                if let Some((replica, group)) = part.replica() {
+                    let mut rep = runnel_raft::driver::lock(replica);
+                    let mut proposed = Vec::with_capacity(batches.len());
+                    for (bytes, h) in &batches {
+                        proposed.push(rep.propose_batch(bytes, h).map_err(errors::propose)?);
+                    }
+                    let (first, last) = (proposed[0], proposed[proposed.len() - 1]);
+                    let durability = match acks {
+                        0 => None,
+                        1 => Some(runnel_raft::Durability::Local),
+                        _ => Some(runnel_raft::Durability::Committed),
+                    };
+                    if let Some(d) = durability {
+                        waits.push((responses.len(), parts.len(), rep.wait(last.index, last.term, d)));
+                    }
+                    let start = rep.log().log_start_offset();
+                    drop(rep);
+                    kicks.push(group);
+                    return Ok((first.base_offset, start, rules.log_append_time));
+                }
                 let refs: Vec<(&[u8], BatchHeader)> = batches.iter().map(|(bytes, h)| (bytes.as_ref(), *h)).collect();
                 let infos = part.append(&refs, now_ms).map_err(|e| (errors::append(&e), e.to_string()))?;
                 accepted.push(Accepted { partition: part.clone(), log_end_offset: part.log_end_offset() });
@@ -161,8 +187,28 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Reply {
         responses.push(tr);
     }
     let items: Vec<_> = accepted.into_iter().map(|a| (a.partition, a.log_end_offset)).collect();
+    if let Some(cluster) = b.cluster.get() {
+        for g in kicks {
+            cluster.kick(g);
+        }
+    }
     let broker = b.clone();
+    let timeout = std::time::Duration::from_millis(r.timeout_ms.max(0) as u64);
     Box::pin(async move {
+        for (ti, pi, rx) in waits {
+            let code = match tokio::time::timeout(timeout, rx).await {
+                Ok(Ok(true)) => None,
+                // Leadership moved before the entry committed; it may still commit under the
+                // new leader, and the (idempotent) producer's retry finds it there.
+                Ok(_) => Some(ResponseError::NotLeaderOrFollower),
+                Err(_) => Some(ResponseError::RequestTimedOut),
+            };
+            if let Some(code) = code {
+                let pr = &mut responses[ti].partition_responses[pi];
+                pr.error_code = code.code();
+                pr.base_offset = -1;
+            }
+        }
         match &broker.flusher {
             None => {
                 for (p, end) in &items {

@@ -1,0 +1,509 @@
+//! Cluster mode (`controller.quorum.voters` set): the metadata Raft group and this
+//! broker's view of it.
+//!
+//! The metadata log (`__cluster_metadata-0`, Raft group 0 over the voters) holds JSON
+//! records: broker registrations and topics with their replica assignments. Every broker
+//! replays it and keeps the result in memory; applying a topic opens this broker's
+//! replicas of its partitions (one Raft group each) and puts the topic in the catalog.
+//! Only the metadata leader (the controller) proposes. Other brokers forward their
+//! registration and topic auto-creation to it; admin clients send CreateTopics to the
+//! controller named in Metadata, as with Kafka.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use kafka_protocol::error::ResponseError;
+use runnel_raft::driver::lock;
+use runnel_raft::{Driver, Durability, Hooks, ProposeError, Replica, ReplicaConfig, SharedReplica};
+use runnel_wire::Batches;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::broker::Broker;
+use crate::catalog::{partition_dir, Topic};
+use crate::partition::{broker_of, Partition};
+use crate::topic_config;
+
+pub const META_GROUP: u64 = 0;
+const META_DIR: &str = "__cluster_metadata-0";
+/// How long a metadata change may take to commit and apply before the request fails.
+const APPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A broker as registered in the metadata log.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+    /// Failure-domain labels, outermost first, e.g. [("region","us-east1"),("zone","b")].
+    pub location: Vec<(String, String)>,
+}
+
+impl BrokerInfo {
+    /// The Metadata `rack` clients match `client.rack` against: the zone when the location
+    /// names one, else its innermost label.
+    pub fn rack(&self) -> Option<String> {
+        let zone = self.location.iter().find(|(k, _)| k == "zone");
+        zone.or(self.location.last()).map(|(_, v)| v.clone())
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(tag = "type")]
+enum Record {
+    RegisterBroker(BrokerInfo),
+    CreateTopic { name: String, id: Uuid, seq: u64, replicas: Vec<Vec<i32>>, configs: BTreeMap<String, String> },
+}
+
+/// Requests a broker forwards to the controller.
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(tag = "type")]
+enum Forward {
+    Register(BrokerInfo),
+    CreateTopic { name: String, partitions: i32, replication_factor: i16, configs: BTreeMap<String, String> },
+}
+
+#[derive(Default)]
+struct State {
+    brokers: BTreeMap<i32, BrokerInfo>,
+    /// Topic name -> sequence number (which names its partitions' Raft groups).
+    topics: BTreeMap<String, u64>,
+    next_seq: u64,
+}
+
+/// Parses `controller.quorum.voters`: `id@host:port,...`.
+pub fn parse_voters(s: &str) -> Result<Vec<(i32, String)>> {
+    let mut out = Vec::new();
+    for v in s.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+        let (id, addr) = v.split_once('@').with_context(|| format!("voter {v}: expected id@host:port"))?;
+        let id: i32 = id.parse().with_context(|| format!("voter {v}: bad id"))?;
+        if id < 0 {
+            bail!("voter {v}: ids are 0 or more");
+        }
+        out.push((id, addr.to_string()));
+    }
+    Ok(out)
+}
+
+/// Parses `broker.location`: `region=us-east1,zone=us-east1-b,rack=r7`.
+pub fn parse_location(s: &str) -> Result<Vec<(String, String)>> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').with_context(|| format!("location part {p}: expected key=value"))?;
+            Ok((k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect()
+}
+
+/// Raft group of partition `p` of the topic with sequence number `seq`.
+pub fn group_id(seq: u64, p: i32) -> u64 {
+    (seq << 24) | p as u64
+}
+
+/// Replica assignment over failure domains: brokers are ordered so that neighbours differ
+/// at the outermost level first (one per region, then one per zone inside each, ...), and
+/// partition `p` takes `rf` consecutive brokers from position `p`, so leaders (first
+/// replicas) rotate over all brokers.
+pub fn place(brokers: &[BrokerInfo], partitions: i32, rf: usize) -> Vec<Vec<i32>> {
+    fn interleave(mut brokers: Vec<&BrokerInfo>, level: usize) -> Vec<&BrokerInfo> {
+        if brokers.len() <= 1 || brokers.iter().all(|b| b.location.len() <= level) {
+            brokers.sort_by_key(|b| b.id);
+            return brokers;
+        }
+        let mut domains: BTreeMap<String, Vec<&BrokerInfo>> = BTreeMap::new();
+        for b in brokers {
+            let key = b.location.get(level).map(|(_, v)| v.clone()).unwrap_or_default();
+            domains.entry(key).or_default().push(b);
+        }
+        let mut lists: Vec<Vec<&BrokerInfo>> = domains.into_values().map(|d| interleave(d, level + 1)).collect();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while lists.iter().any(|l| i < l.len()) {
+            for l in &mut lists {
+                if let Some(b) = l.get(i) {
+                    out.push(*b);
+                }
+            }
+            i += 1;
+        }
+        out
+    }
+    let order = interleave(brokers.iter().collect(), 0);
+    let n = order.len();
+    (0..partitions as usize).map(|p| (0..rf).map(|i| order[(p + i) % n].id).collect()).collect()
+}
+
+pub struct Cluster {
+    pub node_id: i32,
+    pub me: BrokerInfo,
+    pub cluster_id: String,
+    meta: SharedReplica,
+    driver: OnceLock<Arc<Driver>>,
+    state: RwLock<State>,
+    broker: Weak<Broker>,
+    data_dir: PathBuf,
+    /// Serializes the controller's topic creation (checks, then proposes).
+    creating: Mutex<()>,
+    /// Last topic sequence number handed out by this controller (proposed, maybe not yet
+    /// applied), so two creations in flight never share Raft group ids.
+    last_seq: std::sync::atomic::AtomicU64,
+}
+
+impl Cluster {
+    /// Opens the metadata replica, starts the Raft driver and this broker's registration.
+    pub async fn start(broker: &Arc<Broker>, voters: &str, location: &str) -> Result<Arc<Cluster>> {
+        let voters = parse_voters(voters)?;
+        let node_id = broker.node_id();
+        let Some((_, listen)) = voters.iter().find(|(id, _)| *id == node_id) else {
+            bail!("node.id {node_id} is not among controller.quorum.voters");
+        };
+        let c = &broker.config;
+        let me = BrokerInfo {
+            id: node_id,
+            host: c.advertised_host.clone(),
+            port: c.advertised_port,
+            location: parse_location(location)?,
+        };
+        let raft_ids: Vec<u64> = voters.iter().map(|(id, _)| *id as u64 + 1).collect();
+        let mut cfg = ReplicaConfig::new(node_id as u64 + 1, raft_ids);
+        cfg.deliver_committed = true;
+        let dir = c.data_dir.join(META_DIR);
+        let meta = Replica::open(&dir, Default::default(), &cfg, crate::now_ms())
+            .with_context(|| format!("opening {}", dir.display()))?;
+        let meta = Arc::new(Mutex::new(meta));
+        // Same voters, same cluster id on every broker.
+        let digest = voters.iter().fold(0xcbf29ce484222325u64, |h, (id, a)| {
+            format!("{id}@{a}").bytes().fold(h, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+        });
+        let cluster = Arc::new(Cluster {
+            node_id,
+            me,
+            cluster_id: Uuid::from_u64_pair(digest, digest.rotate_left(17)).simple().to_string()[..22].to_string(),
+            meta: meta.clone(),
+            driver: OnceLock::new(),
+            state: RwLock::new(State::default()),
+            broker: Arc::downgrade(broker),
+            data_dir: c.data_dir.clone(),
+            creating: Mutex::new(()),
+            last_seq: std::sync::atomic::AtomicU64::new(0),
+        });
+        let peers: HashMap<u64, String> =
+            voters.iter().filter(|(id, _)| *id != node_id).map(|(id, a)| (*id as u64 + 1, a.clone())).collect();
+        let syncfs = c.settings.get("log.fsync.scope") == "filesystem";
+        let driver = Driver::start(node_id as u64 + 1, listen, peers, cluster.clone(), syncfs, crate::now_ms)
+            .await
+            .with_context(|| format!("listening for peers on {listen}"))?;
+        let _ = cluster.driver.set(driver.clone());
+        driver.add_group(META_GROUP, meta);
+        tokio::spawn(register_loop(cluster.clone()));
+        info!(node_id, %listen, voters = voters.len(), "cluster mode: metadata quorum started");
+        Ok(cluster)
+    }
+
+    /// Has the driver handle the group's ready soon (after a proposal).
+    pub fn kick(&self, group: u64) {
+        self.driver().kick(group);
+    }
+
+    fn driver(&self) -> &Arc<Driver> {
+        self.driver.get().expect("driver is set in start")
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn brokers(&self) -> Vec<BrokerInfo> {
+        self.read().brokers.values().cloned().collect()
+    }
+
+    /// The controller (metadata leader) as a broker id.
+    pub fn controller(&self) -> Option<i32> {
+        lock(&self.meta).leader().map(broker_of)
+    }
+
+    pub fn is_controller(&self) -> bool {
+        lock(&self.meta).is_leader()
+    }
+
+    /// Proposes a record (controller only) and waits until this broker has applied it.
+    async fn propose(&self, rec: &Record, applied: impl Fn(&State) -> bool) -> Result<(), (ResponseError, String)> {
+        let data = serde_json::to_vec(rec).map_err(|e| (ResponseError::UnknownServerError, e.to_string()))?;
+        let rx = {
+            let mut meta = lock(&self.meta);
+            let p = meta.propose_record(&data, crate::now_ms()).map_err(|e| match e {
+                ProposeError::NotLeader(_) => {
+                    (ResponseError::NotController, "this broker is not the controller".into())
+                }
+                e => (ResponseError::UnknownServerError, format!("{e:?}")),
+            })?;
+            meta.wait(p.index, p.term, Durability::Committed)
+        };
+        self.driver().kick(META_GROUP);
+        let deadline = tokio::time::Instant::now() + APPLY_TIMEOUT;
+        match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(true)) => {}
+            Ok(_) => {
+                return Err((ResponseError::NotController, "controller changed before the change committed".into()))
+            }
+            Err(_) => return Err((ResponseError::RequestTimedOut, "metadata change did not commit in time".into())),
+        }
+        while !applied(&self.read()) {
+            if tokio::time::Instant::now() > deadline {
+                return Err((ResponseError::RequestTimedOut, "metadata change not applied in time".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+
+    /// Creates a topic (controller only): places replicas over the failure domains of the
+    /// registered brokers, commits the assignment, and returns once it is applied here.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        rf: i16,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Uuid, (ResponseError, String)> {
+        let rec = {
+            let _g = self.creating.lock().unwrap_or_else(|p| p.into_inner());
+            let state = self.read();
+            if state.topics.contains_key(name) {
+                return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
+            }
+            let brokers: Vec<BrokerInfo> = state.brokers.values().cloned().collect();
+            if rf < 1 || rf as usize > brokers.len() {
+                return Err((
+                    ResponseError::InvalidReplicationFactor,
+                    format!("Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {} broker(s) are registered.", brokers.len()),
+                ));
+            }
+            if validate_only {
+                return Ok(Uuid::nil());
+            }
+            let seq = state.next_seq.max(self.last_seq.load(std::sync::atomic::Ordering::Acquire) + 1).max(1);
+            self.last_seq.store(seq, std::sync::atomic::Ordering::Release);
+            Record::CreateTopic {
+                name: name.to_string(),
+                id: Uuid::new_v4(),
+                seq,
+                replicas: place(&brokers, partitions, rf as usize),
+                configs,
+            }
+        };
+        let Record::CreateTopic { id, .. } = &rec else { unreachable!("built above") };
+        let id = *id;
+        self.propose(&rec, |s| s.topics.contains_key(name)).await?;
+        Ok(id)
+    }
+
+    /// Auto-creation from any broker: the controller creates, others forward and wait.
+    pub async fn auto_create(&self, name: &str, partitions: i32, rf: i16) -> bool {
+        if self.is_controller() {
+            return self.create_topic(name, partitions, rf, BTreeMap::new(), false).await.is_ok();
+        }
+        let Some(controller) = self.controller() else { return false };
+        let fwd = Forward::CreateTopic {
+            name: name.to_string(),
+            partitions,
+            replication_factor: rf,
+            configs: BTreeMap::new(),
+        };
+        if let Ok(data) = serde_json::to_vec(&fwd) {
+            self.driver().forward(controller as u64 + 1, data);
+        }
+        false
+    }
+
+    fn apply(&self, rec: Record) {
+        match rec {
+            Record::RegisterBroker(info) => {
+                let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+                if state.brokers.get(&info.id) != Some(&info) {
+                    info!(broker = info.id, host = %info.host, port = info.port, "broker registered");
+                    state.brokers.insert(info.id, info);
+                }
+            }
+            Record::CreateTopic { name, id, seq, replicas, configs } => {
+                if self.read().topics.contains_key(&name) {
+                    return;
+                }
+                if let Err(e) = self.open_topic(&name, id, seq, &replicas, configs) {
+                    // The metadata log is the truth; a broker that cannot open its replica
+                    // must not go on pretending it has it.
+                    tracing::error!(topic = %name, error = %e, "cannot open replicas; stopping");
+                    std::process::exit(70);
+                }
+                let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+                state.topics.insert(name, seq);
+                state.next_seq = state.next_seq.max(seq + 1);
+            }
+        }
+    }
+
+    fn open_topic(
+        &self,
+        name: &str,
+        id: Uuid,
+        seq: u64,
+        replicas: &[Vec<i32>],
+        configs: BTreeMap<String, String>,
+    ) -> Result<()> {
+        let Some(broker) = self.broker.upgrade() else { return Ok(()) };
+        let topic: Arc<str> = Arc::from(name);
+        let log_config = topic_config::log_config(&configs, &broker.catalog.settings());
+        let mut parts = Vec::with_capacity(replicas.len());
+        for (p, reps) in replicas.iter().enumerate() {
+            let p = p as i32;
+            if !reps.contains(&self.node_id) {
+                parts.push(Arc::new(Partition::remote(topic.clone(), p, reps.clone())));
+                continue;
+            }
+            let voters = reps.iter().map(|b| *b as u64 + 1).collect();
+            let cfg = ReplicaConfig::new(self.node_id as u64 + 1, voters);
+            let dir = partition_dir(&self.data_dir, name, p);
+            let mut replica = Replica::open(&dir, log_config, &cfg, crate::now_ms())
+                .with_context(|| format!("opening {}", dir.display()))?;
+            if reps.first() == Some(&self.node_id) {
+                // The preferred leader stands at once instead of after an election timeout.
+                let _ = replica.campaign();
+            }
+            let replica = Arc::new(Mutex::new(replica));
+            let group = group_id(seq, p);
+            self.driver().add_group(group, replica.clone());
+            parts.push(Arc::new(Partition::replicated(topic.clone(), p, reps.clone(), replica, group)));
+        }
+        broker.catalog.insert_topic(Topic { name: topic, id, partitions: parts, configs });
+        info!(topic = name, partitions = replicas.len(), "topic applied from the metadata log");
+        Ok(())
+    }
+
+    fn handle_forward(&self, fwd: Forward) {
+        match fwd {
+            Forward::Register(info) => {
+                if self.read().brokers.get(&info.id) == Some(&info) {
+                    return;
+                }
+                if let Ok(data) = serde_json::to_vec(&Record::RegisterBroker(info)) {
+                    let mut meta = lock(&self.meta);
+                    let _ = meta.propose_record(&data, crate::now_ms());
+                }
+                self.driver().kick(META_GROUP);
+            }
+            Forward::CreateTopic { name, partitions, replication_factor, configs } => {
+                let Some(cluster) = self.broker.upgrade().and_then(|b| b.cluster.get().cloned()) else { return };
+                tokio::spawn(async move {
+                    if let Err((code, msg)) =
+                        cluster.create_topic(&name, partitions, replication_factor, configs, false).await
+                    {
+                        if code != ResponseError::TopicAlreadyExists {
+                            warn!(topic = %name, ?code, %msg, "forwarded topic creation failed");
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+impl Hooks for Cluster {
+    fn after_ready(&self, group: u64, replica: &mut Replica, moved: bool) {
+        if group == META_GROUP {
+            for e in replica.take_applied() {
+                for item in Batches::new(&e.data) {
+                    let Ok((_, range)) = item else { break };
+                    let batch = bytes::Bytes::copy_from_slice(&e.data[range]);
+                    let mut raw = batch.clone();
+                    let Ok(set) = kafka_protocol::records::RecordBatchDecoder::decode(&mut raw) else { continue };
+                    for r in set.records {
+                        match r.value.as_deref().map(serde_json::from_slice::<Record>) {
+                            Some(Ok(rec)) => self.apply(rec),
+                            other => warn!(?other, "unreadable metadata record"),
+                        }
+                    }
+                }
+            }
+        } else if moved {
+            if let Some(b) = self.broker.upgrade() {
+                b.data_arrived.notify_waiters();
+            }
+        }
+    }
+
+    fn on_forward(&self, _from: u64, data: &[u8]) {
+        match serde_json::from_slice::<Forward>(data) {
+            Ok(fwd) if self.is_controller() => self.handle_forward(fwd),
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "unreadable forwarded request"),
+        }
+    }
+}
+
+/// Registers this broker in the metadata log (directly on the controller, else through
+/// it), retrying until the registration is applied.
+async fn register_loop(cluster: Arc<Cluster>) {
+    loop {
+        if cluster.read().brokers.get(&cluster.node_id) == Some(&cluster.me) {
+            return;
+        }
+        if cluster.is_controller() {
+            cluster.handle_forward(Forward::Register(cluster.me.clone()));
+        } else if let Some(c) = cluster.controller() {
+            if let Ok(data) = serde_json::to_vec(&Forward::Register(cluster.me.clone())) {
+                cluster.driver().forward(c as u64 + 1, data);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(id: i32, loc: &str) -> BrokerInfo {
+        BrokerInfo { id, host: "h".into(), port: 1, location: parse_location(loc).expect("location") }
+    }
+
+    #[test]
+    fn placement_spreads_over_the_outermost_domain_first() {
+        let brokers = vec![
+            b(0, "region=a,zone=a1"),
+            b(1, "region=a,zone=a2"),
+            b(2, "region=b,zone=b1"),
+            b(3, "region=b,zone=b2"),
+            b(4, "region=c,zone=c1"),
+            b(5, "region=c,zone=c2"),
+        ];
+        let region = |id: i32| brokers[id as usize].location[0].1.clone();
+        let assignment = place(&brokers, 12, 3);
+        for reps in &assignment {
+            let mut regions: Vec<String> = reps.iter().map(|r| region(*r)).collect();
+            regions.sort();
+            regions.dedup();
+            assert_eq!(regions.len(), 3, "one replica per region: {reps:?}");
+        }
+        let mut leaders: Vec<i32> = assignment.iter().map(|r| r[0]).collect();
+        leaders.sort();
+        leaders.dedup();
+        assert_eq!(leaders.len(), 6, "leaders rotate over every broker");
+    }
+
+    #[test]
+    fn voters_and_locations_parse() {
+        let v = parse_voters("0@127.0.0.1:19093, 1@127.0.0.1:19094").expect("voters");
+        assert_eq!(v, vec![(0, "127.0.0.1:19093".to_string()), (1, "127.0.0.1:19094".to_string())]);
+        assert!(parse_voters("x@y").is_err());
+        assert_eq!(b(1, "region=r,zone=z,rack=k").rack().as_deref(), Some("z"));
+        assert_eq!(b(1, "rack=k").rack().as_deref(), Some("k"));
+        assert_eq!(b(1, "").rack(), None);
+    }
+}

@@ -1,0 +1,153 @@
+//! Raft traffic between brokers: one TCP connection per peer, carrying the messages of
+//! every group batched into frames.
+//!
+//! Frame: `u32` length, then messages, each `u64` group id, `u32` length, protobuf bytes.
+//! Sending never blocks the driver: each peer has a bounded queue, and a message that
+//! does not fit is dropped (Raft resends what matters). A broken connection is redialled.
+
+use std::collections::HashMap;
+use std::io;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, BytesMut};
+use protobuf::Message as _;
+use raft::eraftpb::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+/// Queued messages per peer before new ones are dropped.
+pub const PEER_QUEUE_MAX: usize = 16_384;
+/// Largest frame accepted from a peer.
+pub const FRAME_BYTES_MAX: usize = 64 << 20;
+/// A writer gathers queued messages into one frame up to this size.
+const FRAME_TARGET_BYTES: usize = 1 << 20;
+
+/// A message for one group.
+pub type Envelope = (u64, Message);
+
+pub struct Transport {
+    peers: HashMap<u64, mpsc::Sender<Envelope>>,
+}
+
+impl Transport {
+    /// Listens on `listen` and dials each of `peers` (Raft id -> address). Inbound
+    /// messages go to `inbound`; when it is full they are dropped.
+    pub async fn start(
+        listen: &str,
+        peers: HashMap<u64, String>,
+        inbound: mpsc::Sender<Envelope>,
+    ) -> io::Result<Transport> {
+        let listener = TcpListener::bind(listen).await?;
+        tokio::spawn(accept_loop(listener, inbound));
+        let mut senders = HashMap::new();
+        for (id, addr) in peers {
+            let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
+            tokio::spawn(peer_writer(addr, rx));
+            senders.insert(id, tx);
+        }
+        Ok(Transport { peers: senders })
+    }
+
+    pub fn send(&self, group: u64, msg: Message) {
+        if let Some(tx) = self.peers.get(&msg.to) {
+            let _ = tx.try_send((group, msg));
+        }
+    }
+}
+
+async fn peer_writer(addr: String, mut rx: mpsc::Receiver<Envelope>) {
+    let mut frame = BytesMut::new();
+    loop {
+        let mut stream = match TcpStream::connect(&addr).await {
+            Ok(s) => s,
+            Err(e) => {
+                debug!(%addr, error = %e, "peer not reachable");
+                // Messages queued meanwhile are stale by the time the peer is back.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                while rx.try_recv().is_ok() {}
+                if rx.is_closed() {
+                    return;
+                }
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        loop {
+            let Some(first) = rx.recv().await else { return };
+            frame.clear();
+            frame.put_u32(0);
+            encode(&mut frame, &first);
+            while frame.len() < FRAME_TARGET_BYTES {
+                match rx.try_recv() {
+                    Ok(m) => encode(&mut frame, &m),
+                    Err(_) => break,
+                }
+            }
+            let len = (frame.len() - 4) as u32;
+            frame[..4].copy_from_slice(&len.to_be_bytes());
+            if let Err(e) = stream.write_all(&frame).await {
+                debug!(%addr, error = %e, "peer connection lost");
+                break;
+            }
+        }
+    }
+}
+
+fn encode(frame: &mut BytesMut, (group, msg): &Envelope) {
+    let bytes = msg.write_to_bytes().unwrap_or_default();
+    frame.put_u64(*group);
+    frame.put_u32(bytes.len() as u32);
+    frame.put_slice(&bytes);
+}
+
+async fn accept_loop(listener: TcpListener, inbound: mpsc::Sender<Envelope>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(peer_reader(stream, inbound.clone()));
+            }
+            Err(e) => {
+                warn!(error = %e, "accepting a peer connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn peer_reader(mut stream: TcpStream, inbound: mpsc::Sender<Envelope>) {
+    let mut buf = Vec::new();
+    loop {
+        let mut len = [0u8; 4];
+        if stream.read_exact(&mut len).await.is_err() {
+            return;
+        }
+        let len = u32::from_be_bytes(len) as usize;
+        if len > FRAME_BYTES_MAX {
+            warn!(len, "peer frame too large; closing the connection");
+            return;
+        }
+        buf.resize(len, 0);
+        if stream.read_exact(&mut buf).await.is_err() {
+            return;
+        }
+        let mut b = &buf[..];
+        while b.remaining() >= 12 {
+            let group = b.get_u64();
+            let n = b.get_u32() as usize;
+            if n > b.remaining() {
+                warn!("malformed peer frame; closing the connection");
+                return;
+            }
+            match Message::parse_from_bytes(&b[..n]) {
+                Ok(m) => {
+                    let _ = inbound.try_send((group, m));
+                }
+                Err(e) => warn!(error = %e, "undecodable Raft message"),
+            }
+            b.advance(n);
+        }
+    }
+}
