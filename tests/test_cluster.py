@@ -7,19 +7,37 @@ holds two different records)."""
 
 import os
 import pathlib
+import random
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from conftest import RUNNEL_BIN, admin_client, free_port, unique_topic, wait_for, wait_for_port, wait_for_topic
+from conftest import RUNNEL_BIN, admin_client, unique_topic, wait_for, wait_for_port, wait_for_topic
 
 BROKERS = 3
+
+
+def cluster_port():
+    """A base port P with P..P+2 (clients) and P+1000..P+1002 (Raft) all free, below the
+    kernel's ephemeral range so that client sockets cannot take them meanwhile."""
+    rng = random.Random()
+    for _ in range(200):
+        p = rng.randrange(20000, 28000)
+        try:
+            for port in [p + i for i in range(BROKERS)] + [p + 1000 + i for i in range(BROKERS)]:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port range for a cluster")
 
 
 class DevCluster:
@@ -27,11 +45,7 @@ class DevCluster:
     a broker that died again and prints the new pid)."""
 
     def __init__(self, tmp_path):
-        # Client ports P..P+2 and Raft ports P+1000..P+1002 must all be free.
-        while True:
-            self.port = free_port()
-            if self.port + 1002 < 65535:
-                break
+        self.port = cluster_port()
         self.data_dir = tmp_path / "cluster"
         self.log = open(tmp_path / "cluster.log", "w")
         self.proc = subprocess.Popen(
@@ -64,8 +78,14 @@ class DevCluster:
         return "\n".join(text.splitlines()[-40:])
 
     def leader(self, topic, partition=0):
-        t = self.admin.list_topics(topic, timeout=5).topics[topic]
-        return t.partitions[partition].leader
+        """The partition's leader, or -1 when unknown: the broker asked has not applied the
+        topic yet, or the request timed out (librdkafka may have asked a paused broker)."""
+        try:
+            t = self.admin.list_topics(topic, timeout=5).topics.get(topic)
+        except KafkaException:
+            return -1
+        p = t.partitions.get(partition) if t is not None else None
+        return p.leader if p is not None else -1
 
     def controller(self):
         return self.admin.list_topics(timeout=5).controller_id
@@ -151,6 +171,25 @@ def read_all(c, topic, expected):
     return out
 
 
+def writing(c, prefix, count, acks_first):
+    """A new RF 3 topic, a writer of `count` values into it, and a bounded wait for its first
+    `acks_first` acknowledgements (so the fault lands mid-stream)."""
+    topic = unique_topic(prefix)
+    create_rf3(c, topic)
+    writer = Writer(c, topic, count)
+    wait_for(lambda: writer.acked_count() >= acks_first, "acks before the fault", 60, c.diagnostics, 0.1)
+    return topic, writer
+
+
+def finish(c, topic, writer, count):
+    """Waits for the writer, reads everything back and checks it, then checks the replicas."""
+    writer.join()
+    check_history(writer, read_all(c, topic, count))
+    assert writer.acked_count() == count
+    # Followers that were behind (killed, paused, or a deposed leader) end up identical.
+    check_replicas_identical(c, topic)
+
+
 def check_history(writer, records):
     assert not writer.errors, f"idempotent acks=all produce failed: {writer.errors[:5]}"
     offsets = [o for o, _ in records]
@@ -173,26 +212,16 @@ def check_replicas_identical(c, topic):
 
 
 def test_leader_killed_during_acks_all_produce(cluster):
-    topic = unique_topic("kill")
-    create_rf3(cluster, topic)
-    writer = Writer(cluster, topic, 6000)
-    wait_for(lambda: writer.acked_count() >= 1500, "acks before the fault", 60, cluster.diagnostics, 0.1)
+    topic, writer = writing(cluster, "kill", 6000, 1500)
     old = cluster.leader(topic)
     os.kill(cluster.pid(old), signal.SIGKILL)
     # A new leader is elected among the two others (and the killed broker comes back).
     wait_for(lambda: cluster.leader(topic) not in (-1, old), "a new leader", 30, cluster.diagnostics)
-    writer.join()
-    records = read_all(cluster, topic, 6000)
-    check_history(writer, records)
-    assert writer.acked_count() == 6000
-    check_replicas_identical(cluster, topic)
+    finish(cluster, topic, writer, 6000)
 
 
 def test_follower_paused_producers_keep_being_acknowledged(cluster):
-    topic = unique_topic("pause-f")
-    create_rf3(cluster, topic)
-    writer = Writer(cluster, topic, 5000)
-    wait_for(lambda: writer.acked_count() >= 1000, "acks before the fault", 60, cluster.diagnostics, 0.1)
+    topic, writer = writing(cluster, "pause-f", 5000, 1000)
     leader = cluster.leader(topic)
     follower = next(b for b in range(BROKERS) if b != leader)
     pid = cluster.pid(follower)
@@ -204,17 +233,11 @@ def test_follower_paused_producers_keep_being_acknowledged(cluster):
                  cluster.diagnostics, 0.1)
     finally:
         os.kill(pid, signal.SIGCONT)
-    writer.join()
-    check_history(writer, read_all(cluster, topic, 5000))
-    # The paused follower catches up to a byte-identical copy.
-    check_replicas_identical(cluster, topic)
+    finish(cluster, topic, writer, 5000)
 
 
 def test_leader_paused_then_resumed_loses_nothing(cluster):
-    topic = unique_topic("pause-l")
-    create_rf3(cluster, topic)
-    writer = Writer(cluster, topic, 5000)
-    wait_for(lambda: writer.acked_count() >= 1000, "acks before the fault", 60, cluster.diagnostics, 0.1)
+    topic, writer = writing(cluster, "pause-l", 5000, 1000)
     old = cluster.leader(topic)
     pid = cluster.pid(old)
     os.kill(pid, signal.SIGSTOP)
@@ -224,10 +247,8 @@ def test_leader_paused_then_resumed_loses_nothing(cluster):
         time.sleep(1)
     finally:
         os.kill(pid, signal.SIGCONT)
-    writer.join()
-    check_history(writer, read_all(cluster, topic, 5000))
     # The old leader's unacknowledged tail was replaced: one record per offset everywhere.
-    check_replicas_identical(cluster, topic)
+    finish(cluster, topic, writer, 5000)
 
 
 def test_controller_killed_topic_creation_resumes(cluster):
