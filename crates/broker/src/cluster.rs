@@ -263,8 +263,10 @@ impl Cluster {
         Ok(())
     }
 
-    /// Creates a topic (controller only): places replicas over the failure domains of the
-    /// registered brokers, commits the assignment, and returns once it is applied here.
+    /// Creates a topic. The controller places replicas over the failure domains of the
+    /// registered brokers and commits the assignment; any other broker forwards the
+    /// request to it, as Kafka brokers do (KIP-590). Either way this returns once the
+    /// topic is applied here.
     pub async fn create_topic(
         &self,
         name: &str,
@@ -273,21 +275,18 @@ impl Cluster {
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<Uuid, (ResponseError, String)> {
+        let brokers = self.check_new_topic(name, rf)?;
+        if validate_only {
+            return Ok(Uuid::nil());
+        }
+        if !self.is_controller() {
+            return self.forward_create(name, partitions, rf, configs).await;
+        }
         let rec = {
             let _g = self.creating.lock().unwrap_or_else(|p| p.into_inner());
             let state = self.read();
             if state.topics.contains_key(name) {
                 return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
-            }
-            let brokers: Vec<BrokerInfo> = state.brokers.values().cloned().collect();
-            if rf < 1 || rf as usize > brokers.len() {
-                return Err((
-                    ResponseError::InvalidReplicationFactor,
-                    format!("Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {} broker(s) are registered.", brokers.len()),
-                ));
-            }
-            if validate_only {
-                return Ok(Uuid::nil());
             }
             let seq = state.next_seq.max(self.last_seq.load(std::sync::atomic::Ordering::Acquire) + 1).max(1);
             self.last_seq.store(seq, std::sync::atomic::Ordering::Release);
@@ -305,22 +304,56 @@ impl Cluster {
         Ok(id)
     }
 
-    /// Auto-creation from any broker: the controller creates, others forward and wait.
-    pub async fn auto_create(&self, name: &str, partitions: i32, rf: i16) -> bool {
-        if self.is_controller() {
-            return self.create_topic(name, partitions, rf, BTreeMap::new(), false).await.is_ok();
+    /// The checks every broker can make from its copy of the metadata; returns the
+    /// registered brokers.
+    fn check_new_topic(&self, name: &str, rf: i16) -> Result<Vec<BrokerInfo>, (ResponseError, String)> {
+        let state = self.read();
+        if state.topics.contains_key(name) {
+            return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
         }
-        let Some(controller) = self.controller() else { return false };
-        let fwd = Forward::CreateTopic {
-            name: name.to_string(),
-            partitions,
-            replication_factor: rf,
-            configs: BTreeMap::new(),
+        let brokers: Vec<BrokerInfo> = state.brokers.values().cloned().collect();
+        if rf < 1 || rf as usize > brokers.len() {
+            return Err((
+                ResponseError::InvalidReplicationFactor,
+                format!("Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {} broker(s) are registered.", brokers.len()),
+            ));
+        }
+        Ok(brokers)
+    }
+
+    async fn forward_create(
+        &self,
+        name: &str,
+        partitions: i32,
+        rf: i16,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Uuid, (ResponseError, String)> {
+        let Some(controller) = self.controller() else {
+            return Err((ResponseError::NotController, "no controller is elected yet".into()));
         };
-        if let Ok(data) = serde_json::to_vec(&fwd) {
-            self.driver().forward(controller as u64 + 1, data);
+        let fwd = Forward::CreateTopic { name: name.to_string(), partitions, replication_factor: rf, configs };
+        let data = serde_json::to_vec(&fwd).map_err(|e| (ResponseError::UnknownServerError, e.to_string()))?;
+        self.driver().forward(controller as u64 + 1, data);
+        let deadline = tokio::time::Instant::now() + APPLY_TIMEOUT;
+        loop {
+            if self.read().topics.contains_key(name) {
+                let topic = self.broker.upgrade().and_then(|b| b.catalog.topic(name));
+                return Ok(topic.map(|t| t.id).unwrap_or_default());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err((ResponseError::RequestTimedOut, "the controller did not create the topic in time".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        false
+    }
+
+    /// Auto-creation (Metadata or Produce naming an unknown topic).
+    pub async fn auto_create(&self, name: &str, partitions: i32, rf: i16) {
+        if let Err((code, msg)) = self.create_topic(name, partitions, rf, BTreeMap::new(), false).await {
+            if code != ResponseError::TopicAlreadyExists {
+                warn!(topic = name, ?code, %msg, "auto-creating a topic failed");
+            }
+        }
     }
 
     fn apply(&self, rec: Record) {
