@@ -206,6 +206,18 @@ def finish(c, topic, writer, count):
     check_replicas_identical(c, topic)
 
 
+def acks_go_on_while_paused(c, writer, broker, more, timeout_s, what):
+    """SIGSTOPs `broker` until the writer has `more` new acknowledgements (bounded), then
+    SIGCONTs it whatever happened."""
+    pid = c.pid(broker)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        before = writer.acked_count()
+        wait_for(lambda: writer.acked_count() >= before + more, what, timeout_s, c.diagnostics, 0.1)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def check_history(writer, records):
     assert not writer.errors, f"idempotent acks=all produce failed: {writer.errors[:5]}"
     offsets = [o for o, _ in records]
@@ -243,31 +255,17 @@ def test_follower_paused_producers_keep_being_acknowledged(cluster):
     topic, writer = writing(cluster, "pause-f", 5000, 1000)
     leader = cluster.known_leader(topic)
     follower = next(b for b in range(BROKERS) if b != leader)
-    pid = cluster.pid(follower)
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        before = writer.acked_count()
-        # The leader and the other follower are a majority: acks go on.
-        wait_for(lambda: writer.acked_count() >= before + 1000, "acks while a follower is paused", 30,
-                 cluster.diagnostics, 0.1)
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    # The leader and the other follower are a majority: acks go on.
+    acks_go_on_while_paused(cluster, writer, follower, 1000, 30, "acks while a follower is paused")
     finish(cluster, topic, writer, 5000)
 
 
 def test_leader_paused_then_resumed_loses_nothing(cluster):
     topic, writer = writing(cluster, "pause-l", 5000, 1000)
     old = cluster.known_leader(topic)
-    pid = cluster.pid(old)
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        # The two others elect a leader and the producer finds it (after its request to the
-        # paused broker times out): acknowledgements resume while the old leader is frozen.
-        before = writer.acked_count()
-        wait_for(lambda: writer.acked_count() >= before + 500, "acks while the old leader is paused", 60,
-                 cluster.diagnostics, 0.1)
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    # The two others elect a leader and the producer finds it (after its request to the
+    # paused broker times out): acknowledgements resume while the old leader is frozen.
+    acks_go_on_while_paused(cluster, writer, old, 500, 60, "acks while the old leader is paused")
     # The old leader's unacknowledged tail was replaced: one record per offset everywhere.
     finish(cluster, topic, writer, 5000)
 

@@ -153,6 +153,8 @@ pub struct Cluster {
     /// Last topic sequence number handed out by this controller (proposed, maybe not yet
     /// applied), so two creations in flight never share Raft group ids.
     last_seq: std::sync::atomic::AtomicU64,
+    /// Woken after every applied metadata record.
+    applied: tokio::sync::Notify,
 }
 
 impl Cluster {
@@ -192,6 +194,7 @@ impl Cluster {
             data_dir: c.data_dir.clone(),
             creating: Mutex::new(()),
             last_seq: std::sync::atomic::AtomicU64::new(0),
+            applied: tokio::sync::Notify::new(),
         });
         let peers: HashMap<u64, String> =
             voters.iter().filter(|(id, _)| *id != node_id).map(|(id, a)| (*id as u64 + 1, a.clone())).collect();
@@ -254,13 +257,7 @@ impl Cluster {
             }
             Err(_) => return Err((ResponseError::RequestTimedOut, "metadata change did not commit in time".into())),
         }
-        while !applied(&self.read()) {
-            if tokio::time::Instant::now() > deadline {
-                return Err((ResponseError::RequestTimedOut, "metadata change not applied in time".into()));
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        Ok(())
+        self.until_applied(applied, deadline, "metadata change not applied in time").await
     }
 
     /// Creates a topic. The controller places replicas over the failure domains of the
@@ -335,15 +332,34 @@ impl Cluster {
         let data = serde_json::to_vec(&fwd).map_err(|e| (ResponseError::UnknownServerError, e.to_string()))?;
         self.driver().forward(controller as u64 + 1, data);
         let deadline = tokio::time::Instant::now() + APPLY_TIMEOUT;
+        self.until_applied(
+            |s| s.topics.contains_key(name),
+            deadline,
+            "the controller did not create the topic in time",
+        )
+        .await?;
+        let topic = self.broker.upgrade().and_then(|b| b.catalog.topic(name));
+        Ok(topic.map(|t| t.id).unwrap_or_default())
+    }
+
+    /// Waits (bounded) until this broker's metadata satisfies `applied`; `apply` wakes it.
+    async fn until_applied(
+        &self,
+        applied: impl Fn(&State) -> bool,
+        deadline: tokio::time::Instant,
+        late: &str,
+    ) -> Result<(), (ResponseError, String)> {
         loop {
-            if self.read().topics.contains_key(name) {
-                let topic = self.broker.upgrade().and_then(|b| b.catalog.topic(name));
-                return Ok(topic.map(|t| t.id).unwrap_or_default());
+            let changed = self.applied.notified();
+            tokio::pin!(changed);
+            // Registered before the check, so an apply between the two still wakes us.
+            changed.as_mut().enable();
+            if applied(&self.read()) {
+                return Ok(());
             }
-            if tokio::time::Instant::now() > deadline {
-                return Err((ResponseError::RequestTimedOut, "the controller did not create the topic in time".into()));
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err((ResponseError::RequestTimedOut, late.to_string()));
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
@@ -452,18 +468,23 @@ impl Hooks for Cluster {
         if group == META_GROUP {
             for e in replica.take_applied() {
                 for item in Batches::new(&e.data) {
-                    let Ok((_, range)) = item else { break };
-                    let batch = bytes::Bytes::copy_from_slice(&e.data[range]);
-                    let mut raw = batch.clone();
-                    let Ok(set) = kafka_protocol::records::RecordBatchDecoder::decode(&mut raw) else { continue };
-                    for r in set.records {
-                        match r.value.as_deref().map(serde_json::from_slice::<Record>) {
+                    let Ok((h, range)) = item else { break };
+                    let records = match runnel_storage::records_of(&h, &e.data[range]) {
+                        Ok(r) => r,
+                        Err(err) => {
+                            warn!(error = %err, "unreadable metadata batch");
+                            continue;
+                        }
+                    };
+                    for r in records.iter() {
+                        match r.value.map(serde_json::from_slice::<Record>) {
                             Some(Ok(rec)) => self.apply(rec),
                             other => warn!(?other, "unreadable metadata record"),
                         }
                     }
                 }
             }
+            self.applied.notify_waiters();
         } else if moved {
             if let Some(b) = self.broker.upgrade() {
                 b.data_arrived.notify_waiters();

@@ -15,8 +15,18 @@ use runnel_raft::{driver, Replica, SharedReplica};
 use runnel_storage::{AppendError, AppendInfo, Log, ReadError, ReadPlan};
 use runnel_wire::BatchHeader;
 
+/// A single-broker partition: the log, and what readers need without its lock.
+struct Local {
+    log: Mutex<Log>,
+    /// Offsets below this are durable (per the fsync policy) and visible to consumers.
+    high_watermark: AtomicI64,
+    /// Mirrors of the log's bounds.
+    log_start_offset: AtomicI64,
+    log_end_offset: AtomicI64,
+}
+
 enum Kind {
-    Local(Box<Mutex<Log>>),
+    Local(Box<Local>),
     Replicated { replica: SharedReplica, group: u64 },
     Remote,
 }
@@ -27,11 +37,6 @@ pub struct Partition {
     kind: Kind,
     /// Broker ids holding a replica (leader first when it was assigned); empty for local.
     pub replicas: Vec<i32>,
-    /// Local partitions: offsets below this are durable (per the fsync policy) and visible.
-    high_watermark: AtomicI64,
-    /// Mirrors of a local log's bounds, readable without the lock.
-    log_start_offset: AtomicI64,
-    log_end_offset: AtomicI64,
 }
 
 /// The log of a hosted partition, locked (directly, or through its Raft replica).
@@ -69,15 +74,13 @@ impl Partition {
         // On open, everything recovered from disk was fsynced (or survived the crash), so
         // it is all committed.
         let (start, end) = (log.log_start_offset(), log.log_end_offset());
-        Partition {
-            topic,
-            index,
-            kind: Kind::Local(Box::new(Mutex::new(log))),
-            replicas: Vec::new(),
+        let local = Local {
+            log: Mutex::new(log),
             high_watermark: AtomicI64::new(end),
             log_start_offset: AtomicI64::new(start),
             log_end_offset: AtomicI64::new(end),
-        }
+        };
+        Partition { topic, index, kind: Kind::Local(Box::new(local)), replicas: Vec::new() }
     }
 
     pub fn replicated(
@@ -87,27 +90,11 @@ impl Partition {
         replica: SharedReplica,
         group: u64,
     ) -> Partition {
-        Partition {
-            topic,
-            index,
-            kind: Kind::Replicated { replica, group },
-            replicas,
-            high_watermark: AtomicI64::new(0),
-            log_start_offset: AtomicI64::new(0),
-            log_end_offset: AtomicI64::new(0),
-        }
+        Partition { topic, index, kind: Kind::Replicated { replica, group }, replicas }
     }
 
     pub fn remote(topic: Arc<str>, index: i32, replicas: Vec<i32>) -> Partition {
-        Partition {
-            topic,
-            index,
-            kind: Kind::Remote,
-            replicas,
-            high_watermark: AtomicI64::new(0),
-            log_start_offset: AtomicI64::new(0),
-            log_end_offset: AtomicI64::new(0),
-        }
+        Partition { topic, index, kind: Kind::Remote, replicas }
     }
 
     /// The log if this broker hosts the partition.
@@ -115,7 +102,7 @@ impl Partition {
         match &self.kind {
             // A panic while holding the lock is a bug that already crashed a request; the
             // log itself stays consistent (appends are single writes), so keep serving.
-            Kind::Local(log) => Some(LogGuard::Local(log.lock().unwrap_or_else(|p| p.into_inner()))),
+            Kind::Local(l) => Some(LogGuard::Local(l.log.lock().unwrap_or_else(|p| p.into_inner()))),
             Kind::Replicated { replica, .. } => Some(LogGuard::Replica(driver::lock(replica))),
             Kind::Remote => None,
         }
@@ -125,7 +112,7 @@ impl Partition {
     /// these directly; a replicated log changes only through Raft).
     pub fn local_log(&self) -> Option<MutexGuard<'_, Log>> {
         match &self.kind {
-            Kind::Local(log) => Some(log.lock().unwrap_or_else(|p| p.into_inner())),
+            Kind::Local(l) => Some(l.log.lock().unwrap_or_else(|p| p.into_inner())),
             _ => None,
         }
     }
@@ -166,8 +153,8 @@ impl Partition {
     /// ended (the start of the next epoch, or the log end); (-1, -1) when there is none.
     pub fn epoch_end_offset(&self, epoch: i32) -> (i32, i64) {
         match &self.kind {
-            Kind::Local(log) => {
-                let log = log.lock().unwrap_or_else(|p| p.into_inner());
+            Kind::Local(l) => {
+                let log = l.log.lock().unwrap_or_else(|p| p.into_inner());
                 if epoch >= log.leader_epoch() {
                     (log.leader_epoch(), log.log_end_offset())
                 } else {
@@ -185,46 +172,53 @@ impl Partition {
         }
     }
 
+    /// Offsets below this are visible to consumers (0 when the partition is remote).
     pub fn high_watermark(&self) -> i64 {
         match &self.kind {
+            Kind::Local(l) => l.high_watermark.load(Ordering::Acquire),
             Kind::Replicated { replica, .. } => driver::lock(replica).high_watermark(),
-            _ => self.high_watermark.load(Ordering::Acquire),
+            Kind::Remote => 0,
         }
     }
 
     pub fn log_start_offset(&self) -> i64 {
         match &self.kind {
+            Kind::Local(l) => l.log_start_offset.load(Ordering::Acquire),
             Kind::Replicated { replica, .. } => driver::lock(replica).log().log_start_offset(),
-            _ => self.log_start_offset.load(Ordering::Acquire),
+            Kind::Remote => 0,
         }
     }
 
     pub fn log_end_offset(&self) -> i64 {
         match &self.kind {
+            Kind::Local(l) => l.log_end_offset.load(Ordering::Acquire),
             Kind::Replicated { replica, .. } => driver::lock(replica).log().log_end_offset(),
-            _ => self.log_end_offset.load(Ordering::Acquire),
+            Kind::Remote => 0,
         }
     }
 
     /// Appends validated batches to a local log in order under one lock; returns each
     /// batch's outcome. Stops at the first failure (later batches are not written).
     pub fn append(&self, batches: &[(&[u8], BatchHeader)], now_ms: i64) -> Result<Vec<AppendInfo>, AppendError> {
-        let Some(mut log) = self.local_log() else {
+        let Kind::Local(l) = &self.kind else {
             return Err(AppendError::Io(std::io::Error::other("not a local partition")));
         };
+        let mut log = l.log.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = Vec::with_capacity(batches.len());
         for (bytes, h) in batches {
             out.push(log.append(bytes, h, now_ms)?);
         }
-        self.log_end_offset.store(log.log_end_offset(), Ordering::Release);
+        l.log_end_offset.store(log.log_end_offset(), Ordering::Release);
         Ok(out)
     }
 
     /// Moves a local partition's high watermark up to `offset` (never down, never past the
     /// log end).
     pub fn advance_high_watermark(&self, offset: i64) {
-        let offset = offset.min(self.log_end_offset());
-        self.high_watermark.fetch_max(offset, Ordering::AcqRel);
+        if let Kind::Local(l) = &self.kind {
+            let offset = offset.min(l.log_end_offset.load(Ordering::Acquire));
+            l.high_watermark.fetch_max(offset, Ordering::AcqRel);
+        }
     }
 
     pub fn read(&self, offset: i64, max_bytes: usize, min_one: bool) -> Result<ReadPlan, ReadError> {
@@ -235,16 +229,18 @@ impl Partition {
         }
     }
 
-    /// Re-reads the bounds after an operation that moved the log start.
+    /// Re-reads a local log's bounds after an operation that moved its start.
     pub fn refresh_bounds(&self, log: &Log) {
-        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
-        self.log_end_offset.store(log.log_end_offset(), Ordering::Release);
+        if let Kind::Local(l) = &self.kind {
+            l.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+            l.log_end_offset.store(log.log_end_offset(), Ordering::Release);
+        }
     }
 
     /// Clean shutdown of whatever this broker holds of the partition.
     pub fn close(&self) -> std::io::Result<()> {
         match &self.kind {
-            Kind::Local(log) => log.lock().unwrap_or_else(|p| p.into_inner()).close(),
+            Kind::Local(l) => l.log.lock().unwrap_or_else(|p| p.into_inner()).close(),
             Kind::Replicated { replica, .. } => driver::lock(replica).close(),
             Kind::Remote => Ok(()),
         }

@@ -201,7 +201,7 @@ impl Driver {
                     std::process::exit(70);
                 }
             }
-            let mut again = self.dirty.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let mut again = Vec::with_capacity(collected.len());
             for (g, r, c) in collected {
                 let mut out = Vec::new();
                 let mut rep = lock(&r);
@@ -210,7 +210,7 @@ impl Driver {
                 drop(rep);
                 self.send(g, out);
                 // Persisting may have unlocked more (a leader's commit, follow-up appends).
-                again.insert(g);
+                again.push(g);
             }
             self.dirty.lock().unwrap_or_else(|p| p.into_inner()).extend(again);
         }

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 use runnel_storage::{Log, LogConfig};
-use runnel_wire::batch::{read_varint, stamp, Batches, HEADER_BYTES};
+use runnel_wire::batch::{stamp, Batches};
 use runnel_wire::build::BatchBuilder;
 use runnel_wire::BatchHeader;
 
@@ -321,9 +321,9 @@ impl RaftLog {
         let mut out = Vec::new();
         let mut size = 0u64;
         let mut index = low;
+        let to = self.end_offset_of(high - 1);
         while index < high {
             let from = self.offsets[(index - self.first()) as usize];
-            let to = self.end_offset_of(high - 1);
             let chunk = Bytes::from(self.log.read_range(from, to, READ_CHUNK_BYTES)?);
             if chunk.is_empty() {
                 return Err(io::Error::other(format!("entry {index} at offset {from} is missing from the log")));
@@ -431,38 +431,20 @@ fn entry_of(index: u64, h: &BatchHeader, batch: Bytes) -> io::Result<Entry> {
     let bad = || {
         io::Error::new(io::ErrorKind::InvalidData, format!("control batch at {} is not a Raft entry", h.base_offset))
     };
-    let (kind, value) = control_record(&batch[HEADER_BYTES..]).ok_or_else(bad)?;
+    let records = runnel_storage::records_of(h, &batch)?;
+    let record = records.iter().next().ok_or_else(bad)?;
+    let kind = match record.key {
+        Some([0, 0, hi, lo]) => i16::from_be_bytes([*hi, *lo]),
+        _ => return Err(bad()),
+    };
     e.set_entry_type(match kind {
         CONTROL_NOOP => EntryType::EntryNormal,
         CONTROL_CONF_CHANGE => EntryType::EntryConfChange,
         CONTROL_CONF_CHANGE_V2 => EntryType::EntryConfChangeV2,
         _ => return Err(bad()),
     });
-    e.data = batch.slice_ref(value);
+    e.data = Bytes::copy_from_slice(record.value.unwrap_or_default());
     Ok(e)
-}
-
-/// (type, value) of the single record in a control batch's records section.
-fn control_record(records: &[u8]) -> Option<(i16, &[u8])> {
-    let mut at = 0usize;
-    let varint = |b: &[u8], at: &mut usize| -> Option<i64> {
-        let (v, n) = read_varint(b.get(*at..)?)?;
-        *at += n;
-        Some(v)
-    };
-    let _len = varint(records, &mut at)?;
-    at += 1; // attributes
-    let _ts = varint(records, &mut at)?;
-    let _delta = varint(records, &mut at)?;
-    let key_len = usize::try_from(varint(records, &mut at)?).ok()?;
-    let key = records.get(at..at + key_len)?;
-    at += key_len;
-    if key.len() != 4 || key[..2] != [0, 0] {
-        return None;
-    }
-    let kind = i16::from_be_bytes([key[2], key[3]]);
-    let value_len = usize::try_from(varint(records, &mut at)?.max(0)).ok()?;
-    Some((kind, records.get(at..at + value_len)?))
 }
 
 struct Saved {

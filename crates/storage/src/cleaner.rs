@@ -241,37 +241,38 @@ fn invalid(e: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e.to_string())
 }
 
-/// One record inside a batch: its whole encoding (length prefix included) and the parts
-/// compaction looks at.
-pub(crate) struct RecordRef<'a> {
+/// One record inside a batch: its whole encoding (length prefix included), its offset, key
+/// and value (`None` value: a tombstone). Headers are not decoded.
+pub struct RecordRef<'a> {
     pub raw: &'a [u8],
     pub offset: i64,
     pub key: Option<&'a [u8]>,
-    pub tombstone: bool,
+    pub value: Option<&'a [u8]>,
 }
 
 /// The decompressed records section of a batch, with each record located.
-pub(crate) struct Records {
+pub struct Records {
     data: Bytes,
     spans: Vec<Span>,
 }
 
-/// Where one record lies in `Records::data`: (start, end, offset, key range, tombstone).
-type Span = (usize, usize, i64, Option<(usize, usize)>, bool);
+type Range = Option<(usize, usize)>;
+/// Where one record lies in `Records::data`: (start, end, offset, key range, value range).
+type Span = (usize, usize, i64, Range, Range);
 
 impl Records {
     pub fn iter(&self) -> impl Iterator<Item = RecordRef<'_>> {
-        self.spans.iter().map(|&(start, end, offset, key, tombstone)| RecordRef {
+        self.spans.iter().map(|&(start, end, offset, key, value)| RecordRef {
             raw: &self.data[start..end],
             offset,
             key: key.map(|(s, e)| &self.data[s..e]),
-            tombstone,
+            value: value.map(|(s, e)| &self.data[s..e]),
         })
     }
 }
 
-/// Decompresses (if needed) and frames the records of one batch.
-pub(crate) fn records_of(h: &BatchHeader, batch: &[u8]) -> io::Result<Records> {
+/// Decompresses (if needed) and frames the records of one batch (control batches too).
+pub fn records_of(h: &BatchHeader, batch: &[u8]) -> io::Result<Records> {
     let data = decompress(h.compression(), &batch[HEADER_BYTES..]).map_err(invalid)?;
     let mut spans = Vec::with_capacity((h.records_count.max(0) as usize).min(data.len()));
     let mut pos = 0usize;
@@ -293,19 +294,21 @@ pub(crate) fn records_of(h: &BatchHeader, batch: &[u8]) -> io::Result<Records> {
         };
         next(body, &mut at)?;
         let offset_delta = next(body, &mut at)?;
-        let key_len = next(body, &mut at)?;
-        let key = if key_len < 0 {
-            None
-        } else {
-            let k = (at, at + key_len as usize);
-            if k.1 > body.len() {
-                return Err(bad("key length out of range"));
+        let field = |at: &mut usize, what: &str| -> io::Result<Range> {
+            let len = next(body, at)?;
+            if len < 0 {
+                return Ok(None);
             }
-            at = k.1;
-            Some((body_start + k.0, body_start + k.1))
+            let f = (*at, *at + len as usize);
+            if f.1 > body.len() {
+                return Err(bad(what));
+            }
+            *at = f.1;
+            Ok(Some((body_start + f.0, body_start + f.1)))
         };
-        let value_len = next(body, &mut at)?;
-        spans.push((start, end, h.base_offset + offset_delta, key, value_len < 0));
+        let key = field(&mut at, "key length out of range")?;
+        let value = field(&mut at, "value length out of range")?;
+        spans.push((start, end, h.base_offset + offset_delta, key, value));
         pos = end;
     }
     Ok(Records { data, spans })
@@ -333,7 +336,7 @@ fn filter_batch(
     keep: impl Fn(i64, Option<&[u8]>, bool) -> bool,
 ) -> io::Result<Filtered> {
     let records = records_of(h, batch)?;
-    let kept: Vec<RecordRef> = records.iter().filter(|r| keep(r.offset, r.key, r.tombstone)).collect();
+    let kept: Vec<RecordRef> = records.iter().filter(|r| keep(r.offset, r.key, r.value.is_none())).collect();
     let total = records.spans.len();
     stats.records_removed += (total - kept.len()) as u64;
     if kept.len() == total {

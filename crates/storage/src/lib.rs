@@ -12,7 +12,7 @@ mod log;
 mod producer;
 mod segment;
 
-pub use cleaner::{all_records_keyed, CleanPlan, CleanStats, Cleaned};
+pub use cleaner::{all_records_keyed, records_of, CleanPlan, CleanStats, Cleaned, RecordRef, Records};
 pub use log::{AppendError, AppendInfo, Log, LogConfig, ReadError, ReadPlan, SEGMENT_BYTES_MAX};
 pub use producer::{ProducerError, ProducerTable};
 
