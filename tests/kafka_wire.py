@@ -46,6 +46,7 @@ FETCH = 1
 LIST_OFFSETS = 2
 METADATA = 3
 API_VERSIONS = 18
+CREATE_TOPICS = 19
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -55,6 +56,8 @@ INVALID_REQUEST = 42
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 UNSUPPORTED_VERSION = 35
 INVALID_RECORD = 87
+TOPIC_ALREADY_EXISTS = 36
+INVALID_REPLICATION_FACTOR = 38
 
 # ---------------------------------------------------------------------------------------------
 # Primitive encoders.
@@ -289,6 +292,23 @@ def decode_metadata_v1(r):
                 "partitions": r.array(partition)}
 
     return {"brokers": brokers, "controller_id": controller_id, "topics": r.array(topic)}
+
+
+# ---------------------------------------------------------------------------------------------
+# CreateTopics v4 (non-flexible).
+
+
+def create_topics_v4_request(name, partitions, replication_factor, correlation_id, timeout_ms=10000,
+                             validate_only=False):
+    topic = string(name) + i32(partitions) + i16(replication_factor) + array([]) + array([])
+    body = array([topic]) + i32(timeout_ms) + i8(1 if validate_only else 0)
+    return header_v1(CREATE_TOPICS, 4, correlation_id) + body
+
+
+def decode_create_topics_v4(r):
+    throttle = r.i32()
+    topics = r.array(lambda r: {"name": r.string(), "error_code": r.i16(), "error_message": r.string()})
+    return {"throttle_time_ms": throttle, "topics": topics}
 
 
 # ---------------------------------------------------------------------------------------------

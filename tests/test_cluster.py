@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
+import kafka_wire as kw
 from conftest import RUNNEL_BIN, admin_client, unique_topic, wait_for, wait_for_port, wait_for_topic
 
 BROKERS = 3
@@ -277,13 +278,40 @@ def test_controller_killed_topic_creation_resumes(cluster):
     topic = unique_topic("after-controller")
     started = time.monotonic()
 
+    attempts = []
+
     def created():
+        t = time.monotonic()
         try:
             fs = cluster.admin.create_topics([NewTopic(topic, 1, 3)], operation_timeout=5, request_timeout=5)
             fs[topic].result(timeout=10)
             return True
         except Exception as e:  # NOT_CONTROLLER / timeouts while the quorum elects
+            attempts.append(f"{t - started:.1f}s: {e}")
             return "already exists" in str(e).lower()
-    wait_for(created, "topic creation after the controller died", 30, cluster.diagnostics)
+    wait_for(created, "topic creation after the controller died", 30,
+             lambda: "\n".join(attempts) + "\n" + cluster.diagnostics())
     wait_for_topic(cluster.admin, topic, 1)
     assert time.monotonic() - started < 30
+
+
+def test_create_topics_sent_to_any_broker_is_decided_by_the_controller(cluster):
+    """CreateTopics sent straight to a broker that is not the controller (as `runnel bench`
+    and older tools do) is forwarded; the controller's answer, success or refusal, comes
+    back to the client."""
+    controller = wait_for(lambda: cluster.controller() + 1, "a controller", 30, cluster.diagnostics) - 1
+    for broker in [b for b in range(BROKERS) if b != controller]:
+        with kw.Conn(f"127.0.0.1:{cluster.port + broker}", timeout_s=30) as conn:
+            def create(name, rf):
+                r = conn.request(kw.create_topics_v4_request(name, 2, rf, conn.next_correlation_id()))
+                [t] = kw.decode_create_topics_v4(r)["topics"]
+                return t
+            topic = unique_topic(f"fwd-{broker}")
+            t = create(topic, 3)
+            assert t["error_code"] == kw.NONE, t
+            # Answered once the topic is applied on the broker asked: it knows it already.
+            assert create(topic, 3)["error_code"] == kw.TOPIC_ALREADY_EXISTS
+            t = create(unique_topic("fwd-rf4"), 4)
+            assert t["error_code"] == kw.INVALID_REPLICATION_FACTOR, t
+            assert "3 broker(s) are registered" in t["error_message"]
+        wait_for_topic(cluster.admin, topic, 2)

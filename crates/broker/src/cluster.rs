@@ -6,8 +6,9 @@
 //! replays it and keeps the result in memory; applying a topic opens this broker's
 //! replicas of its partitions (one Raft group each) and puts the topic in the catalog.
 //! Only the metadata leader (the controller) proposes. Other brokers forward their
-//! registration and topic auto-creation to it; admin clients send CreateTopics to the
-//! controller named in Metadata, as with Kafka.
+//! registration, CreateTopics and topic auto-creation to it (KIP-590); the controller
+//! answers a forwarded creation with its outcome, so a broker whose copy of the metadata
+//! lags never decides on its own.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -64,8 +65,23 @@ enum Record {
 #[serde(tag = "type")]
 enum Forward {
     Register(BrokerInfo),
-    CreateTopic { name: String, partitions: i32, replication_factor: i16, configs: BTreeMap<String, String> },
+    CreateTopic {
+        req: u64,
+        name: String,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    },
+    /// The controller's answer to a forwarded request: its error code and message, or
+    /// none when it succeeded.
+    Reply {
+        req: u64,
+        error: Option<(i16, String)>,
+    },
 }
+
+type Outcome = Result<(), (ResponseError, String)>;
 
 #[derive(Default)]
 struct State {
@@ -155,6 +171,9 @@ pub struct Cluster {
     last_seq: std::sync::atomic::AtomicU64,
     /// Woken after every applied metadata record.
     applied: tokio::sync::Notify,
+    /// Requests forwarded to the controller, waiting for its reply.
+    forwarded: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<Outcome>>>,
+    next_req: std::sync::atomic::AtomicU64,
 }
 
 impl Cluster {
@@ -195,6 +214,8 @@ impl Cluster {
             creating: Mutex::new(()),
             last_seq: std::sync::atomic::AtomicU64::new(0),
             applied: tokio::sync::Notify::new(),
+            forwarded: Mutex::new(HashMap::new()),
+            next_req: std::sync::atomic::AtomicU64::new(0),
         });
         let peers: HashMap<u64, String> =
             voters.iter().filter(|(id, _)| *id != node_id).map(|(id, a)| (*id as u64 + 1, a.clone())).collect();
@@ -272,12 +293,17 @@ impl Cluster {
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<Uuid, (ResponseError, String)> {
+        if !self.is_controller() {
+            // Only "exists" can be decided from a copy that may lag; the controller checks
+            // the rest against the registered brokers.
+            if self.read().topics.contains_key(name) {
+                return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
+            }
+            return self.forward_create(name, partitions, rf, configs, validate_only).await;
+        }
         let brokers = self.check_new_topic(name, rf)?;
         if validate_only {
             return Ok(Uuid::nil());
-        }
-        if !self.is_controller() {
-            return self.forward_create(name, partitions, rf, configs).await;
         }
         let rec = {
             let _g = self.creating.lock().unwrap_or_else(|p| p.into_inner());
@@ -301,8 +327,7 @@ impl Cluster {
         Ok(id)
     }
 
-    /// The checks every broker can make from its copy of the metadata; returns the
-    /// registered brokers.
+    /// The controller's checks of a new topic; returns the registered brokers.
     fn check_new_topic(&self, name: &str, rf: i16) -> Result<Vec<BrokerInfo>, (ResponseError, String)> {
         let state = self.read();
         if state.topics.contains_key(name) {
@@ -318,26 +343,45 @@ impl Cluster {
         Ok(brokers)
     }
 
+    /// Sends a creation to the controller and waits for its answer, then (on success)
+    /// until the topic is applied here too.
     async fn forward_create(
         &self,
         name: &str,
         partitions: i32,
         rf: i16,
         configs: BTreeMap<String, String>,
+        validate_only: bool,
     ) -> Result<Uuid, (ResponseError, String)> {
         let Some(controller) = self.controller() else {
             return Err((ResponseError::NotController, "no controller is elected yet".into()));
         };
-        let fwd = Forward::CreateTopic { name: name.to_string(), partitions, replication_factor: rf, configs };
+        let req = self.next_req.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let fwd = Forward::CreateTopic {
+            req,
+            name: name.to_string(),
+            partitions,
+            replication_factor: rf,
+            configs,
+            validate_only,
+        };
         let data = serde_json::to_vec(&fwd).map_err(|e| (ResponseError::UnknownServerError, e.to_string()))?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.forwarded.lock().unwrap_or_else(|p| p.into_inner()).insert(req, tx);
         self.driver().forward(controller as u64 + 1, data);
         let deadline = tokio::time::Instant::now() + APPLY_TIMEOUT;
-        self.until_applied(
-            |s| s.topics.contains_key(name),
-            deadline,
-            "the controller did not create the topic in time",
-        )
-        .await?;
+        let answer = tokio::time::timeout_at(deadline, rx).await;
+        self.forwarded.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
+        match answer {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => return Err(e),
+            _ => return Err((ResponseError::RequestTimedOut, "the controller did not answer in time".into())),
+        }
+        if validate_only {
+            return Ok(Uuid::nil());
+        }
+        self.until_applied(|s| s.topics.contains_key(name), deadline, "the created topic was not applied in time")
+            .await?;
         let topic = self.broker.upgrade().and_then(|b| b.catalog.topic(name));
         Ok(topic.map(|t| t.id).unwrap_or_default())
     }
@@ -435,30 +479,23 @@ impl Cluster {
         Ok(())
     }
 
-    fn handle_forward(&self, fwd: Forward) {
-        match fwd {
-            Forward::Register(info) => {
-                if self.read().brokers.get(&info.id) == Some(&info) {
-                    return;
-                }
-                if let Ok(data) = serde_json::to_vec(&Record::RegisterBroker(info)) {
-                    let mut meta = lock(&self.meta);
-                    let _ = meta.propose_record(&data, crate::now_ms());
-                }
-                self.driver().kick(META_GROUP);
-            }
-            Forward::CreateTopic { name, partitions, replication_factor, configs } => {
-                let Some(cluster) = self.broker.upgrade().and_then(|b| b.cluster.get().cloned()) else { return };
-                tokio::spawn(async move {
-                    if let Err((code, msg)) =
-                        cluster.create_topic(&name, partitions, replication_factor, configs, false).await
-                    {
-                        if code != ResponseError::TopicAlreadyExists {
-                            warn!(topic = %name, ?code, %msg, "forwarded topic creation failed");
-                        }
-                    }
-                });
-            }
+    /// Controller: proposes a broker's registration unless it is already applied.
+    fn register(&self, info: BrokerInfo) {
+        if self.read().brokers.get(&info.id) == Some(&info) {
+            return;
+        }
+        if let Ok(data) = serde_json::to_vec(&Record::RegisterBroker(info)) {
+            let mut meta = lock(&self.meta);
+            let _ = meta.propose_record(&data, crate::now_ms());
+        }
+        self.driver().kick(META_GROUP);
+    }
+
+    /// Answers a forwarded request to the broker (Raft id) that sent it.
+    fn reply(&self, to: u64, req: u64, outcome: Outcome) {
+        let error = outcome.err().map(|(code, msg)| (code.code(), msg));
+        if let Ok(data) = serde_json::to_vec(&Forward::Reply { req, error }) {
+            self.driver().forward(to, data);
         }
     }
 }
@@ -492,10 +529,35 @@ impl Hooks for Cluster {
         }
     }
 
-    fn on_forward(&self, _from: u64, data: &[u8]) {
+    fn on_forward(&self, from: u64, data: &[u8]) {
         match serde_json::from_slice::<Forward>(data) {
-            Ok(fwd) if self.is_controller() => self.handle_forward(fwd),
-            Ok(_) => {}
+            Ok(Forward::Reply { req, error }) => {
+                if let Some(tx) = self.forwarded.lock().unwrap_or_else(|p| p.into_inner()).remove(&req) {
+                    let outcome = match error {
+                        None => Ok(()),
+                        Some((code, msg)) => {
+                            Err((ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError), msg))
+                        }
+                    };
+                    let _ = tx.send(outcome);
+                }
+            }
+            Ok(Forward::CreateTopic { req, name, partitions, replication_factor, configs, validate_only }) => {
+                let Some(cluster) = self.broker.upgrade().and_then(|b| b.cluster.get().cloned()) else { return };
+                if !cluster.is_controller() {
+                    let msg = "this broker is not the controller".to_string();
+                    return self.reply(from, req, Err((ResponseError::NotController, msg)));
+                }
+                tokio::spawn(async move {
+                    let outcome = cluster
+                        .create_topic(&name, partitions, replication_factor, configs, validate_only)
+                        .await
+                        .map(|_| ());
+                    cluster.reply(from, req, outcome);
+                });
+            }
+            Ok(Forward::Register(info)) if self.is_controller() => self.register(info),
+            Ok(Forward::Register(_)) => {}
             Err(e) => warn!(error = %e, "unreadable forwarded request"),
         }
     }
@@ -509,7 +571,7 @@ async fn register_loop(cluster: Arc<Cluster>) {
             return;
         }
         if cluster.is_controller() {
-            cluster.handle_forward(Forward::Register(cluster.me.clone()));
+            cluster.register(cluster.me.clone());
         } else if let Some(c) = cluster.controller() {
             if let Ok(data) = serde_json::to_vec(&Forward::Register(cluster.me.clone())) {
                 cluster.driver().forward(c as u64 + 1, data);
