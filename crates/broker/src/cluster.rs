@@ -174,6 +174,8 @@ pub struct Cluster {
     /// Requests forwarded to the controller, waiting for its reply.
     forwarded: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<Outcome>>>,
     next_req: std::sync::atomic::AtomicU64,
+    /// Index of the last metadata entry applied to `state`.
+    meta_applied: std::sync::atomic::AtomicU64,
 }
 
 impl Cluster {
@@ -216,6 +218,7 @@ impl Cluster {
             applied: tokio::sync::Notify::new(),
             forwarded: Mutex::new(HashMap::new()),
             next_req: std::sync::atomic::AtomicU64::new(0),
+            meta_applied: std::sync::atomic::AtomicU64::new(0),
         });
         let peers: HashMap<u64, String> =
             voters.iter().filter(|(id, _)| *id != node_id).map(|(id, a)| (*id as u64 + 1, a.clone())).collect();
@@ -301,6 +304,7 @@ impl Cluster {
             }
             return self.forward_create(name, partitions, rf, configs, validate_only).await;
         }
+        self.until_caught_up().await?;
         let brokers = self.check_new_topic(name, rf)?;
         if validate_only {
             return Ok(Uuid::nil());
@@ -384,6 +388,32 @@ impl Cluster {
             .await?;
         let topic = self.broker.upgrade().and_then(|b| b.catalog.topic(name));
         Ok(topic.map(|t| t.id).unwrap_or_default())
+    }
+
+    /// A newly elected controller first applies what earlier controllers committed, so that
+    /// it never decides from a stale copy (e.g. with registrations missing).
+    async fn until_caught_up(&self) -> Result<(), (ResponseError, String)> {
+        let deadline = tokio::time::Instant::now() + APPLY_TIMEOUT;
+        let caught_up = || {
+            let applied = self.meta_applied.load(std::sync::atomic::Ordering::Acquire);
+            let meta = lock(&self.meta);
+            (meta.leader_caught_up(applied), meta.is_leader())
+        };
+        loop {
+            let changed = self.applied.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match caught_up() {
+                (true, _) => return Ok(()),
+                (false, false) => {
+                    return Err((ResponseError::NotController, "this broker is no longer the controller".into()))
+                }
+                (false, true) => {}
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err((ResponseError::RequestTimedOut, "the new controller did not catch up in time".into()));
+            }
+        }
     }
 
     /// Waits (bounded) until this broker's metadata satisfies `applied`; `apply` wakes it.
@@ -521,6 +551,7 @@ impl Hooks for Cluster {
                     }
                 }
             }
+            self.meta_applied.store(replica.applied_index(), std::sync::atomic::Ordering::Release);
             self.applied.notify_waiters();
         } else if moved {
             if let Some(b) = self.broker.upgrade() {

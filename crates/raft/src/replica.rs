@@ -189,6 +189,17 @@ impl Replica {
         self.node.raft.raft_log.committed
     }
 
+    /// A leader that has applied an entry of its own term has applied everything earlier
+    /// leaders committed, so its state machine is current and it may decide on it.
+    pub fn leader_caught_up(&self, applied_index: u64) -> bool {
+        self.is_leader() && self.node.raft.raft_log.term(applied_index).ok() == Some(self.term())
+    }
+
+    /// The last committed entry handed to the state machine.
+    pub fn applied_index(&self) -> u64 {
+        self.node.raft.raft_log.applied
+    }
+
     /// Raft's own test hook, used by the simulator to make election timeouts reproducible.
     pub fn set_election_timeout(&mut self, ticks: usize) {
         self.node.raft.set_randomized_election_timeout(ticks);
