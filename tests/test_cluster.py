@@ -315,3 +315,50 @@ def test_create_topics_sent_to_any_broker_is_decided_by_the_controller(cluster):
             assert t["error_code"] == kw.INVALID_REPLICATION_FACTOR, t
             assert "3 broker(s) are registered" in t["error_message"]
         wait_for_topic(cluster.admin, topic, 2)
+
+
+def test_deleted_topic_is_gone_everywhere_and_its_name_reusable(cluster):
+    """DeleteTopics goes through the metadata log: every broker stops the partitions' Raft
+    groups and removes their data, also a broker that was down and replays the log; a new
+    topic of the same name starts empty."""
+    topic = unique_topic("del")
+    create_rf3(cluster, topic, partitions=3)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(300):
+        p.produce(topic, value=f"old-{i}".encode(), partition=i % 3)
+    assert p.flush(30) == 0
+    dirs = [cluster.data_dir / f"broker-{b}" / f"{topic}-{i}" for b in range(BROKERS) for i in range(3)]
+    assert all(d.is_dir() for d in dirs)
+
+    cluster.admin.delete_topics([topic], operation_timeout=30, request_timeout=30)[topic].result(timeout=30)
+    wait_for(lambda: not any(d.exists() for d in dirs), "partition directories removed on every broker", 30,
+             cluster.diagnostics)
+    wait_for(lambda: topic not in cluster.admin.list_topics(timeout=5).topics, "the topic gone from Metadata", 30,
+             cluster.diagnostics)
+
+    # Recreated under the same name: new Raft groups, only the new records.
+    create_rf3(cluster, topic, partitions=1)
+    for i in range(100):
+        p.produce(topic, value=f"new-{i}".encode(), partition=0)
+    assert p.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique_topic("g"),
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 100 and time.monotonic() < deadline:
+        got += [m.value().decode() for m in consumer.consume(200, timeout=1) if m.error() is None]
+    consumer.close()
+    assert got == [f"new-{i}" for i in range(100)]
+    check_replicas_identical(cluster, topic)
+
+    # A broker killed now replays create, delete, create on restart and ends up with the
+    # new topic's data only.
+    victim = next(b for b in range(BROKERS) if b != cluster.controller())
+    old_pid = cluster.pid(victim)
+    os.kill(old_pid, signal.SIGKILL)
+    wait_for(lambda: cluster.pid(victim) != old_pid, "the killed broker restarted", 30, cluster.diagnostics)
+    wait_for_port(cluster.port + victim)
+    check_replicas_identical(cluster, topic)
+    assert not any((cluster.data_dir / f"broker-{b}" / f"{topic}-{i}").exists()
+                   for b in range(BROKERS) for i in (1, 2))

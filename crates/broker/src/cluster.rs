@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
@@ -58,6 +59,7 @@ impl BrokerInfo {
 enum Record {
     RegisterBroker(BrokerInfo),
     CreateTopic { name: String, id: Uuid, seq: u64, replicas: Vec<Vec<i32>>, configs: BTreeMap<String, String> },
+    DeleteTopic { name: String, id: Uuid },
 }
 
 /// Requests a broker forwards to the controller.
@@ -65,29 +67,47 @@ enum Record {
 #[serde(tag = "type")]
 enum Forward {
     Register(BrokerInfo),
-    CreateTopic {
+    /// A change the controller decides on and answers with a `Reply`.
+    Call {
         req: u64,
-        name: String,
-        partitions: i32,
-        replication_factor: i16,
-        configs: BTreeMap<String, String>,
-        validate_only: bool,
+        call: Call,
     },
-    /// The controller's answer to a forwarded request: its error code and message, or
-    /// none when it succeeded.
+    /// The controller's answer to a call: its error code and message, or none when it
+    /// succeeded.
     Reply {
         req: u64,
         error: Option<(i16, String)>,
     },
 }
 
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "call")]
+enum Call {
+    CreateTopic {
+        name: String,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    },
+    DeleteTopic {
+        name: String,
+    },
+}
+
 type Outcome = Result<(), (ResponseError, String)>;
+
+struct TopicMeta {
+    id: Uuid,
+    /// Sequence number, which names the partitions' Raft groups.
+    seq: u64,
+    partitions: usize,
+}
 
 #[derive(Default)]
 struct State {
     brokers: BTreeMap<i32, BrokerInfo>,
-    /// Topic name -> sequence number (which names its partitions' Raft groups).
-    topics: BTreeMap<String, u64>,
+    topics: BTreeMap<String, TopicMeta>,
     next_seq: u64,
 }
 
@@ -168,14 +188,14 @@ pub struct Cluster {
     creating: Mutex<()>,
     /// Last topic sequence number handed out by this controller (proposed, maybe not yet
     /// applied), so two creations in flight never share Raft group ids.
-    last_seq: std::sync::atomic::AtomicU64,
+    last_seq: AtomicU64,
     /// Woken after every applied metadata record.
     applied: tokio::sync::Notify,
     /// Requests forwarded to the controller, waiting for its reply.
     forwarded: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<Outcome>>>,
-    next_req: std::sync::atomic::AtomicU64,
+    next_req: AtomicU64,
     /// Index of the last metadata entry applied to `state`.
-    meta_applied: std::sync::atomic::AtomicU64,
+    meta_applied: AtomicU64,
 }
 
 impl Cluster {
@@ -214,11 +234,11 @@ impl Cluster {
             broker: Arc::downgrade(broker),
             data_dir: c.data_dir.clone(),
             creating: Mutex::new(()),
-            last_seq: std::sync::atomic::AtomicU64::new(0),
+            last_seq: AtomicU64::new(0),
             applied: tokio::sync::Notify::new(),
             forwarded: Mutex::new(HashMap::new()),
-            next_req: std::sync::atomic::AtomicU64::new(0),
-            meta_applied: std::sync::atomic::AtomicU64::new(0),
+            next_req: AtomicU64::new(0),
+            meta_applied: AtomicU64::new(0),
         });
         let peers: HashMap<u64, String> =
             voters.iter().filter(|(id, _)| *id != node_id).map(|(id, a)| (*id as u64 + 1, a.clone())).collect();
@@ -281,7 +301,7 @@ impl Cluster {
             }
             Err(_) => return Err((ResponseError::RequestTimedOut, "metadata change did not commit in time".into())),
         }
-        self.until_applied(applied, deadline, "metadata change not applied in time").await
+        self.until_applied(applied, "metadata change not applied in time").await
     }
 
     /// Creates a topic. The controller places replicas over the failure domains of the
@@ -296,39 +316,72 @@ impl Cluster {
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<Uuid, (ResponseError, String)> {
-        if !self.is_controller() {
-            // Only "exists" can be decided from a copy that may lag; the controller checks
-            // the rest against the registered brokers.
-            if self.read().topics.contains_key(name) {
-                return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
-            }
-            return self.forward_create(name, partitions, rf, configs, validate_only).await;
+        // Only "exists" can be decided from a copy that may lag; the controller checks the
+        // rest against the registered brokers.
+        if self.read().topics.contains_key(name) {
+            return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
         }
-        self.until_caught_up().await?;
-        let brokers = self.check_new_topic(name, rf)?;
+        let name = name.to_string();
+        let call = Call::CreateTopic { name: name.clone(), partitions, replication_factor: rf, configs, validate_only };
+        self.run(call).await?;
         if validate_only {
             return Ok(Uuid::nil());
         }
-        let rec = {
-            let _g = self.creating.lock().unwrap_or_else(|p| p.into_inner());
-            let state = self.read();
-            if state.topics.contains_key(name) {
-                return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
+        self.until_applied(|s| s.topics.contains_key(&name), "the created topic was not applied here in time").await?;
+        Ok(self.read().topics.get(&name).map(|t| t.id).unwrap_or_default())
+    }
+
+    /// Deletes a topic through the controller; returns once it is gone here too.
+    pub async fn delete_topic(&self, name: &str) -> Result<(), (ResponseError, String)> {
+        let id = self.read().topics.get(name).map(|t| t.id);
+        self.run(Call::DeleteTopic { name: name.to_string() }).await?;
+        // Gone, or replaced by a newer topic of the same name.
+        self.until_applied(|s| s.topics.get(name).map(|t| t.id) != id, "the deletion was not applied here in time")
+            .await
+    }
+
+    /// Decides a call here when this broker is the controller, else forwards it.
+    async fn run(&self, call: Call) -> Result<(), (ResponseError, String)> {
+        if self.is_controller() {
+            self.decide(call).await
+        } else {
+            self.forward(call).await
+        }
+    }
+
+    /// Controller: checks a call against the current metadata and commits its record.
+    async fn decide(&self, call: Call) -> Result<(), (ResponseError, String)> {
+        self.until_caught_up().await?;
+        match call {
+            Call::CreateTopic { name, partitions, replication_factor: rf, configs, validate_only } => {
+                let brokers = self.check_new_topic(&name, rf)?;
+                if validate_only {
+                    return Ok(());
+                }
+                let rec = {
+                    let _g = self.creating.lock().unwrap_or_else(|p| p.into_inner());
+                    let state = self.read();
+                    if state.topics.contains_key(&name) {
+                        return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
+                    }
+                    let seq = state.next_seq.max(self.last_seq.load(Ordering::Acquire) + 1).max(1);
+                    self.last_seq.store(seq, Ordering::Release);
+                    let replicas = place(&brokers, partitions, rf as usize);
+                    Record::CreateTopic { name: name.clone(), id: Uuid::new_v4(), seq, replicas, configs }
+                };
+                self.propose(&rec, |s| s.topics.contains_key(&name)).await
             }
-            let seq = state.next_seq.max(self.last_seq.load(std::sync::atomic::Ordering::Acquire) + 1).max(1);
-            self.last_seq.store(seq, std::sync::atomic::Ordering::Release);
-            Record::CreateTopic {
-                name: name.to_string(),
-                id: Uuid::new_v4(),
-                seq,
-                replicas: place(&brokers, partitions, rf as usize),
-                configs,
+            Call::DeleteTopic { name } => {
+                let Some(id) = self.read().topics.get(&name).map(|t| t.id) else {
+                    return Err((
+                        ResponseError::UnknownTopicOrPartition,
+                        "This server does not host this topic.".into(),
+                    ));
+                };
+                let rec = Record::DeleteTopic { name: name.clone(), id };
+                self.propose(&rec, |s| s.topics.get(&name).map(|t| t.id) != Some(id)).await
             }
-        };
-        let Record::CreateTopic { id, .. } = &rec else { unreachable!("built above") };
-        let id = *id;
-        self.propose(&rec, |s| s.topics.contains_key(name)).await?;
-        Ok(id)
+        }
     }
 
     /// The controller's checks of a new topic; returns the registered brokers.
@@ -347,47 +400,23 @@ impl Cluster {
         Ok(brokers)
     }
 
-    /// Sends a creation to the controller and waits for its answer, then (on success)
-    /// until the topic is applied here too.
-    async fn forward_create(
-        &self,
-        name: &str,
-        partitions: i32,
-        rf: i16,
-        configs: BTreeMap<String, String>,
-        validate_only: bool,
-    ) -> Result<Uuid, (ResponseError, String)> {
+    /// Sends a call to the controller and waits (bounded) for its answer.
+    async fn forward(&self, call: Call) -> Result<(), (ResponseError, String)> {
         let Some(controller) = self.controller() else {
             return Err((ResponseError::NotController, "no controller is elected yet".into()));
         };
-        let req = self.next_req.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let fwd = Forward::CreateTopic {
-            req,
-            name: name.to_string(),
-            partitions,
-            replication_factor: rf,
-            configs,
-            validate_only,
-        };
-        let data = serde_json::to_vec(&fwd).map_err(|e| (ResponseError::UnknownServerError, e.to_string()))?;
+        let req = self.next_req.fetch_add(1, Ordering::Relaxed);
+        let data = serde_json::to_vec(&Forward::Call { req, call })
+            .map_err(|e| (ResponseError::UnknownServerError, e.to_string()))?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.forwarded.lock().unwrap_or_else(|p| p.into_inner()).insert(req, tx);
         self.driver().forward(controller as u64 + 1, data);
-        let deadline = tokio::time::Instant::now() + APPLY_TIMEOUT;
-        let answer = tokio::time::timeout_at(deadline, rx).await;
+        let answer = tokio::time::timeout(APPLY_TIMEOUT, rx).await;
         self.forwarded.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
         match answer {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => return Err(e),
-            _ => return Err((ResponseError::RequestTimedOut, "the controller did not answer in time".into())),
+            Ok(Ok(outcome)) => outcome,
+            _ => Err((ResponseError::RequestTimedOut, "the controller did not answer in time".into())),
         }
-        if validate_only {
-            return Ok(Uuid::nil());
-        }
-        self.until_applied(|s| s.topics.contains_key(name), deadline, "the created topic was not applied in time")
-            .await?;
-        let topic = self.broker.upgrade().and_then(|b| b.catalog.topic(name));
-        Ok(topic.map(|t| t.id).unwrap_or_default())
     }
 
     /// A newly elected controller first applies what earlier controllers committed, so that
@@ -395,7 +424,7 @@ impl Cluster {
     async fn until_caught_up(&self) -> Result<(), (ResponseError, String)> {
         let deadline = tokio::time::Instant::now() + APPLY_TIMEOUT;
         let caught_up = || {
-            let applied = self.meta_applied.load(std::sync::atomic::Ordering::Acquire);
+            let applied = self.meta_applied.load(Ordering::Acquire);
             let meta = lock(&self.meta);
             (meta.leader_caught_up(applied), meta.is_leader())
         };
@@ -417,12 +446,8 @@ impl Cluster {
     }
 
     /// Waits (bounded) until this broker's metadata satisfies `applied`; `apply` wakes it.
-    async fn until_applied(
-        &self,
-        applied: impl Fn(&State) -> bool,
-        deadline: tokio::time::Instant,
-        late: &str,
-    ) -> Result<(), (ResponseError, String)> {
+    async fn until_applied(&self, applied: impl Fn(&State) -> bool, late: &str) -> Result<(), (ResponseError, String)> {
+        let deadline = tokio::time::Instant::now() + APPLY_TIMEOUT;
         loop {
             let changed = self.applied.notified();
             tokio::pin!(changed);
@@ -466,9 +491,36 @@ impl Cluster {
                     std::process::exit(70);
                 }
                 let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
-                state.topics.insert(name, seq);
+                state.topics.insert(name, TopicMeta { id, seq, partitions: replicas.len() });
                 state.next_seq = state.next_seq.max(seq + 1);
             }
+            Record::DeleteTopic { name, id } => {
+                let Some((seq, partitions)) =
+                    self.read().topics.get(&name).filter(|t| t.id == id).map(|t| (t.seq, t.partitions))
+                else {
+                    return;
+                };
+                self.close_topic(&name, seq, partitions);
+                self.state.write().unwrap_or_else(|p| p.into_inner()).topics.remove(&name);
+            }
+        }
+    }
+
+    /// Stops this broker's replicas of a deleted topic and removes their data.
+    fn close_topic(&self, name: &str, seq: u64, partitions: usize) {
+        for p in 0..partitions {
+            self.driver().remove_group(group_id(seq, p as i32));
+        }
+        let Some(broker) = self.broker.upgrade() else { return };
+        if let Some(topic) = broker.catalog.topic(name) {
+            for p in &topic.partitions {
+                if let Err(e) = p.close() {
+                    warn!(topic = name, partition = p.index, error = %e, "closing a deleted partition");
+                }
+            }
+        }
+        if let Err(e) = broker.catalog.delete_topic(name) {
+            warn!(topic = name, error = %e, "removing a deleted topic");
         }
     }
 
@@ -551,7 +603,7 @@ impl Hooks for Cluster {
                     }
                 }
             }
-            self.meta_applied.store(replica.applied_index(), std::sync::atomic::Ordering::Release);
+            self.meta_applied.store(replica.applied_index(), Ordering::Release);
             self.applied.notify_waiters();
         } else if moved {
             if let Some(b) = self.broker.upgrade() {
@@ -573,17 +625,14 @@ impl Hooks for Cluster {
                     let _ = tx.send(outcome);
                 }
             }
-            Ok(Forward::CreateTopic { req, name, partitions, replication_factor, configs, validate_only }) => {
+            Ok(Forward::Call { req, call }) => {
                 let Some(cluster) = self.broker.upgrade().and_then(|b| b.cluster.get().cloned()) else { return };
                 if !cluster.is_controller() {
                     let msg = "this broker is not the controller".to_string();
                     return self.reply(from, req, Err((ResponseError::NotController, msg)));
                 }
                 tokio::spawn(async move {
-                    let outcome = cluster
-                        .create_topic(&name, partitions, replication_factor, configs, validate_only)
-                        .await
-                        .map(|_| ());
+                    let outcome = cluster.decide(call).await;
                     cluster.reply(from, req, outcome);
                 });
             }

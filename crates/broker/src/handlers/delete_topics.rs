@@ -8,49 +8,61 @@ use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
-use crate::dispatch::{now, Reply};
+use crate::dispatch::Reply;
 use crate::errors;
 
 pub fn handle(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Reply {
-    let enabled = b.catalog.settings().bool("delete.topic.enable");
-    // v6 moved the names into `topics`, which may name a topic by id instead.
-    let wanted: Vec<(Option<String>, uuid::Uuid)> = if v >= 6 {
-        r.topics.into_iter().map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id)).collect()
-    } else {
-        r.topic_names.into_iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect()
-    };
-    let responses = wanted
-        .into_iter()
-        .map(|(name, id)| {
+    let b = b.clone();
+    Box::pin(async move {
+        let enabled = b.catalog.settings().bool("delete.topic.enable");
+        let cluster = b.cluster.get().cloned();
+        // v6 moved the names into `topics`, which may name a topic by id instead.
+        let wanted: Vec<(Option<String>, uuid::Uuid)> = if v >= 6 {
+            r.topics.into_iter().map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id)).collect()
+        } else {
+            r.topic_names.into_iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect()
+        };
+        let mut responses = Vec::with_capacity(wanted.len());
+        for (name, id) in wanted {
             let topic = match &name {
                 Some(n) => b.catalog.topic(n),
                 None => b.catalog.topic_by_id(id),
             };
             let mut res = DeletableTopicResult::default().with_name(name.as_deref().map(topic_name));
-            let fail = |mut res: DeletableTopicResult, code: ResponseError, msg: String| {
+            let outcome = match topic {
+                None => {
+                    let code = if name.is_some() {
+                        ResponseError::UnknownTopicOrPartition
+                    } else {
+                        ResponseError::UnknownTopicId
+                    };
+                    Err((code, "This server does not host this topic.".to_string()))
+                }
+                Some(topic) => {
+                    if v >= 6 {
+                        res.topic_id = topic.id;
+                        res.name = Some(topic_name(&topic.name));
+                    }
+                    if !enabled {
+                        Err((ResponseError::TopicDeletionDisabled, "Topic deletion is disabled.".to_string()))
+                    } else if let Some(cl) = &cluster {
+                        cl.delete_topic(&topic.name).await
+                    } else {
+                        b.catalog
+                            .delete_topic(&topic.name)
+                            .map(|_| ())
+                            .map_err(|e| (errors::catalog(&e), e.to_string()))
+                    }
+                }
+            };
+            if let Err((code, msg)) = outcome {
                 res.error_code = code.code();
                 if v >= 5 {
                     res.error_message = Some(str_bytes(&msg));
                 }
-                res
-            };
-            let Some(topic) = topic else {
-                let code =
-                    if name.is_some() { ResponseError::UnknownTopicOrPartition } else { ResponseError::UnknownTopicId };
-                return fail(res, code, "This server does not host this topic.".into());
-            };
-            if v >= 6 {
-                res.topic_id = topic.id;
-                res.name = Some(topic_name(&topic.name));
             }
-            if !enabled {
-                return fail(res, ResponseError::TopicDeletionDisabled, "Topic deletion is disabled.".into());
-            }
-            match b.catalog.delete_topic(&topic.name) {
-                Ok(_) => res,
-                Err(e) => fail(res, errors::catalog(&e), e.to_string()),
-            }
-        })
-        .collect();
-    now(DeleteTopicsResponse::default().with_responses(responses))
+            responses.push(res);
+        }
+        Some(DeleteTopicsResponse::default().with_responses(responses).into())
+    })
 }
