@@ -16,8 +16,8 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 import kafka_wire as kw
 from conftest import RUNNEL_BIN, admin_client, unique_topic, wait_for, wait_for_port, wait_for_topic
@@ -362,3 +362,45 @@ def test_deleted_topic_is_gone_everywhere_and_its_name_reusable(cluster):
     check_replicas_identical(cluster, topic)
     assert not any((cluster.data_dir / f"broker-{b}" / f"{topic}-{i}").exists()
                    for b in range(BROKERS) for i in (1, 2))
+
+
+def set_broker_config(c, broker, name, value):
+    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    res = ConfigResource(ResourceType.BROKER, str(broker),
+                         incremental_configs=[ConfigEntry(name, value, incremental_operation=op)])
+    c.admin.incremental_alter_configs([res])[res].result(timeout=30)
+
+
+def test_manual_assignment_and_a_slow_follower_disk(cluster):
+    """Manual replica assignments are kept as given (first replica = preferred leader);
+    bad ones are refused. With broker 2 a follower only and its fsyncs slowed by the storage
+    fault hook, acks=all writes are acknowledged by the other two, and broker 2 converges
+    to the same bytes once the fault is removed."""
+    topic = unique_topic("manual")
+    assignment = [[0, 1, 2], [1, 0, 2]]
+    fs = cluster.admin.create_topics([NewTopic(topic, len(assignment), replica_assignment=assignment)], operation_timeout=30)
+    fs[topic].result(timeout=30)
+    wait_for_topic(cluster.admin, topic, 2)
+
+    def placed():
+        t = cluster.admin.list_topics(topic, timeout=5).topics[topic]
+        return all(t.partitions[p].replicas == assignment[p] and t.partitions[p].leader == assignment[p][0]
+                   for p in range(2))
+    wait_for(placed, "replicas as assigned, preferred leaders leading", 30, cluster.diagnostics)
+
+    for bad in ([[0, 1, 7]], [[0, 0, 1]], [[0, 1, 2], [0, 1]]):
+        name = unique_topic("bad-assign")
+        fs = cluster.admin.create_topics([NewTopic(name, len(bad), replica_assignment=bad)], operation_timeout=30)
+        with pytest.raises(KafkaException) as e:
+            fs[name].result(timeout=30)
+        assert e.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT, e.value
+
+    set_broker_config(cluster, 2, "fault.disk.sync.delay.ms", "2000")
+    try:
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+        for i in range(2000):
+            p.produce(topic, value=str(i).encode(), partition=i % 2)
+        assert p.flush(60) == 0
+    finally:
+        set_broker_config(cluster, 2, "fault.disk.sync.delay.ms", None)
+    check_replicas_identical(cluster, topic)

@@ -97,6 +97,12 @@ pub fn validate_topic_name(name: &str) -> Result<(), CatalogError> {
     Ok(())
 }
 
+/// The storage fault hooks follow the broker's `fault.*` settings.
+fn apply_faults(settings: &Settings) {
+    let ms = settings.i64("fault.disk.sync.delay.ms").max(0) as u64;
+    runnel_storage::fault::set_sync_delay(std::time::Duration::from_millis(ms));
+}
+
 fn now_ms() -> i64 {
     crate::now_ms()
 }
@@ -116,6 +122,7 @@ impl Catalog {
         }
         let mut settings = settings;
         settings.set_dynamic(persisted.broker_configs.clone());
+        apply_faults(&settings);
         // Directories of deleted topics that a crash left behind.
         for entry in fs::read_dir(data_dir)?.flatten() {
             if entry.file_name().to_string_lossy().ends_with("-delete") {
@@ -308,6 +315,7 @@ impl Catalog {
             return Err(e.into());
         }
         let settings = self.settings().clone();
+        apply_faults(&settings);
         for t in self.topics_snapshot() {
             let cfg = topic_config::log_config(&t.configs, &settings);
             for p in &t.partitions {

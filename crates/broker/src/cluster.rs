@@ -87,6 +87,8 @@ enum Call {
         name: String,
         partitions: i32,
         replication_factor: i16,
+        /// Manual replica lists by partition; placed over failure domains when absent.
+        assignment: Option<Vec<Vec<i32>>>,
         configs: BTreeMap<String, String>,
         validate_only: bool,
     },
@@ -173,6 +175,25 @@ pub fn place(brokers: &[BrokerInfo], partitions: i32, rf: usize) -> Vec<Vec<i32>
     let order = interleave(brokers.iter().collect(), 0);
     let n = order.len();
     (0..partitions as usize).map(|p| (0..rf).map(|i| order[(p + i) % n].id).collect()).collect()
+}
+
+/// A manual assignment: every partition's replicas distinct, registered, and as many as
+/// every other partition's.
+fn check_assignment(a: &[Vec<i32>], brokers: &[BrokerInfo]) -> Result<(), (ResponseError, String)> {
+    let bad = |msg: String| Err((ResponseError::InvalidReplicaAssignment, msg));
+    let rf = a.first().map_or(0, |r| r.len());
+    for (p, replicas) in a.iter().enumerate() {
+        if replicas.is_empty() || replicas.len() != rf {
+            return bad("All partitions should have the same number of replicas".into());
+        }
+        if let Some(id) = replicas.iter().find(|id| !brokers.iter().any(|b| b.id == **id)) {
+            return bad(format!("Partition {p} names broker {id}, which is not registered"));
+        }
+        if (1..replicas.len()).any(|i| replicas[..i].contains(&replicas[i])) {
+            return bad(format!("Partition {p} names a broker twice"));
+        }
+    }
+    Ok(())
 }
 
 pub struct Cluster {
@@ -313,6 +334,7 @@ impl Cluster {
         name: &str,
         partitions: i32,
         rf: i16,
+        assignment: Option<Vec<Vec<i32>>>,
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<Uuid, (ResponseError, String)> {
@@ -322,7 +344,14 @@ impl Cluster {
             return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
         }
         let name = name.to_string();
-        let call = Call::CreateTopic { name: name.clone(), partitions, replication_factor: rf, configs, validate_only };
+        let call = Call::CreateTopic {
+            name: name.clone(),
+            partitions,
+            replication_factor: rf,
+            assignment,
+            configs,
+            validate_only,
+        };
         self.run(call).await?;
         if validate_only {
             return Ok(Uuid::nil());
@@ -353,8 +382,11 @@ impl Cluster {
     async fn decide(&self, call: Call) -> Result<(), (ResponseError, String)> {
         self.until_caught_up().await?;
         match call {
-            Call::CreateTopic { name, partitions, replication_factor: rf, configs, validate_only } => {
+            Call::CreateTopic { name, partitions, replication_factor: rf, assignment, configs, validate_only } => {
                 let brokers = self.check_new_topic(&name, rf)?;
+                if let Some(a) = &assignment {
+                    check_assignment(a, &brokers)?;
+                }
                 if validate_only {
                     return Ok(());
                 }
@@ -366,7 +398,7 @@ impl Cluster {
                     }
                     let seq = state.next_seq.max(self.last_seq.load(Ordering::Acquire) + 1).max(1);
                     self.last_seq.store(seq, Ordering::Release);
-                    let replicas = place(&brokers, partitions, rf as usize);
+                    let replicas = assignment.unwrap_or_else(|| place(&brokers, partitions, rf as usize));
                     Record::CreateTopic { name: name.clone(), id: Uuid::new_v4(), seq, replicas, configs }
                 };
                 self.propose(&rec, |s| s.topics.contains_key(&name)).await
@@ -464,7 +496,7 @@ impl Cluster {
 
     /// Auto-creation (Metadata or Produce naming an unknown topic).
     pub async fn auto_create(&self, name: &str, partitions: i32, rf: i16) {
-        if let Err((code, msg)) = self.create_topic(name, partitions, rf, BTreeMap::new(), false).await {
+        if let Err((code, msg)) = self.create_topic(name, partitions, rf, None, BTreeMap::new(), false).await {
             if code != ResponseError::TopicAlreadyExists {
                 warn!(topic = name, ?code, %msg, "auto-creating a topic failed");
             }

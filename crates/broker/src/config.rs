@@ -97,6 +97,8 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("group.consumer.session.timeout.ms", Kind::Int, "45000"),
     ("group.consumer.heartbeat.interval.ms", Kind::Int, "5000"),
     ("group.consumer.assignors", Kind::List, "uniform,range"),
+    // Fault hook (benchmarks, `runnel chaos`): every fsync round first sleeps this long.
+    ("fault.disk.sync.delay.ms", Kind::Int, "0"),
 ];
 
 pub fn setting(name: &str) -> Option<(Kind, &'static str)> {
@@ -135,6 +137,7 @@ pub struct Settings {
 
 /// Broker settings that can be changed while running (the rest need a restart).
 pub const DYNAMIC_SETTINGS: &[&str] = &[
+    "fault.disk.sync.delay.ms",
     "auto.create.topics.enable",
     "log.retention.ms",
     "log.retention.bytes",

@@ -65,13 +65,24 @@ pub fn handle(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Reply {
                 ));
                 }
                 let me = b.node_id();
+                // Manual assignments, by partition index; the controller checks them against
+                // the registered brokers.
+                let mut assignment: Option<Vec<Vec<i32>>> = None;
                 if cluster.is_some() && !t.assignments.is_empty() {
-                    outcome = Err((
-                        ResponseError::InvalidReplicaAssignment,
-                        "Manual replica assignments are not supported yet; replicas are placed over failure domains"
-                            .into(),
-                    ));
-                } else if t.assignments.iter().any(|a| a.broker_ids.iter().any(|id| id.0 != me)) {
+                    let mut by_index = vec![None; t.assignments.len()];
+                    for a in &t.assignments {
+                        match by_index.get_mut(a.partition_index as usize) {
+                            Some(slot @ None) => *slot = Some(a.broker_ids.iter().map(|id| id.0).collect()),
+                            _ => {
+                                outcome = Err((
+                                    ResponseError::InvalidReplicaAssignment,
+                                    "Partitions in a replica assignment must be 0..n, each once".into(),
+                                ))
+                            }
+                        }
+                    }
+                    assignment = by_index.into_iter().collect();
+                } else if cluster.is_none() && t.assignments.iter().any(|a| a.broker_ids.iter().any(|id| id.0 != me)) {
                     outcome = Err((
                         ResponseError::InvalidReplicaAssignment,
                         "Assignment names a broker that does not exist".into(),
@@ -81,11 +92,12 @@ pub fn handle(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Reply {
                     (Err(e), _) => Err(e),
                     (Ok(()), Some(cl)) => match b.catalog.check_create(&name, partitions, &configs) {
                         Err(e) => Err((errors::catalog(&e), e.to_string())),
-                        Ok(()) => {
-                            cl.create_topic(&name, partitions, rf, configs.clone(), r.validate_only).await.map(|id| {
+                        Ok(()) => cl
+                            .create_topic(&name, partitions, rf, assignment, configs.clone(), r.validate_only)
+                            .await
+                            .map(|id| {
                                 res.topic_id = id;
-                            })
-                        }
+                            }),
                     },
                     (Ok(()), None) => {
                         let done = if r.validate_only {
