@@ -80,7 +80,9 @@ pub async fn compare(a: &str, b: &str, w: Workload, rounds: usize, progress: boo
     for round in 0..rounds.max(1) {
         let order = if round % 2 == 0 { [("a", a), ("b", b)] } else { [("b", b), ("a", a)] };
         for (label, addr) in order {
-            let wl = Workload { topic: format!("{base}-{label}{round}"), ..w.clone() };
+            // A fresh topic per run, unless the caller prepared one (same name on both).
+            let topic = if w.existing_topic { base.clone() } else { format!("{base}-{label}{round}") };
+            let wl = Workload { topic, ..w.clone() };
             eprintln!("round {}/{}: {label} = {addr}", round + 1, rounds.max(1));
             let r = crate::run(addr, wl, progress).await?;
             eprint!("{}", r.text());
