@@ -404,3 +404,37 @@ def test_manual_assignment_and_a_slow_follower_disk(cluster):
     finally:
         set_broker_config(cluster, 2, "fault.disk.sync.delay.ms", None)
     check_replicas_identical(cluster, topic)
+
+
+def test_every_broker_names_leaders_of_partitions_it_does_not_host(cluster):
+    """With replication factor 1 each broker hosts a third of the partitions; Metadata from
+    any broker still names every partition's leader (leaders announce themselves to the
+    brokers that do not host the partition), so clients produce to all of them."""
+    topic = unique_topic("rf1")
+    fs = cluster.admin.create_topics([NewTopic(topic, 6, 1)], operation_timeout=30)
+    fs[topic].result(timeout=30)
+
+    def leaders_from(broker):
+        with kw.Conn(f"127.0.0.1:{cluster.port + broker}") as conn:
+            r = conn.request(kw.metadata_v1_request([topic], conn.next_correlation_id()))
+            [t] = kw.decode_metadata_v1(r)["topics"]
+            return {p["partition_index"]: (p["leader_id"], p["replicas"]) for p in t["partitions"] or []}
+
+    def all_named():
+        views = [leaders_from(b) for b in range(BROKERS)]
+        return all(len(v) == 6 and all(leader == replicas[0] for leader, replicas in v.values()) for v in views)
+    wait_for(all_named, "every broker naming every partition's leader", 30, cluster.diagnostics)
+
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{cluster.port}", "acks": "all"})
+    for i in range(600):
+        p.produce(topic, value=str(i).encode(), partition=i % 6)
+    assert p.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{cluster.port + 1}", "group.id": unique_topic("g"),
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, i, 0) for i in range(6)])
+    got = set()
+    deadline = time.monotonic() + 30
+    while len(got) < 600 and time.monotonic() < deadline:
+        got |= {int(m.value()) for m in consumer.consume(500, timeout=1) if m.error() is None}
+    consumer.close()
+    assert got == set(range(600))

@@ -62,7 +62,8 @@ enum Record {
     DeleteTopic { name: String, id: Uuid },
 }
 
-/// Requests a broker forwards to the controller.
+/// What brokers send each other over the Raft transport besides Raft messages: requests
+/// forwarded to the controller, its replies, and leadership announcements.
 #[derive(Serialize, Deserialize, Debug)]
 #[serde(tag = "type")]
 enum Forward {
@@ -77,6 +78,10 @@ enum Forward {
     Reply {
         req: u64,
         error: Option<(i16, String)>,
+    },
+    /// The sender leads these Raft groups (group, term), which the receiver does not host.
+    Leaders {
+        leads: Vec<(u64, u64)>,
     },
 }
 
@@ -217,6 +222,9 @@ pub struct Cluster {
     next_req: AtomicU64,
     /// Index of the last metadata entry applied to `state`.
     meta_applied: AtomicU64,
+    /// Leaders of partitions this broker does not host, as their leaders announce them:
+    /// group -> (broker, term).
+    hints: RwLock<HashMap<u64, (i32, u64)>>,
 }
 
 impl Cluster {
@@ -260,6 +268,7 @@ impl Cluster {
             forwarded: Mutex::new(HashMap::new()),
             next_req: AtomicU64::new(0),
             meta_applied: AtomicU64::new(0),
+            hints: RwLock::new(HashMap::new()),
         });
         let peers: HashMap<u64, String> =
             voters.iter().filter(|(id, _)| *id != node_id).map(|(id, a)| (*id as u64 + 1, a.clone())).collect();
@@ -270,6 +279,7 @@ impl Cluster {
         let _ = cluster.driver.set(driver.clone());
         driver.add_group(META_GROUP, meta);
         tokio::spawn(register_loop(cluster.clone()));
+        tokio::spawn(announce_leaders(cluster.clone()));
         info!(node_id, %listen, voters = voters.len(), "cluster mode: metadata quorum started");
         Ok(cluster)
     }
@@ -289,6 +299,13 @@ impl Cluster {
 
     pub fn brokers(&self) -> Vec<BrokerInfo> {
         self.read().brokers.values().cloned().collect()
+    }
+
+    /// (leader, epoch) of a partition this broker does not host, as its leader announced.
+    pub fn leader_hint(&self, topic: &str, partition: i32) -> Option<(i32, i32)> {
+        let seq = self.read().topics.get(topic)?.seq;
+        let hints = self.hints.read().unwrap_or_else(|p| p.into_inner());
+        hints.get(&group_id(seq, partition)).map(|(b, term)| (*b, *term as i32))
     }
 
     /// The controller (metadata leader) as a broker id.
@@ -540,9 +557,12 @@ impl Cluster {
 
     /// Stops this broker's replicas of a deleted topic and removes their data.
     fn close_topic(&self, name: &str, seq: u64, partitions: usize) {
+        let mut hints = self.hints.write().unwrap_or_else(|p| p.into_inner());
         for p in 0..partitions {
             self.driver().remove_group(group_id(seq, p as i32));
+            hints.remove(&group_id(seq, p as i32));
         }
+        drop(hints);
         let Some(broker) = self.broker.upgrade() else { return };
         if let Some(topic) = broker.catalog.topic(name) {
             for p in &topic.partitions {
@@ -646,6 +666,15 @@ impl Hooks for Cluster {
 
     fn on_forward(&self, from: u64, data: &[u8]) {
         match serde_json::from_slice::<Forward>(data) {
+            Ok(Forward::Leaders { leads }) => {
+                let mut hints = self.hints.write().unwrap_or_else(|p| p.into_inner());
+                for (group, term) in leads {
+                    let h = hints.entry(group).or_insert((broker_of(from), term));
+                    if term >= h.1 {
+                        *h = (broker_of(from), term);
+                    }
+                }
+            }
             Ok(Forward::Reply { req, error }) => {
                 if let Some(tx) = self.forwarded.lock().unwrap_or_else(|p| p.into_inner()).remove(&req) {
                     let outcome = match error {
@@ -690,6 +719,39 @@ async fn register_loop(cluster: Arc<Cluster>) {
             }
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Every half second, tells each broker which partitions it does not host this broker
+/// leads, so that its Metadata answers name their leaders (with RF below the number of
+/// brokers). Terms order announcements from successive leaders.
+async fn announce_leaders(cluster: Arc<Cluster>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let Some(broker) = cluster.broker.upgrade() else { return };
+        let peers: Vec<i32> = cluster.brokers().into_iter().map(|b| b.id).filter(|id| *id != cluster.node_id).collect();
+        let mut out: HashMap<i32, Vec<(u64, u64)>> = HashMap::new();
+        for t in broker.catalog.topics_snapshot() {
+            for p in &t.partitions {
+                let Some((replica, group)) = p.replica() else { continue };
+                let term = {
+                    let r = lock(replica);
+                    if !r.is_leader() {
+                        continue;
+                    }
+                    r.term()
+                };
+                for peer in peers.iter().filter(|id| !p.replicas.contains(id)) {
+                    out.entry(*peer).or_default().push((group, term));
+                }
+            }
+        }
+        drop(broker);
+        for (peer, leads) in out {
+            if let Ok(data) = serde_json::to_vec(&Forward::Leaders { leads }) {
+                cluster.driver().forward(peer as u64 + 1, data);
+            }
+        }
     }
 }
 

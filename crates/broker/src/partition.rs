@@ -121,6 +121,11 @@ impl Partition {
         matches!(self.kind, Kind::Local(_))
     }
 
+    /// A partition of the cluster this broker holds no replica of.
+    pub fn is_remote(&self) -> bool {
+        matches!(self.kind, Kind::Remote)
+    }
+
     pub fn replica(&self) -> Option<(&SharedReplica, u64)> {
         match &self.kind {
             Kind::Replicated { replica, group } => Some((replica, *group)),
