@@ -471,39 +471,39 @@ impl Cluster {
     /// A newly elected controller first applies what earlier controllers committed, so that
     /// it never decides from a stale copy (e.g. with registrations missing).
     async fn until_caught_up(&self) -> Result<(), (ResponseError, String)> {
-        let deadline = tokio::time::Instant::now() + APPLY_TIMEOUT;
-        let caught_up = || {
-            let applied = self.meta_applied.load(Ordering::Acquire);
-            let meta = lock(&self.meta);
-            (meta.leader_caught_up(applied), meta.is_leader())
-        };
-        loop {
-            let changed = self.applied.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            match caught_up() {
-                (true, _) => return Ok(()),
-                (false, false) => {
-                    return Err((ResponseError::NotController, "this broker is no longer the controller".into()))
+        self.until(
+            || {
+                let applied = self.meta_applied.load(Ordering::Acquire);
+                let meta = lock(&self.meta);
+                match (meta.leader_caught_up(applied), meta.is_leader()) {
+                    (true, _) => Some(Ok(())),
+                    (false, false) => {
+                        Some(Err((ResponseError::NotController, "this broker is no longer the controller".into())))
+                    }
+                    (false, true) => None,
                 }
-                (false, true) => {}
-            }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                return Err((ResponseError::RequestTimedOut, "the new controller did not catch up in time".into()));
-            }
-        }
+            },
+            "the new controller did not catch up in time",
+        )
+        .await
     }
 
-    /// Waits (bounded) until this broker's metadata satisfies `applied`; `apply` wakes it.
+    /// Waits (bounded) until this broker's metadata satisfies `applied`.
     async fn until_applied(&self, applied: impl Fn(&State) -> bool, late: &str) -> Result<(), (ResponseError, String)> {
+        self.until(|| applied(&self.read()).then_some(Ok(())), late).await
+    }
+
+    /// Re-checks `done` after every applied metadata entry (`apply` wakes it) until it
+    /// gives an outcome, or fails with `late` after APPLY_TIMEOUT.
+    async fn until(&self, done: impl Fn() -> Option<Outcome>, late: &str) -> Outcome {
         let deadline = tokio::time::Instant::now() + APPLY_TIMEOUT;
         loop {
             let changed = self.applied.notified();
             tokio::pin!(changed);
             // Registered before the check, so an apply between the two still wakes us.
             changed.as_mut().enable();
-            if applied(&self.read()) {
-                return Ok(());
+            if let Some(outcome) = done() {
+                return outcome;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
                 return Err((ResponseError::RequestTimedOut, late.to_string()));
