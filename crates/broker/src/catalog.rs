@@ -250,8 +250,9 @@ impl Catalog {
         let rest: Vec<_> = self.topics_snapshot().into_iter().filter(|t| &*t.name != name).collect();
         self.persist(&rest, self.producer_block_end())?;
         self.write_topics().remove(name);
-        // Rename first so a crash mid-delete cannot resurrect half a topic.
-        for p in &topic.partitions {
+        // Rename first so a crash mid-delete cannot resurrect half a topic. Only the
+        // replicas this broker holds have a directory of this topic.
+        for p in topic.partitions.iter().filter(|p| !p.is_remote()) {
             let dir = partition_dir(&self.data_dir, name, p.index);
             let gone = self.data_dir.join(format!("{name}-{}.{}-delete", p.index, topic.id.simple()));
             if let Err(e) = fs::rename(&dir, &gone).and_then(|_| fs::remove_dir_all(&gone)) {

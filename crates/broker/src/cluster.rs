@@ -182,6 +182,25 @@ pub fn place(brokers: &[BrokerInfo], partitions: i32, rf: usize) -> Vec<Vec<i32>
     (0..partitions as usize).map(|p| (0..rf).map(|i| order[(p + i) % n].id).collect()).collect()
 }
 
+/// Marks a partition directory as holding the replica of topic `id` (the file `topic.id`),
+/// or tells whether it does. Directories are named by topic name, so after a topic was
+/// deleted and created again, replaying the metadata log would otherwise open (and then
+/// delete) the new topic's data as the old one's.
+fn claim_dir(dir: &std::path::Path, id: Uuid) -> Result<bool> {
+    let marker = dir.join("topic.id");
+    match std::fs::read_to_string(&marker) {
+        Ok(owner) => Ok(owner.trim() == id.to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir)?;
+            let mut f = std::fs::File::create(&marker)?;
+            std::io::Write::write_all(&mut f, id.to_string().as_bytes())?;
+            f.sync_all()?;
+            Ok(true)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// A manual assignment: every partition's replicas distinct, registered, and as many as
 /// every other partition's.
 fn check_assignment(a: &[Vec<i32>], brokers: &[BrokerInfo]) -> Result<(), (ResponseError, String)> {
@@ -594,9 +613,15 @@ impl Cluster {
                 parts.push(Arc::new(Partition::remote(topic.clone(), p, reps.clone())));
                 continue;
             }
+            let dir = partition_dir(&self.data_dir, name, p);
+            if !claim_dir(&dir, id).with_context(|| format!("claiming {}", dir.display()))? {
+                // Replaying the log after a restart: the directory holds a later topic of
+                // the same name, and this one is deleted further on. Leave it alone.
+                parts.push(Arc::new(Partition::remote(topic.clone(), p, reps.clone())));
+                continue;
+            }
             let voters = reps.iter().map(|b| *b as u64 + 1).collect();
             let cfg = ReplicaConfig::new(self.node_id as u64 + 1, voters);
-            let dir = partition_dir(&self.data_dir, name, p);
             let mut replica = Replica::open(&dir, log_config, &cfg, crate::now_ms())
                 .with_context(|| format!("opening {}", dir.display()))?;
             if reps.first() == Some(&self.node_id) {
