@@ -72,7 +72,17 @@ impl Driver {
             syncfs,
             now_ms,
         });
-        tokio::spawn(driver.clone().run(rx));
+        let run = tokio::spawn(driver.clone().run(rx));
+        tokio::spawn(async move {
+            if let Err(e) = run.await {
+                if e.is_panic() {
+                    // A broker whose groups no longer step or persist must not linger
+                    // (raft-rs panics on broken invariants): stop, as after a failed fsync.
+                    error!("raft driver panicked; stopping");
+                    std::process::exit(70);
+                }
+            }
+        });
         Ok(driver)
     }
 
