@@ -438,3 +438,101 @@ def test_every_broker_names_leaders_of_partitions_it_does_not_host(cluster):
         got |= {int(m.value()) for m in consumer.consume(500, timeout=1) if m.error() is None}
     consumer.close()
     assert got == set(range(600))
+
+
+def group_consume(c, group, topic, want, deadline_s=60):
+    """A group member (subscribe) reading until it has `want` records; commits what it read
+    synchronously (retrying while the coordinator moves) and leaves. Returns
+    {(partition, offset): value}."""
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 10000})
+    consumer.subscribe([topic])
+    got = {}
+    deadline = time.monotonic() + deadline_s
+    try:
+        while len(got) < want and time.monotonic() < deadline:
+            for m in consumer.consume(want - len(got), timeout=1):
+                if m.error() is None:
+                    got[(m.partition(), m.offset())] = int(m.value())
+        assert len(got) == want, f"the group member read {len(got)} of {want} records"
+        errors = []
+        while True:
+            try:
+                consumer.commit(asynchronous=False)
+                break
+            except KafkaException as e:  # the coordinator moving: retry, bounded
+                errors.append(str(e))
+                assert time.monotonic() < deadline, f"commits kept failing: {errors[-3:]}"
+                time.sleep(0.5)
+    finally:
+        consumer.close()
+    return got
+
+
+def next_offsets(records, partitions):
+    """Per partition, the offset after the last record read (0 when none was)."""
+    return {part: max((o + 1 for q, o in records if q == part), default=0) for part in range(partitions)}
+
+
+def committed(c, group, topic, partitions):
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        consumer.close()
+
+
+def log_ends(c, topic, partitions):
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": unique_topic("g")})
+    try:
+        return {q: consumer.get_watermark_offsets(TopicPartition(topic, q), timeout=30)[1] for q in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def coordinator_of(c, group):
+    def found():
+        try:
+            return c.admin.describe_consumer_groups([group])[group].result(timeout=10).coordinator.id + 1
+        except KafkaException:
+            return 0
+    return wait_for(found, f"a coordinator for {group}", 30, c.diagnostics) - 1
+
+
+def test_group_offsets_survive_the_coordinator_being_killed(cluster):
+    """Consumer groups live in the replicated __consumer_offsets topic: its partition leader
+    coordinates the group. Kill -9 of the coordinator after a commit: the next member
+    resumes exactly at the committed offsets (nothing read twice, nothing skipped) through
+    the new coordinator, and its own commits are acknowledged there."""
+    topic, group, partitions, total = unique_topic("grp"), unique_topic("g"), 3, 300
+    create_rf3(cluster, topic, partitions)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all"})
+    for i in range(total):
+        p.produce(topic, value=str(i).encode(), partition=i % partitions)
+    assert p.flush(60) == 0
+
+    first_half = group_consume(cluster, group, topic, total // 2)
+    # -1001: no commit for a partition the member was not given. (A partition's first
+    # offsets hold Raft's own entries as control batches, so counts and offsets differ.)
+    before = {part: max(o, 0) for part, o in committed(cluster, group, topic, partitions).items()}
+    assert before == next_offsets(first_half, partitions), before
+
+    victim = coordinator_of(cluster, group)
+    os.kill(cluster.pid(victim), signal.SIGKILL)
+    # `runnel dev` restarts it; the member below finds whichever broker leads now.
+    second_half = group_consume(cluster, group, topic, total - total // 2)
+    early = [(part, o) for part, o in second_half if o < before[part]]
+    assert not early, f"read again below the committed offsets {before}: {early[:5]}"
+    assert sorted(list(first_half.values()) + list(second_half.values())) == list(range(total))
+
+    # Past every record read and at most the log end (a position may also step over the
+    # control batch a new partition leader appends).
+    after = committed(cluster, group, topic, partitions)
+    read_up_to = next_offsets({**first_half, **second_half}, partitions)
+    ends = log_ends(cluster, topic, partitions)
+    assert all(read_up_to[q] <= after[q] <= ends[q] for q in range(partitions)), (after, read_up_to, ends)
+    # The group's records are replicated: once the killed broker is back, any leader of
+    # the offsets partition answers the same.
+    wait_for(lambda: cluster.registered() == BROKERS, "the killed broker back", 60, cluster.diagnostics)
+    assert committed(cluster, group, topic, partitions) == after

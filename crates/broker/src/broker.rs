@@ -71,9 +71,13 @@ impl Broker {
             shutting_down: AtomicBool::new(false),
             cluster: std::sync::OnceLock::new(),
         });
-        let records = broker.groups.load().map_err(|e| anyhow::anyhow!("loading consumer groups: {e}"))?;
-        if records > 0 {
-            tracing::info!(records, groups = broker.groups.list().len(), "consumer groups loaded");
+        // In a cluster, each partition of the offsets log is read back by the broker that
+        // leads it, when it starts leading (`cluster::coordinate`).
+        if broker.config.settings.get("controller.quorum.voters").is_empty() {
+            let records = broker.groups.load().map_err(|e| anyhow::anyhow!("loading consumer groups: {e}"))?;
+            if records > 0 {
+                tracing::info!(records, groups = broker.groups.list().len(), "consumer groups loaded");
+            }
         }
         Ok(broker)
     }

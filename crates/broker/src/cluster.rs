@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
@@ -43,6 +43,10 @@ pub struct BrokerInfo {
     pub port: u16,
     /// Failure-domain labels, outermost first, e.g. [("region","us-east1"),("zone","b")].
     pub location: Vec<(String, String)>,
+    /// New at every start, so that each start registers again and the broker can tell
+    /// when it has replayed the metadata log that far (`until_registered`).
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 impl BrokerInfo {
@@ -231,6 +235,8 @@ pub struct Cluster {
     data_dir: PathBuf,
     /// Serializes the controller's topic creation (checks, then proposes).
     creating: Mutex<()>,
+    /// A creation of the offsets topic is under way (see `coordinators::locate`).
+    pub offsets_creating: AtomicBool,
     /// Last topic sequence number handed out by this controller (proposed, maybe not yet
     /// applied), so two creations in flight never share Raft group ids.
     last_seq: AtomicU64,
@@ -260,6 +266,7 @@ impl Cluster {
             host: c.advertised_host.clone(),
             port: c.advertised_port,
             location: parse_location(location)?,
+            incarnation: Uuid::new_v4().as_u64_pair().0,
         };
         let raft_ids: Vec<u64> = voters.iter().map(|(id, _)| *id as u64 + 1).collect();
         let mut cfg = ReplicaConfig::new(node_id as u64 + 1, raft_ids);
@@ -282,6 +289,7 @@ impl Cluster {
             broker: Arc::downgrade(broker),
             data_dir: c.data_dir.clone(),
             creating: Mutex::new(()),
+            offsets_creating: AtomicBool::new(false),
             last_seq: AtomicU64::new(0),
             applied: tokio::sync::Notify::new(),
             forwarded: Mutex::new(HashMap::new()),
@@ -299,6 +307,7 @@ impl Cluster {
         driver.add_group(META_GROUP, meta);
         tokio::spawn(register_loop(cluster.clone()));
         tokio::spawn(announce_leaders(cluster.clone()));
+        tokio::spawn(crate::coordinators::follow_leaders(cluster.clone()));
         info!(node_id, %listen, voters = voters.len(), "cluster mode: metadata quorum started");
         Ok(cluster)
     }
@@ -306,6 +315,10 @@ impl Cluster {
     /// Has the driver handle the group's ready soon (after a proposal).
     pub fn kick(&self, group: u64) {
         self.driver().kick(group);
+    }
+
+    pub fn broker(&self) -> Option<Arc<Broker>> {
+        self.broker.upgrade()
     }
 
     fn driver(&self) -> &Arc<Driver> {
@@ -505,6 +518,15 @@ impl Cluster {
             "the new controller did not catch up in time",
         )
         .await
+    }
+
+    /// Waits until this start's registration is applied here, so every metadata change
+    /// before it is too.
+    pub async fn until_registered(&self) {
+        let registered = |s: &State| s.brokers.get(&self.node_id) == Some(&self.me);
+        while let Err((_, msg)) = self.until_applied(registered, "not registered yet").await {
+            warn!(%msg, "waiting to replay the metadata log up to this broker's registration (is a majority of the controller quorum up?)");
+        }
     }
 
     /// Waits (bounded) until this broker's metadata satisfies `applied`.
@@ -785,7 +807,7 @@ mod tests {
     use super::*;
 
     fn b(id: i32, loc: &str) -> BrokerInfo {
-        BrokerInfo { id, host: "h".into(), port: 1, location: parse_location(loc).expect("location") }
+        BrokerInfo { id, host: "h".into(), port: 1, location: parse_location(loc).expect("location"), incarnation: 0 }
     }
 
     #[test]

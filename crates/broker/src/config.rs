@@ -85,6 +85,11 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("max.incremental.fetch.session.cache.slots", Kind::Int, "1000"),
     ("fetch.max.wait.ms.max", Kind::Long, "30000"),
     ("offsets.topic.num.partitions", Kind::Int, "50"),
+    // Cluster mode: replicas of each offsets-log partition (the topic is created on the
+    // first FindCoordinator, once this many brokers are registered).
+    ("offsets.topic.replication.factor", Kind::Int, "3"),
+    // Cluster mode: how long a group write waits for its Raft commit.
+    ("offsets.commit.timeout.ms", Kind::Int, "5000"),
     ("offset.metadata.max.bytes", Kind::Int, "4096"),
     ("offsets.topic.segment.bytes", Kind::Int, "104857600"),
     // Committed offsets of a group expire this long after it became empty (KIP-211).

@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod config;
 pub mod connection;
+mod coordinators;
 mod dispatch;
 mod errors;
 mod fetch_session;

@@ -37,6 +37,17 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     if broker.config.settings.bool("log.cleaner.enable") {
         tokio::spawn(cleaner_loop(broker.clone(), shutdown_rx.clone()));
     }
+    tokio::pin!(stop);
+    // A cluster broker serves clients once it has replayed the metadata log up to its own
+    // registration (as KRaft brokers wait for their initial catch-up): answering from an
+    // older copy would show a restarted broker clients with missing brokers and topics.
+    let mut stopped = false;
+    if let Some(cluster) = broker.cluster.get() {
+        tokio::select! {
+            _ = cluster.until_registered() => {}
+            _ = &mut stop => stopped = true,
+        }
+    }
     info!(
         listen = %broker.config.listen,
         advertised = %format!("{}:{}", broker.config.advertised_host, broker.config.advertised_port),
@@ -45,10 +56,9 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
         ready_ms = started.elapsed().as_millis() as u64,
         "runnel broker ready"
     );
-    tokio::pin!(stop);
-    loop {
+    while !stopped {
         tokio::select! {
-            _ = &mut stop => break,
+            _ = &mut stop => stopped = true,
             accepted = listener.accept() => {
                 let (stream, peer) = match accepted {
                     Ok(a) => a,

@@ -57,6 +57,8 @@ impl Default for CoordinatorConfig {
 }
 
 pub type Committed = OffsetValue;
+/// OffsetFetch's answer: each (topic, partition) asked for, with its commit if any.
+pub type CommittedOffsets = Vec<((String, i32), Option<Committed>)>;
 
 pub struct MemberSummary {
     pub member_id: String,
@@ -105,10 +107,20 @@ pub struct GroupListing {
     pub group_type: &'static str,
 }
 
+/// Which partitions of the offsets log this coordinator serves. A single broker serves
+/// them all; in a cluster, the leader of a partition serves the groups it holds, once it
+/// has read them back (Kafka's election/resignation of a group coordinator).
+#[derive(Default)]
+struct Owned {
+    loaded: HashSet<i32>,
+    loading: HashSet<i32>,
+}
+
 pub struct Coordinator {
     /// Lock order: `groups` before `consumer_groups`.
     groups: Mutex<HashMap<String, Group>>,
     consumer_groups: Mutex<HashMap<String, ConsumerGroup>>,
+    owned: Mutex<Owned>,
     log: Arc<dyn GroupLog>,
     config: CoordinatorConfig,
 }
@@ -119,7 +131,39 @@ fn now_ms() -> i64 {
 
 impl Coordinator {
     pub fn new(log: Arc<dyn GroupLog>, config: CoordinatorConfig) -> Coordinator {
-        Coordinator { groups: Mutex::new(HashMap::new()), consumer_groups: Mutex::new(HashMap::new()), log, config }
+        Coordinator {
+            groups: Mutex::new(HashMap::new()),
+            consumer_groups: Mutex::new(HashMap::new()),
+            owned: Mutex::new(Owned::default()),
+            log,
+            config,
+        }
+    }
+
+    fn lock_owned(&self) -> MutexGuard<'_, Owned> {
+        self.owned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Why this coordinator cannot serve the group now, if it cannot: another broker
+    /// coordinates it (NOT_COORDINATOR, the client looks it up again), or its partition is
+    /// still being read back (COORDINATOR_LOAD_IN_PROGRESS, the client retries here).
+    pub fn owner_error(&self, group_id: &str) -> Option<E> {
+        let p = self.partition_for(group_id);
+        let owned = self.lock_owned();
+        if owned.loaded.contains(&p) {
+            None
+        } else if owned.loading.contains(&p) {
+            Some(E::CoordinatorLoadInProgress)
+        } else {
+            Some(E::NotCoordinator)
+        }
+    }
+
+    /// The partitions of the offsets log this coordinator serves.
+    pub fn loaded_partitions(&self) -> Vec<i32> {
+        let mut v: Vec<i32> = self.lock_owned().loaded.iter().copied().collect();
+        v.sort_unstable();
+        v
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
@@ -153,6 +197,9 @@ impl Coordinator {
         if group_id.is_empty() {
             return Err((E::InvalidGroupId, "empty group id".into()));
         }
+        if let Some(e) = self.owner_error(group_id) {
+            return Err((e, "this broker does not coordinate the group now".into()));
+        }
         let (out, written) = {
             let classic = self.lock();
             if classic.get(group_id).is_some_and(|g| !g.is_empty()) {
@@ -169,15 +216,18 @@ impl Coordinator {
             (out, (!records.is_empty()).then(|| self.log.append(self.partition_for(group_id), records)))
         };
         if let Some(written) = written {
-            written.await.map_err(|e| (E::CoordinatorNotAvailable, format!("group state not durable: {e}")))?;
+            written.await.map_err(|e| (self.not_durable(group_id), format!("group state not durable: {e}")))?;
         }
         out
     }
 
-    pub fn describe_consumer(&self, group_id: &str) -> Option<ConsumerGroupSummary> {
+    pub fn describe_consumer(&self, group_id: &str) -> Result<Option<ConsumerGroupSummary>, E> {
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
         let groups = self.lock_consumer();
-        let g = groups.get(group_id)?;
-        Some(ConsumerGroupSummary {
+        let Some(g) = groups.get(group_id) else { return Ok(None) };
+        Ok(Some(ConsumerGroupSummary {
             state: g.state(),
             group_epoch: g.group_epoch,
             assignment_epoch: g.assignment_epoch,
@@ -198,7 +248,7 @@ impl Coordinator {
                     target: m.target.iter().copied().collect(),
                 })
                 .collect(),
-        })
+        }))
     }
 
     fn timing(&self) -> Timing {
@@ -209,74 +259,124 @@ impl Coordinator {
         }
     }
 
-    /// Replays every partition of the offsets log: last write wins, tombstones delete.
+    /// Replays every partition of the offsets log and serves them all (a single broker).
     pub fn load(&self) -> Result<usize, String> {
-        let mut groups = self.lock();
-        let mut consumer = self.lock_consumer();
-        let now = Instant::now();
         let mut records = 0;
         for p in 0..self.log.partitions() {
-            for (key, value) in self.log.read_all(p)? {
-                records += 1;
-                let key = match Key::decode(key) {
-                    Ok(k) => k,
-                    Err(e) => {
-                        tracing::warn!(partition = p, error = %e, "skipping unreadable offsets-log key");
-                        continue;
+            records += self.load_partition(p)?;
+        }
+        Ok(records)
+    }
+
+    /// Reads one partition of the offsets log back (last write wins, tombstones delete) and
+    /// starts serving its groups; whatever was in memory for them is replaced. Returns how
+    /// many records it read. Until it returns, the groups answer COORDINATOR_LOAD_IN_PROGRESS.
+    pub fn load_partition(&self, p: i32) -> Result<usize, String> {
+        self.lock_owned().loading.insert(p);
+        let read = self.log.read_all(p);
+        let mut groups = self.lock();
+        let mut consumer = self.lock_consumer();
+        let parts = self.log.partitions();
+        groups.retain(|id, _| partition_for(id, parts) != p);
+        consumer.retain(|id, _| partition_for(id, parts) != p);
+        let read = match read {
+            Ok(r) => r,
+            Err(e) => {
+                self.lock_owned().loading.remove(&p);
+                return Err(e);
+            }
+        };
+        let now = Instant::now();
+        let records = read.len();
+        for (key, value) in read {
+            let key = match Key::decode(key) {
+                Ok(k) => k,
+                Err(e) => {
+                    tracing::warn!(partition = p, error = %e, "skipping unreadable offsets-log key");
+                    continue;
+                }
+            };
+            let group = groups.entry(key.group().to_string()).or_insert_with(|| Group::new(key.group(), now));
+            match (key, value) {
+                (Key::Offset { topic, partition, .. }, Some(v)) => match OffsetValue::decode(v) {
+                    Ok(v) => {
+                        group.offsets.insert((topic, partition), v);
                     }
-                };
-                let group = groups.entry(key.group().to_string()).or_insert_with(|| Group::new(key.group(), now));
-                match (key, value) {
-                    (Key::Offset { topic, partition, .. }, Some(v)) => match OffsetValue::decode(v) {
-                        Ok(v) => {
-                            group.offsets.insert((topic, partition), v);
+                    Err(e) => tracing::warn!(error = %e, "skipping unreadable offset commit"),
+                },
+                (Key::Offset { topic, partition, .. }, None) => {
+                    group.offsets.remove(&(topic, partition));
+                }
+                (Key::Group { .. }, Some(v)) => match GroupValue::decode(v) {
+                    Ok(v) => group.restore(v, now),
+                    Err(e) => tracing::warn!(error = %e, "skipping unreadable group metadata"),
+                },
+                (Key::Group { group: id }, None) => {
+                    groups.remove(&id);
+                }
+                (Key::ConsumerGroup { group: id }, Some(raw)) => match ConsumerGroupValue::decode(raw.clone()) {
+                    Ok(v) => consumer
+                        .entry(id)
+                        .or_insert_with(|| ConsumerGroup::new(&self.config.consumer_default_assignor))
+                        .restore_group(v, raw),
+                    Err(e) => tracing::warn!(error = %e, "skipping unreadable consumer group record"),
+                },
+                (Key::ConsumerGroup { group: id }, None) => {
+                    consumer.remove(&id);
+                }
+                (Key::ConsumerMember { group: id, member_id }, value) => {
+                    let decoded = match value.map(|raw| ConsumerMemberValue::decode(raw.clone()).map(|v| (v, raw))) {
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, "skipping unreadable consumer member record");
+                            continue;
                         }
-                        Err(e) => tracing::warn!(error = %e, "skipping unreadable offset commit"),
-                    },
-                    (Key::Offset { topic, partition, .. }, None) => {
-                        group.offsets.remove(&(topic, partition));
-                    }
-                    (Key::Group { .. }, Some(v)) => match GroupValue::decode(v) {
-                        Ok(v) => group.restore(v, now),
-                        Err(e) => tracing::warn!(error = %e, "skipping unreadable group metadata"),
-                    },
-                    (Key::Group { group: id }, None) => {
-                        groups.remove(&id);
-                    }
-                    (Key::ConsumerGroup { group: id }, Some(raw)) => match ConsumerGroupValue::decode(raw.clone()) {
-                        Ok(v) => consumer
-                            .entry(id)
-                            .or_insert_with(|| ConsumerGroup::new(&self.config.consumer_default_assignor))
-                            .restore_group(v, raw),
-                        Err(e) => tracing::warn!(error = %e, "skipping unreadable consumer group record"),
-                    },
-                    (Key::ConsumerGroup { group: id }, None) => {
-                        consumer.remove(&id);
-                    }
-                    (Key::ConsumerMember { group: id, member_id }, value) => {
-                        let decoded = match value.map(|raw| ConsumerMemberValue::decode(raw.clone()).map(|v| (v, raw)))
-                        {
-                            Some(Err(e)) => {
-                                tracing::warn!(error = %e, "skipping unreadable consumer member record");
-                                continue;
-                            }
-                            Some(Ok(v)) => Some(v),
-                            None => None,
-                        };
-                        consumer
-                            .entry(id)
-                            .or_insert_with(|| ConsumerGroup::new(&self.config.consumer_default_assignor))
-                            .restore_member(&member_id, decoded, self.consumer_session(), now);
-                    }
+                        Some(Ok(v)) => Some(v),
+                        None => None,
+                    };
+                    consumer
+                        .entry(id)
+                        .or_insert_with(|| ConsumerGroup::new(&self.config.consumer_default_assignor))
+                        .restore_member(&member_id, decoded, self.consumer_session(), now);
                 }
             }
         }
-        groups.retain(|_, g| !(g.is_empty() && g.offsets.is_empty() && g.generation == 0));
+        groups.retain(|id, g| {
+            partition_for(id, parts) != p || !(g.is_empty() && g.offsets.is_empty() && g.generation == 0)
+        });
+        let mut owned = self.lock_owned();
+        owned.loading.remove(&p);
+        owned.loaded.insert(p);
         Ok(records)
+    }
+
+    /// Stops serving one partition's groups (its leadership moved away): they leave
+    /// memory, and members waiting on a rebalance are answered NOT_COORDINATOR.
+    pub fn unload_partition(&self, p: i32) {
+        let parts = self.log.partitions();
+        let mut groups = self.lock();
+        let mut consumer = self.lock_consumer();
+        {
+            let mut owned = self.lock_owned();
+            owned.loaded.remove(&p);
+            owned.loading.remove(&p);
+        }
+        groups.retain(|id, _| partition_for(id, parts) != p);
+        consumer.retain(|id, _| partition_for(id, parts) != p);
     }
 
     pub fn partition_for(&self, group: &str) -> i32 {
         partition_for(group, self.log.partitions())
+    }
+
+    /// A waiting member's group left memory: it moved to another coordinator, or (one
+    /// broker) it was removed.
+    fn gone(&self, group_id: &str) -> E {
+        self.owner_error(group_id).unwrap_or(E::UnknownMemberId)
+    }
+
+    /// A write that did not become durable: the client finds the coordinator again.
+    fn not_durable(&self, group_id: &str) -> E {
+        self.owner_error(group_id).unwrap_or(E::CoordinatorNotAvailable)
     }
 
     async fn persist(&self, group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> Result<(), String> {
@@ -302,6 +402,9 @@ impl Coordinator {
         if req.protocol_type.is_empty() || req.protocols.is_empty() {
             return JoinResult::error(E::InconsistentGroupProtocol, &req.member_id);
         }
+        if let Some(e) = self.owner_error(group_id) {
+            return JoinResult::error(e, &req.member_id);
+        }
         let member_id = req.member_id.clone();
         let t = self.timing();
         let pending = {
@@ -314,7 +417,8 @@ impl Coordinator {
         };
         match pending {
             Pending::Now(r) => r,
-            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| JoinResult::error(E::UnknownMemberId, &member_id)),
+            // The group left memory while the member waited: its coordinator moved.
+            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| JoinResult::error(self.gone(group_id), &member_id)),
         }
     }
 
@@ -326,6 +430,9 @@ impl Coordinator {
         instance_id: Option<&str>,
         assignments: Vec<(String, Bytes)>,
     ) -> SyncResult {
+        if let Some(e) = self.owner_error(group_id) {
+            return SyncResult::error(e);
+        }
         let t = self.timing();
         let (pending, stable) = {
             let mut groups = self.lock();
@@ -339,7 +446,7 @@ impl Coordinator {
         }
         match pending {
             Pending::Now(r) => r,
-            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| SyncResult::error(E::UnknownMemberId)),
+            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| SyncResult::error(self.gone(group_id))),
         }
     }
 
@@ -350,6 +457,9 @@ impl Coordinator {
         member_id: &str,
         instance_id: Option<&str>,
     ) -> Result<(), E> {
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
         let t = self.timing();
         match self.lock().get_mut(group_id) {
             Some(g) => g.heartbeat(generation, member_id, instance_id, &t),
@@ -359,6 +469,9 @@ impl Coordinator {
 
     /// LeaveGroup; one result per (member id, instance id).
     pub async fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> Result<Vec<Result<(), E>>, E> {
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
         let t = self.timing();
         let (results, empty_value) = {
             let mut groups = self.lock();
@@ -412,6 +525,9 @@ impl Coordinator {
         if group_id.is_empty() {
             return Err(E::InvalidGroupId);
         }
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
         {
             let mut groups = self.lock();
             let now = Instant::now();
@@ -455,7 +571,7 @@ impl Coordinator {
         if !records.is_empty() {
             if let Err(e) = self.persist(group_id, records).await {
                 tracing::warn!(group = group_id, error = %e, "offset commit not durable");
-                return Err(E::CoordinatorNotAvailable);
+                return Err(self.not_durable(group_id));
             }
             let mut groups = self.lock();
             let now = Instant::now();
@@ -556,20 +672,26 @@ impl Coordinator {
         &self,
         group_id: &str,
         partitions: Option<&[(String, i32)]>,
-    ) -> Vec<((String, i32), Option<Committed>)> {
+    ) -> Result<CommittedOffsets, E> {
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
         let groups = self.lock();
         let offsets = groups.get(group_id).map(|g| &g.offsets);
-        match partitions {
+        Ok(match partitions {
             Some(list) => list.iter().map(|k| (k.clone(), offsets.and_then(|o| o.get(k).cloned()))).collect(),
             None => offsets.map(|o| o.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect()).unwrap_or_default(),
-        }
+        })
     }
 
-    pub fn describe(&self, group_id: &str) -> Option<GroupSummary> {
+    pub fn describe(&self, group_id: &str) -> Result<Option<GroupSummary>, E> {
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
         let groups = self.lock();
-        let g = groups.get(group_id)?;
+        let Some(g) = groups.get(group_id) else { return Ok(None) };
         let protocol = g.protocol.clone().unwrap_or_default();
-        Some(GroupSummary {
+        Ok(Some(GroupSummary {
             state: g.state.name(),
             protocol_type: g.protocol_type.clone().unwrap_or_default(),
             protocol: protocol.clone(),
@@ -585,7 +707,7 @@ impl Coordinator {
                     assignment: if g.state == State::Stable { m.assignment.clone() } else { Bytes::new() },
                 })
                 .collect(),
-        })
+        }))
     }
 
     /// Every group, classic or KIP-848.
@@ -613,6 +735,9 @@ impl Coordinator {
 
     /// DeleteGroups: only an empty group; its metadata and offsets get tombstones.
     pub async fn delete(&self, group_id: &str) -> Result<(), E> {
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
         let records = {
             let groups = self.lock();
             if self.has_consumer_members(group_id) {
@@ -642,7 +767,7 @@ impl Coordinator {
         }
         if let Err(e) = self.persist(group_id, records).await {
             tracing::warn!(group = group_id, error = %e, "group deletion not durable");
-            return Err(E::CoordinatorNotAvailable);
+            return Err(self.not_durable(group_id));
         }
         let mut groups = self.lock();
         if groups.get(group_id).is_some_and(|g| g.is_empty()) {
@@ -654,6 +779,9 @@ impl Coordinator {
 
     /// OffsetDelete: refuses partitions of topics the group's members subscribe to.
     pub async fn delete_offsets(&self, group_id: &str, partitions: &[(String, i32)]) -> Result<Vec<Result<(), E>>, E> {
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
         let (results, records, removed) = {
             let groups = self.lock();
             let Some(g) = groups.get(group_id) else { return Err(E::GroupIdNotFound) };
@@ -682,7 +810,7 @@ impl Coordinator {
         if !records.is_empty() {
             if let Err(e) = self.persist(group_id, records).await {
                 tracing::warn!(group = group_id, error = %e, "offset deletion not durable");
-                return Err(E::CoordinatorNotAvailable);
+                return Err(self.not_durable(group_id));
             }
             let mut groups = self.lock();
             if let Some(g) = groups.get_mut(group_id) {

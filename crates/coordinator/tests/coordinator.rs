@@ -32,6 +32,13 @@ impl GroupLog for MemLog {
     }
 }
 
+/// A coordinator that has read the log back and serves every partition (one broker).
+fn serving(log: Arc<dyn GroupLog>, config: CoordinatorConfig) -> Coordinator {
+    let c = Coordinator::new(log, config);
+    c.load().expect("load");
+    c
+}
+
 fn config() -> CoordinatorConfig {
     CoordinatorConfig { session_timeout_ms_min: 10, initial_rebalance_delay_ms: 0, ..CoordinatorConfig::default() }
 }
@@ -59,7 +66,7 @@ async fn join_new(c: &Arc<Coordinator>, group: &str) -> JoinResult {
 
 #[tokio::test]
 async fn two_members_join_sync_and_rebalance_when_one_leaves() {
-    let c = Arc::new(Coordinator::new(Arc::new(MemLog::default()), config()));
+    let c = Arc::new(serving(Arc::new(MemLog::default()), config()));
     let a = join_new(&c, "g").await;
     assert_eq!((a.error, a.generation, a.leader.clone()), (0, 1, a.member_id.clone()));
     let s = c.sync("g", 1, &a.member_id, None, vec![(a.member_id.clone(), Bytes::from_static(b"A"))]).await;
@@ -90,7 +97,7 @@ async fn two_members_join_sync_and_rebalance_when_one_leaves() {
         .await;
     assert_eq!(sa.assignment.as_ref(), b"A2");
     assert_eq!(b_sync.await.expect("sync task").assignment.as_ref(), b"B2");
-    assert_eq!(c.describe("g").expect("group").state, "Stable");
+    assert_eq!(c.describe("g").expect("owned").expect("group").state, "Stable");
 
     // Old generations are fenced; unknown members are refused.
     assert_eq!(c.heartbeat("g", 1, &a.member_id, None), Err(E::IllegalGeneration));
@@ -105,19 +112,19 @@ async fn two_members_join_sync_and_rebalance_when_one_leaves() {
 
 #[tokio::test]
 async fn a_silent_member_is_expired_after_its_session_timeout() {
-    let c = Arc::new(Coordinator::new(Arc::new(MemLog::default()), config()));
+    let c = Arc::new(serving(Arc::new(MemLog::default()), config()));
     let first = c.join("g", join_req("", None, 50)).await;
     let a = c.join("g", join_req(&first.member_id, None, 50)).await;
     c.sync("g", a.generation, &a.member_id, None, vec![]).await;
     tokio::time::sleep(Duration::from_millis(120)).await;
     c.tick().await;
-    let g = c.describe("g").expect("group");
+    let g = c.describe("g").expect("owned").expect("group");
     assert_eq!((g.state, g.members.len()), ("Empty", 0));
 }
 
 #[tokio::test]
 async fn a_static_member_returns_without_a_rebalance_and_fences_its_old_id() {
-    let c = Arc::new(Coordinator::new(Arc::new(MemLog::default()), config()));
+    let c = Arc::new(serving(Arc::new(MemLog::default()), config()));
     // Static members skip MEMBER_ID_REQUIRED (KIP-345).
     let a = c.join("g", join_req("", Some("inst-a"), 10_000)).await;
     assert_eq!(a.error, 0);
@@ -147,14 +154,14 @@ async fn a_static_member_returns_without_a_rebalance_and_fences_its_old_id() {
     assert_ne!(b2.member_id, b.member_id);
     let s = c.sync("g", 2, &b2.member_id, Some("inst-b"), vec![]).await;
     assert_eq!(s.assignment.as_ref(), b"B");
-    assert_eq!(c.describe("g").expect("group").state, "Stable");
+    assert_eq!(c.describe("g").expect("owned").expect("group").state, "Stable");
     assert_eq!(c.heartbeat("g", 2, &b.member_id, Some("inst-b")), Err(E::FencedInstanceId));
 }
 
 #[tokio::test]
 async fn commits_and_deletions_survive_a_new_coordinator() {
     let log = Arc::new(MemLog::default());
-    let c = Coordinator::new(log.clone(), config());
+    let c = serving(log.clone(), config());
     // A consumer outside any group commits with generation -1.
     let r = c
         .commit("solo", -1, "", None, vec![("t".into(), 0, 42, 0, "m".into()), ("t".into(), 1, 7, 0, String::new())])
@@ -169,14 +176,14 @@ async fn commits_and_deletions_survive_a_new_coordinator() {
         Ok(vec![Err(E::OffsetMetadataTooLarge)])
     );
 
-    let fresh = Coordinator::new(log, config());
+    let fresh = serving(log, config());
     fresh.load().expect("replay");
-    let got = fresh.fetch("solo", None);
+    let got = fresh.fetch("solo", None).expect("owned");
     assert_eq!(got.len(), 1);
     let ((topic, partition), committed) = &got[0];
     let committed = committed.as_ref().expect("committed");
     assert_eq!((topic.as_str(), *partition, committed.offset, committed.metadata.as_str()), ("t", 0, 42, "m"));
-    assert!(fresh.describe("gone").is_none(), "a deleted group stays deleted");
+    assert!(fresh.describe("gone").expect("owned").is_none(), "a deleted group stays deleted");
     assert_eq!(fresh.delete("gone").await, Err(E::GroupIdNotFound));
 }
 
@@ -193,7 +200,7 @@ fn subscription(topics: &[&str]) -> Bytes {
 }
 
 fn committed(c: &Coordinator, group: &str, topic: &str) -> Option<i64> {
-    c.fetch(group, Some(&[(topic.to_string(), 0)]))[0].1.as_ref().map(|v| v.offset)
+    c.fetch(group, Some(&[(topic.to_string(), 0)])).expect("owned")[0].1.as_ref().map(|v| v.offset)
 }
 
 fn listed(c: &Coordinator, group: &str) -> bool {
@@ -204,7 +211,7 @@ fn listed(c: &Coordinator, group: &str) -> bool {
 async fn offsets_expire_after_retention_and_empty_groups_are_deleted() {
     let log = Arc::new(MemLog::default());
     let cfg = CoordinatorConfig { offsets_retention_ms: 300, ..config() };
-    let c = Arc::new(Coordinator::new(log.clone(), cfg.clone()));
+    let c = Arc::new(serving(log.clone(), cfg.clone()));
     let commit = |group: &'static str, generation: i32, member: String, topic: &'static str| {
         let c = c.clone();
         async move {
@@ -240,7 +247,7 @@ async fn offsets_expire_after_retention_and_empty_groups_are_deleted() {
     assert!(!listed(&c, "g"));
 
     // The log says the same to a new coordinator.
-    let again = Coordinator::new(log, cfg);
+    let again = serving(log, cfg);
     again.load().expect("load");
     assert_eq!((committed(&again, "solo", "t"), committed(&again, "g", "a")), (None, None));
     assert!(!listed(&again, "solo") && !listed(&again, "g"));
@@ -298,7 +305,7 @@ fn hb(
 async fn kip848_members_and_assignments_survive_a_new_coordinator() {
     let log = Arc::new(MemLog::default());
     let resolve = Cluster::with(&[("t", 4)]);
-    let c = Coordinator::new(log.clone(), config());
+    let c = serving(log.clone(), config());
     let a = c.consumer_heartbeat("g", hb("a", 0, Some(&["t"]), Some(vec![])), &resolve).await.expect("join a");
     assert_eq!(a.assignment.as_ref().map(Vec::len), Some(4), "a alone gets every partition");
     let b = c.consumer_heartbeat("g", hb("b", 0, Some(&["t"]), Some(vec![])), &resolve).await.expect("join b");
@@ -309,13 +316,13 @@ async fn kip848_members_and_assignments_survive_a_new_coordinator() {
     c.consumer_heartbeat("g", hb("a", a2.member_epoch, None, Some(kept.clone())), &resolve).await.expect("a acks");
     let b2 = c.consumer_heartbeat("g", hb("b", b.member_epoch, None, Some(vec![])), &resolve).await.expect("b");
     assert_eq!(b2.assignment.as_ref().map(Vec::len), Some(2));
-    let before = c.describe_consumer("g").expect("group");
+    let before = c.describe_consumer("g").expect("owned").expect("group");
 
     // A new coordinator (a restart) knows both members, their epochs and assignments: the
     // members carry on with their current epochs instead of rejoining.
-    let again = Coordinator::new(log.clone(), config());
+    let again = serving(log.clone(), config());
     again.load().expect("load");
-    let after = again.describe_consumer("g").expect("group restored");
+    let after = again.describe_consumer("g").expect("owned").expect("group restored");
     assert_eq!((after.group_epoch, after.assignment_epoch), (before.group_epoch, before.assignment_epoch));
     let members = |s: &runnel_coordinator::ConsumerGroupSummary| {
         s.members
@@ -329,10 +336,10 @@ async fn kip848_members_and_assignments_survive_a_new_coordinator() {
 
     // b leaves; the next coordinator no longer has it.
     again.consumer_heartbeat("g", hb("b", -1, None, None), &resolve).await.expect("b leaves");
-    let third = Coordinator::new(log, config());
+    let third = serving(log, config());
     third.load().expect("load");
     let ids: Vec<String> =
-        third.describe_consumer("g").expect("group").members.into_iter().map(|m| m.member_id).collect();
+        third.describe_consumer("g").expect("owned").expect("group").members.into_iter().map(|m| m.member_id).collect();
     assert_eq!(ids, vec!["a".to_string()]);
 }
 
@@ -340,7 +347,7 @@ async fn kip848_members_and_assignments_survive_a_new_coordinator() {
 async fn kip848_regex_subscriptions_follow_new_topics_and_survive_a_restart() {
     let log = Arc::new(MemLog::default());
     let cluster = Cluster::with(&[("orders-eu", 2), ("orders-us", 1), ("payments", 3)]);
-    let c = Coordinator::new(log.clone(), config());
+    let c = serving(log.clone(), config());
     let bad = HeartbeatIn { regex: Some("orders-(".into()), ..hb("m", 0, Some(&[]), Some(vec![])) };
     assert_eq!(c.consumer_heartbeat("g", bad, &cluster).await.err().map(|e| e.0), Some(E::InvalidRegularExpression));
     let join = HeartbeatIn { regex: Some("orders-.*".into()), ..hb("m", 0, Some(&[]), Some(vec![])) };
@@ -352,20 +359,20 @@ async fn kip848_regex_subscriptions_follow_new_topics_and_survive_a_restart() {
     let next = c.consumer_heartbeat("g", hb("m", first.member_epoch, None, None), &cluster).await.expect("hb");
     assert!(next.member_epoch > first.member_epoch);
     assert_eq!(next.assignment.as_ref().map(Vec::len), Some(5));
-    let described = c.describe_consumer("g").expect("group");
+    let described = c.describe_consumer("g").expect("owned").expect("group");
     assert_eq!(described.members[0].regex.as_deref(), Some("orders-.*"));
     // The regex and what it matched come back after a restart, with the same epoch.
-    let again = Coordinator::new(log, config());
+    let again = serving(log, config());
     again.load().expect("load");
     let after = again.consumer_heartbeat("g", hb("m", next.member_epoch, None, None), &cluster).await.expect("hb");
     assert_eq!(after.member_epoch, next.member_epoch);
-    assert_eq!(again.describe_consumer("g").expect("group").members[0].assigned.len(), 5);
+    assert_eq!(again.describe_consumer("g").expect("owned").expect("group").members[0].assigned.len(), 5);
 }
 
 #[tokio::test]
 async fn kip848_member_that_never_revokes_is_removed_after_its_rebalance_timeout() {
     let cluster = Cluster::with(&[("t", 4)]);
-    let c = Coordinator::new(Arc::new(MemLog::default()), config());
+    let c = serving(Arc::new(MemLog::default()), config());
     let join = |id: &str| HeartbeatIn {
         rebalance_timeout: Some(Duration::from_millis(200)),
         ..hb(id, 0, Some(&["t"]), Some(vec![]))
@@ -390,8 +397,50 @@ async fn kip848_member_that_never_revokes_is_removed_after_its_rebalance_timeout
     assert_eq!(fenced, E::UnknownMemberId);
     assert!(started.elapsed() >= Duration::from_millis(200));
     let members: Vec<String> =
-        c.describe_consumer("g").expect("group").members.into_iter().map(|m| m.member_id).collect();
+        c.describe_consumer("g").expect("owned").expect("group").members.into_iter().map(|m| m.member_id).collect();
     assert_eq!(members, vec!["b".to_string()]);
     let b2 = c.consumer_heartbeat("g", hb("b", b.member_epoch, None, Some(vec![])), &cluster).await.expect("b");
     assert_eq!(b2.assignment.map(|a| a.len()), Some(4), "b takes over");
+}
+
+/// A cluster moves the leadership of offsets-log partitions between brokers: a coordinator
+/// answers only for the partitions it has read back, and members waiting on a rebalance
+/// of a group whose partition moves away are told to find the new coordinator.
+#[tokio::test]
+async fn a_coordinator_serves_only_the_partitions_it_has_loaded() {
+    let log = Arc::new(MemLog::default());
+    let cfg = CoordinatorConfig { initial_rebalance_delay_ms: 60_000, ..config() };
+    let c = Arc::new(serving(log.clone(), cfg.clone()));
+    c.commit("kept", -1, "", None, vec![("t".into(), 0, 9, 0, String::new())]).await.expect("commit");
+    let p = c.partition_for("kept");
+    let other = (0..100).map(|i| format!("g{i}")).find(|g| c.partition_for(g) != p).expect("another partition");
+
+    // A member waits out the initial rebalance delay; the partition moves away meanwhile.
+    let first = c.join("kept", join_req("", None, 10_000)).await;
+    let waiting = tokio::spawn({
+        let c = c.clone();
+        async move { c.join("kept", join_req(&first.member_id, None, 10_000)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    c.unload_partition(p);
+    let answered = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("answered").expect("join");
+    assert_eq!(answered.error, E::NotCoordinator.code());
+
+    assert_eq!(c.owner_error("kept"), Some(E::NotCoordinator));
+    assert_eq!(c.fetch("kept", None).err(), Some(E::NotCoordinator));
+    assert_eq!(c.heartbeat("kept", 1, "m", None), Err(E::NotCoordinator));
+    assert_eq!(
+        c.commit("kept", -1, "", None, vec![("t".into(), 0, 10, 0, String::new())]).await,
+        Err(E::NotCoordinator)
+    );
+    assert!(!listed(&c, "kept"));
+    assert!(!c.loaded_partitions().contains(&p));
+    // Groups of other partitions are still served.
+    assert_eq!(c.owner_error(&other), None);
+    c.commit(&other, -1, "", None, vec![("t".into(), 0, 1, 0, String::new())]).await.expect("commit elsewhere");
+
+    // Leadership comes back: the partition is read back, the commit from before is there.
+    assert!(c.load_partition(p).expect("load") >= 1);
+    assert_eq!(c.owner_error("kept"), None);
+    assert_eq!(committed(&c, "kept", "t"), Some(9));
 }

@@ -106,6 +106,8 @@ pub struct Replica {
     node: RawNode<RaftLog>,
     deliver_committed: bool,
     high_watermark: i64,
+    /// The Raft index `high_watermark` is the end of.
+    durable_index: u64,
     commit_waiters: VecDeque<Waiter>,
     local_waiters: VecDeque<Waiter>,
     applied: Vec<Entry>,
@@ -137,6 +139,7 @@ impl Replica {
             node,
             deliver_committed: cfg.deliver_committed,
             high_watermark,
+            durable_index: commit,
             commit_waiters: VecDeque::new(),
             local_waiters: VecDeque::new(),
             applied: Vec::new(),
@@ -193,6 +196,12 @@ impl Replica {
     /// leaders committed, so its state machine is current and it may decide on it.
     pub fn leader_caught_up(&self, applied_index: u64) -> bool {
         self.is_leader() && self.node.raft.raft_log.term(applied_index).ok() == Some(self.term())
+    }
+
+    /// A leader whose high watermark covers an entry of its own term: everything earlier
+    /// leaders committed is below it, so reading up to it reads the whole committed log.
+    pub fn leader_current(&self) -> bool {
+        self.is_leader() && self.node.raft.raft_log.term(self.durable_index).ok() == Some(self.term())
     }
 
     /// The last committed entry handed to the state machine.
@@ -394,6 +403,7 @@ impl Replica {
         let hw = self.node.store().end_offset_of(durable);
         let moved = hw > self.high_watermark;
         self.high_watermark = self.high_watermark.max(hw);
+        self.durable_index = self.durable_index.max(durable);
         for (queue, upto) in [(&mut self.commit_waiters, durable), (&mut self.local_waiters, synced)] {
             while queue.front().is_some_and(|w| w.index <= upto) {
                 let w = queue.pop_front().expect("front exists");

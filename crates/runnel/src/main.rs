@@ -115,6 +115,7 @@ async fn dev_cluster(port: u16, brokers: u16, data_dir: PathBuf, overrides: Vec<
             .args(["--set", &format!("node.id={i}")])
             .args(["--set", &format!("controller.quorum.voters={voters}")])
             .args(["--set", &format!("default.replication.factor={}", brokers.min(3))])
+            .args(["--set", &format!("offsets.topic.replication.factor={}", brokers.min(3))])
             .args(["--set", &format!("broker.location=zone=dev-{i}")]);
         for o in &overrides {
             cmd.args(["--set", o]);

@@ -35,7 +35,11 @@ pub fn handle(b: &Arc<Broker>, r: ConsumerGroupDescribeRequest, v: i16) -> Reply
         .into_iter()
         .map(|id| {
             let out = DescribedGroup::default().with_group_id(id.clone());
-            let Some(g) = b.groups.describe_consumer(&id.0) else {
+            let found = match b.groups.describe_consumer(&id.0) {
+                Ok(found) => found,
+                Err(e) => return out.with_error_code(e.code()),
+            };
+            let Some(g) = found else {
                 return out
                     .with_error_code(ResponseError::GroupIdNotFound.code())
                     .with_error_message(Some(str_bytes(&format!("Group {} not found.", id.0.as_str()))));

@@ -18,8 +18,9 @@ pub fn handle(b: &Arc<Broker>, r: DescribeGroupsRequest, v: i16) -> Reply {
         .map(|id| {
             let out = DescribedGroup::default().with_group_id(id.clone());
             match b.groups.describe(&id.0) {
-                None => out.with_group_state(str_bytes("Dead")),
-                Some(g) => {
+                Err(e) => out.with_error_code(e.code()),
+                Ok(None) => out.with_group_state(str_bytes("Dead")),
+                Ok(Some(g)) => {
                     let members = g
                         .members
                         .into_iter()

@@ -1,6 +1,7 @@
-//! FindCoordinator (key 10): this broker coordinates every group (it leads every partition
-//! of `__consumer_offsets`). v4+ asks for many keys at once. Transactions are not built
-//! yet, so transaction coordinators are refused.
+//! FindCoordinator (key 10): a single broker coordinates every group; in a cluster, the
+//! leader of the group's `__consumer_offsets` partition does (`coordinators::locate`).
+//! v4+ asks for many keys at once. Transactions are not built yet, so transaction
+//! coordinators are refused.
 
 use std::sync::Arc;
 
@@ -15,46 +16,50 @@ use crate::dispatch::{now, Reply};
 
 const KEY_GROUP: i8 = 0;
 
-fn lookup(key_type: i8) -> Result<(), (ResponseError, &'static str)> {
-    match key_type {
-        KEY_GROUP => Ok(()),
-        _ => Err((ResponseError::CoordinatorNotAvailable, "only consumer-group coordinators are available")),
+/// (node id, host, port) of the coordinator of one key.
+fn lookup(b: &Broker, key_type: i8, key: &str) -> Result<(BrokerId, StrBytes, i32), (ResponseError, String)> {
+    if key_type != KEY_GROUP {
+        return Err((ResponseError::CoordinatorNotAvailable, "only consumer-group coordinators are available".into()));
+    }
+    match b.cluster.get() {
+        Some(cluster) => {
+            let info = crate::coordinators::locate(b, cluster, key)?;
+            Ok((BrokerId(info.id), str_bytes(&info.host), info.port as i32))
+        }
+        None => {
+            let c = &b.config;
+            Ok((BrokerId(c.node_id), str_bytes(&c.advertised_host), c.advertised_port as i32))
+        }
     }
 }
 
 pub fn handle(b: &Arc<Broker>, r: FindCoordinatorRequest, v: i16) -> Reply {
-    let c = &b.config;
-    let (mut node, mut host, mut port) = (BrokerId(c.node_id), str_bytes(&c.advertised_host), c.advertised_port as i32);
-    // Cluster mode: group state is not replicated yet, so one broker (the lowest id)
-    // coordinates every group, and all clients agree on which.
-    if let Some(first) = b.cluster.get().and_then(|cl| cl.brokers().into_iter().next()) {
-        (node, host, port) = (BrokerId(first.id), str_bytes(&first.host), first.port as i32);
-    }
     if v >= 4 {
         let coordinators = r
             .coordinator_keys
             .into_iter()
             .map(|key: StrBytes| {
+                let found = lookup(b, r.key_type, &key);
                 let out = Coordinator::default().with_key(key);
-                match lookup(r.key_type) {
-                    Ok(()) => out.with_node_id(node).with_host(host.clone()).with_port(port),
+                match found {
+                    Ok((node, host, port)) => out.with_node_id(node).with_host(host).with_port(port),
                     Err((code, msg)) => out
                         .with_node_id(BrokerId(-1))
                         .with_port(-1)
                         .with_error_code(code.code())
-                        .with_error_message(Some(str_bytes(msg))),
+                        .with_error_message(Some(str_bytes(&msg))),
                 }
             })
             .collect();
         return now(FindCoordinatorResponse::default().with_coordinators(coordinators));
     }
     let resp = FindCoordinatorResponse::default();
-    now(match lookup(if v >= 1 { r.key_type } else { KEY_GROUP }) {
-        Ok(()) => resp.with_node_id(node).with_host(host).with_port(port),
+    now(match lookup(b, if v >= 1 { r.key_type } else { KEY_GROUP }, &r.key) {
+        Ok((node, host, port)) => resp.with_node_id(node).with_host(host).with_port(port),
         Err((code, msg)) => {
             let resp = resp.with_node_id(BrokerId(-1)).with_port(-1).with_error_code(code.code());
             if v >= 1 {
-                resp.with_error_message(Some(str_bytes(msg)))
+                resp.with_error_message(Some(str_bytes(&msg)))
             } else {
                 resp
             }

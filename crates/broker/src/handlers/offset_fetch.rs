@@ -1,9 +1,11 @@
 //! OffsetFetch (key 9): committed offsets of one group (v1–7) or of many (v8+), for the
 //! listed partitions or, when the topic list is null, for every partition with a commit.
-//! A partition without a commit answers offset -1 and no error.
+//! A partition without a commit answers offset -1 and no error. A group this broker does
+//! not coordinate (now) gets the group-level error (per partition before v2).
 
 use std::sync::Arc;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
@@ -17,8 +19,12 @@ use crate::dispatch::{now, Reply};
 type Row = (String, i32, i64, i32, String);
 
 /// Committed offsets per requested partition (or all), grouped by topic in request order.
-fn lookup(b: &Broker, group: &str, wanted: Option<Vec<(String, i32)>>) -> Vec<(String, Vec<Row>)> {
-    let found = b.groups.fetch(group, wanted.as_deref());
+fn lookup(
+    b: &Broker,
+    group: &str,
+    wanted: Option<Vec<(String, i32)>>,
+) -> Result<Vec<(String, Vec<Row>)>, ResponseError> {
+    let found = b.groups.fetch(group, wanted.as_deref())?;
     let mut by_topic: Vec<(String, Vec<Row>)> = Vec::new();
     for ((topic, partition), committed) in found {
         let (offset, epoch, meta) = match committed {
@@ -31,7 +37,7 @@ fn lookup(b: &Broker, group: &str, wanted: Option<Vec<(String, i32)>>) -> Vec<(S
             None => by_topic.push((topic, vec![row])),
         }
     }
-    by_topic
+    Ok(by_topic)
 }
 
 pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16) -> Reply {
@@ -43,7 +49,10 @@ pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16) -> Reply {
                 let wanted = g.topics.map(|ts| {
                     ts.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (t.name.0.to_string(), *p))).collect()
                 });
-                let topics = lookup(b, &g.group_id.0, wanted)
+                let found = lookup(b, &g.group_id.0, wanted);
+                let error = found.as_ref().err().map_or(0, |e| e.code());
+                let topics = found
+                    .unwrap_or_default()
                     .into_iter()
                     .map(|(t, rows)| {
                         let partitions = rows
@@ -59,7 +68,7 @@ pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16) -> Reply {
                         OffsetFetchResponseTopics::default().with_name(topic_name(&t)).with_partitions(partitions)
                     })
                     .collect();
-                OffsetFetchResponseGroup::default().with_group_id(g.group_id).with_topics(topics)
+                OffsetFetchResponseGroup::default().with_group_id(g.group_id).with_topics(topics).with_error_code(error)
             })
             .collect();
         return now(OffsetFetchResponse::default().with_groups(groups));
@@ -67,7 +76,28 @@ pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16) -> Reply {
     let wanted = r
         .topics
         .map(|ts| ts.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (t.name.0.to_string(), *p))).collect());
-    let topics = lookup(b, &r.group_id.0, wanted)
+    let found = match lookup(b, &r.group_id.0, wanted.clone()) {
+        Ok(found) => found,
+        Err(e) if v >= 2 => return now(OffsetFetchResponse::default().with_error_code(e.code())),
+        // No group-level error before v2: every requested partition carries it.
+        Err(e) => {
+            let mut topics: Vec<OffsetFetchResponseTopic> = Vec::new();
+            for (t, p) in wanted.unwrap_or_default() {
+                let part = OffsetFetchResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_committed_offset(-1)
+                    .with_error_code(e.code());
+                match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
+                    Some(x) => x.partitions.push(part),
+                    None => topics.push(
+                        OffsetFetchResponseTopic::default().with_name(topic_name(&t)).with_partitions(vec![part]),
+                    ),
+                }
+            }
+            return now(OffsetFetchResponse::default().with_topics(topics));
+        }
+    };
+    let topics = found
         .into_iter()
         .map(|(t, rows)| {
             let partitions = rows

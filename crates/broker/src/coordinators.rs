@@ -1,0 +1,110 @@
+//! Group coordinators in a cluster. Groups live in the replicated `__consumer_offsets`
+//! topic; a group's coordinator is the leader of the partition its id hashes to (as in
+//! Kafka). That broker reads the partition back when it starts leading it and drops its
+//! groups when it stops, so a coordinator that dies or is cut off is replaced by the new
+//! partition leader, with every acknowledged commit (a Raft-committed write) in place.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use tracing::{info, warn};
+
+use crate::broker::Broker;
+use crate::cluster::{BrokerInfo, Cluster};
+use crate::offsets_log::{topic_configs, OFFSETS_TOPIC};
+
+/// How often a broker compares the offsets partitions it leads with those it serves.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The broker coordinating `group`: the leader of its offsets-log partition. The first
+/// lookup creates the topic through the controller, once enough brokers are registered
+/// to place `offsets.topic.replication.factor` replicas; until then, and while the
+/// partition has no leader, the answer is COORDINATOR_NOT_AVAILABLE and clients retry.
+pub fn locate(b: &Broker, cluster: &Arc<Cluster>, group: &str) -> Result<BrokerInfo, (ResponseError, String)> {
+    let unavailable = |msg: String| (ResponseError::CoordinatorNotAvailable, msg);
+    let brokers = cluster.brokers();
+    let Some(topic) = b.catalog.topic(OFFSETS_TOPIC) else {
+        let (rf, partitions, configs) = {
+            let s = b.catalog.settings();
+            (s.i64("offsets.topic.replication.factor"), s.i64("offsets.topic.num.partitions"), topic_configs(&s))
+        };
+        if (brokers.len() as i64) < rf {
+            return Err(unavailable(format!(
+                "{OFFSETS_TOPIC} needs {rf} brokers (offsets.topic.replication.factor), {} are registered",
+                brokers.len()
+            )));
+        }
+        if !cluster.offsets_creating.swap(true, Ordering::AcqRel) {
+            let cluster = cluster.clone();
+            tokio::spawn(async move {
+                let created = cluster.create_topic(OFFSETS_TOPIC, partitions as i32, rf as i16, None, configs, false);
+                if let Err((code, msg)) = created.await {
+                    if code != ResponseError::TopicAlreadyExists {
+                        warn!(?code, %msg, "creating {OFFSETS_TOPIC} failed");
+                    }
+                }
+                cluster.offsets_creating.store(false, Ordering::Release);
+            });
+        }
+        return Err(unavailable(format!("{OFFSETS_TOPIC} is being created")));
+    };
+    let p = b.groups.partition_for(group);
+    let part = topic.partitions.get(p as usize).ok_or_else(|| {
+        unavailable(format!("{OFFSETS_TOPIC} has {} partitions, the group needs {p}", topic.partitions.len()))
+    })?;
+    let leader = if part.is_remote() {
+        cluster.leader_hint(OFFSETS_TOPIC, p).map(|(l, _)| l)
+    } else {
+        Some(part.leader(b.node_id()).0)
+    };
+    leader
+        .and_then(|l| brokers.into_iter().find(|info| info.id == l))
+        .ok_or_else(|| unavailable(format!("{OFFSETS_TOPIC}-{p} has no leader right now")))
+}
+
+/// Keeps this broker's coordinator serving exactly the offsets partitions it leads: a
+/// partition is read back once its leader's high watermark covers an entry of the leader's
+/// own term (so every earlier commit is readable) and dropped as soon as leadership moves
+/// or the term changes.
+pub async fn follow_leaders(cluster: Arc<Cluster>) {
+    let mut served: HashMap<i32, u64> = HashMap::new();
+    loop {
+        tokio::time::sleep(FOLLOW_INTERVAL).await;
+        let Some(b) = cluster.broker() else { return };
+        let mut leading: HashMap<i32, u64> = HashMap::new();
+        if let Some(topic) = b.catalog.topic(OFFSETS_TOPIC) {
+            for part in &topic.partitions {
+                let Some((replica, _)) = part.replica() else { continue };
+                let r = runnel_raft::driver::lock(replica);
+                if r.leader_current() {
+                    leading.insert(part.index, r.term());
+                }
+            }
+        }
+        served.retain(|p, term| {
+            let keep = leading.get(p) == Some(term);
+            if !keep {
+                b.groups.unload_partition(*p);
+                info!(partition = *p, "stopped coordinating the groups of {OFFSETS_TOPIC}-{p}");
+            }
+            keep
+        });
+        for (p, term) in leading {
+            if served.contains_key(&p) {
+                continue;
+            }
+            let reader = b.clone();
+            match tokio::task::spawn_blocking(move || reader.groups.load_partition(p)).await {
+                Ok(Ok(records)) => {
+                    info!(partition = p, term, records, "coordinating the groups of {OFFSETS_TOPIC}-{p}");
+                    served.insert(p, term);
+                }
+                Ok(Err(e)) => warn!(partition = p, error = %e, "reading {OFFSETS_TOPIC}-{p} back failed; retrying"),
+                Err(e) => warn!(partition = p, error = %e, "reading {OFFSETS_TOPIC}-{p} back panicked"),
+            }
+        }
+    }
+}
