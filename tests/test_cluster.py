@@ -45,13 +45,14 @@ class DevCluster:
     """`runnel dev --brokers 3`; follows its stdout for each broker's current pid (dev starts
     a broker that died again and prints the new pid)."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, settings=()):
         self.port = cluster_port()
         self.data_dir = tmp_path / "cluster"
         self.log = open(tmp_path / "cluster.log", "w")
+        sets = [arg for s in settings for arg in ("--set", s)]
         self.proc = subprocess.Popen(
-            [RUNNEL_BIN, "dev", "--brokers", str(BROKERS), "--port", str(self.port), "--data-dir", str(self.data_dir)],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
+            [RUNNEL_BIN, "dev", "--brokers", str(BROKERS), "--port", str(self.port), "--data-dir", str(self.data_dir)]
+            + sets, stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.pids = {}
         self.lock = threading.Lock()
         threading.Thread(target=self._follow, daemon=True).start()
@@ -82,6 +83,13 @@ class DevCluster:
         self.log.flush()
         text = pathlib.Path(self.log.name).read_text()
         return "\n".join(text.splitlines()[-40:])
+
+    def seen_by(self, broker, topic):
+        """{partition: (leader, replicas)} as the given broker's Metadata (v1) names them."""
+        with kw.Conn(f"127.0.0.1:{self.port + broker}") as conn:
+            r = conn.request(kw.metadata_v1_request([topic], conn.next_correlation_id()))
+            [t] = kw.decode_metadata_v1(r)["topics"]
+            return {p["partition_index"]: (p["leader_id"], p["replicas"]) for p in t["partitions"] or []}
 
     def leader(self, topic, partition=0):
         """The partition's leader, or -1 when unknown: the broker asked has not applied the
@@ -414,14 +422,8 @@ def test_every_broker_names_leaders_of_partitions_it_does_not_host(cluster):
     fs = cluster.admin.create_topics([NewTopic(topic, 6, 1)], operation_timeout=30)
     fs[topic].result(timeout=30)
 
-    def leaders_from(broker):
-        with kw.Conn(f"127.0.0.1:{cluster.port + broker}") as conn:
-            r = conn.request(kw.metadata_v1_request([topic], conn.next_correlation_id()))
-            [t] = kw.decode_metadata_v1(r)["topics"]
-            return {p["partition_index"]: (p["leader_id"], p["replicas"]) for p in t["partitions"] or []}
-
     def all_named():
-        views = [leaders_from(b) for b in range(BROKERS)]
+        views = [cluster.seen_by(b, topic) for b in range(BROKERS)]
         return all(len(v) == 6 and all(leader == replicas[0] for leader, replicas in v.values()) for v in views)
     wait_for(all_named, "every broker naming every partition's leader", 30, cluster.diagnostics)
 
@@ -536,3 +538,49 @@ def test_group_offsets_survive_the_coordinator_being_killed(cluster):
     # the offsets partition answers the same.
     wait_for(lambda: cluster.registered() == BROKERS, "the killed broker back", 60, cluster.diagnostics)
     assert committed(cluster, group, topic, partitions) == after
+
+
+def test_leadership_returns_to_preferred_leaders_after_a_broker_comes_back(tmp_path):
+    """Placement spreads preferred leaders (the first replica of each partition) over the
+    brokers. A broker paused long enough loses its leaderships; once it is back and has
+    caught up, the new leaders hand them back (automatic preferred leader election), so the
+    load is spread again without an operator."""
+    c = DevCluster(tmp_path, settings=["leader.imbalance.check.interval.seconds=1"])
+    try:
+        topic, partitions = unique_topic("pref"), 6
+        create_rf3(c, topic, partitions)
+        preferred = {p: replicas[0] for p, (_, replicas) in c.seen_by(0, topic).items()}
+        assert sorted(preferred.values()) == [0, 0, 1, 1, 2, 2], preferred
+
+        def leaders(broker):
+            return {p: leader for p, (leader, _) in c.seen_by(broker, topic).items()}
+        wait_for(lambda: leaders(0) == preferred, "preferred leaders at first", 30, c.diagnostics)
+        p = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True, "acks": "all"})
+        for i in range(600):
+            p.produce(topic, value=str(i).encode(), partition=i % partitions)
+        assert p.flush(60) == 0
+
+        victim = 1
+        theirs = [q for q, b in preferred.items() if b == victim]
+        os.kill(c.pid(victim), signal.SIGSTOP)
+        try:
+            wait_for(lambda: all(leaders(0).get(q, -1) not in (-1, victim) for q in theirs),
+                     "new leaders while the broker is paused", 30, c.diagnostics)
+        finally:
+            os.kill(c.pid(victim), signal.SIGCONT)
+        wait_for(lambda: all(leaders(b) == preferred for b in range(BROKERS)),
+                 "leadership back at the preferred leaders", 60, c.diagnostics)
+        # The new leaders keep their term when the old one returns: transfers bring it back.
+        c.log.flush()
+        assert "handing partitions back to their preferred leaders" in pathlib.Path(c.log.name).read_text()
+        # Nothing was lost on the way: every record is there once.
+        consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": unique_topic("g"),
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        consumer.assign([TopicPartition(topic, q, 0) for q in range(partitions)])
+        got, deadline = [], time.monotonic() + 60
+        while len(got) < 600 and time.monotonic() < deadline:
+            got += [int(m.value()) for m in consumer.consume(600, timeout=1) if m.error() is None]
+        consumer.close()
+        assert sorted(got) == list(range(600))
+    finally:
+        c.close()

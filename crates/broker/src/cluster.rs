@@ -308,6 +308,7 @@ impl Cluster {
         tokio::spawn(register_loop(cluster.clone()));
         tokio::spawn(announce_leaders(cluster.clone()));
         tokio::spawn(crate::coordinators::follow_leaders(cluster.clone()));
+        tokio::spawn(crate::rebalance::preferred_leaders(cluster.clone()));
         info!(node_id, %listen, voters = voters.len(), "cluster mode: metadata quorum started");
         Ok(cluster)
     }

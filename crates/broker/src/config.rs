@@ -47,6 +47,10 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("num.partitions", Kind::Int, "1"),
     ("default.replication.factor", Kind::Int, "1"),
     ("auto.create.topics.enable", Kind::Bool, "true"),
+    // Cluster mode: leaders hand partitions back to their preferred leaders (the first
+    // replica) every interval. Kafka checks every 300 s; a Raft transfer is cheap.
+    ("auto.leader.rebalance.enable", Kind::Bool, "true"),
+    ("leader.imbalance.check.interval.seconds", Kind::Long, "30"),
     ("delete.topic.enable", Kind::Bool, "true"),
     ("log.segment.bytes", Kind::Int, "1073741824"),
     ("log.roll.ms", Kind::Long, "604800000"),

@@ -668,11 +668,7 @@ impl Coordinator {
     }
 
     /// Committed offsets of a group: for the given partitions, or all when `None`.
-    pub fn fetch(
-        &self,
-        group_id: &str,
-        partitions: Option<&[(String, i32)]>,
-    ) -> Result<CommittedOffsets, E> {
+    pub fn fetch(&self, group_id: &str, partitions: Option<&[(String, i32)]>) -> Result<CommittedOffsets, E> {
         if let Some(e) = self.owner_error(group_id) {
             return Err(e);
         }

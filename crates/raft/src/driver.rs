@@ -217,10 +217,12 @@ impl Driver {
                 let mut rep = lock(&r);
                 let moved = rep.persisted(c, &mut out);
                 self.hooks.after_ready(g, &mut rep, moved);
+                // Persisting may have unlocked more (a leader's commit, follow-up appends).
+                if rep.has_ready() {
+                    again.push(g);
+                }
                 drop(rep);
                 self.send(g, out);
-                // Persisting may have unlocked more (a leader's commit, follow-up appends).
-                again.push(g);
             }
             self.dirty.lock().unwrap_or_else(|p| p.into_inner()).extend(again);
         }

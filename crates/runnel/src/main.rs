@@ -154,6 +154,22 @@ async fn dev_cluster(port: u16, brokers: u16, data_dir: PathBuf, overrides: Vec<
     Ok(())
 }
 
+/// A broker holds one descriptor per segment and per connection: take the whole hard
+/// limit on open files, as Kafka's operators are told to configure by hand.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed in.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            let before = lim.rlim_cur;
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                tracing::info!(from = before, to = lim.rlim_max, "raised the open files limit");
+            }
+        }
+    }
+}
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("RUNNEL_LOG").unwrap_or_else(|_| "info".into()))
@@ -168,7 +184,10 @@ fn main() {
         }
         Command::Bench(args) => runtime().and_then(|rt| rt.block_on(bench::main(*args))),
         Command::Verify(args) => runtime().and_then(|rt| rt.block_on(verify::main(*args))),
-        command => config(command).and_then(|config| runtime()?.block_on(server::run(config, stop_signal()))),
+        command => config(command).and_then(|config| {
+            raise_open_files_limit();
+            runtime()?.block_on(server::run(config, stop_signal()))
+        }),
     };
     if let Err(e) = result {
         // An environment we cannot run in (port taken, data dir unwritable): say why, exit 1.

@@ -35,10 +35,11 @@ pub(crate) struct Segment {
     pub next_offset: i64,
     pub max_timestamp: i64,
     pub created_ms: i64,
+    /// Sparse offset and time indexes, in memory only: every open rebuilds them with the
+    /// recovery scan (which reads every batch header anyway), so files would only cost a
+    /// write per entry and two descriptors per segment.
     index: Vec<IndexEntry>,
     time_index: Vec<TimeEntry>,
-    index_file: File,
-    time_index_file: File,
     bytes_since_index: u64,
     index_interval_bytes: u64,
 }
@@ -82,14 +83,13 @@ impl Segment {
         index_interval_bytes: u64,
         created_ms: i64,
     ) -> io::Result<Segment> {
-        let open_index = |ext: &str| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(dir.join(file_name(base_offset, ext)))
-        };
+        // Index files written by earlier versions are stale from here on.
+        for ext in ["index", "timeindex"] {
+            match std::fs::remove_file(dir.join(file_name(base_offset, ext))) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
         Ok(Segment {
             base_offset,
             file: Arc::new(file),
@@ -100,8 +100,6 @@ impl Segment {
             created_ms,
             index: Vec::new(),
             time_index: Vec::new(),
-            index_file: open_index("index")?,
-            time_index_file: open_index("timeindex")?,
             bytes_since_index: 0,
             index_interval_bytes,
         })
@@ -142,7 +140,7 @@ impl Segment {
                     break Some(format!("invalid batch at offset {} position {pos}: {e}", h.base_offset));
                 }
             }
-            self.note_appended(&h, pos, total)?;
+            self.note_appended(&h, pos, total);
             visit(&h, pos);
             pos += total;
         };
@@ -159,23 +157,19 @@ impl Segment {
     pub fn append(&mut self, batch: &[u8], h: &BatchHeader) -> io::Result<()> {
         let pos = self.size;
         self.file.write_all_at(batch, pos)?;
-        self.note_appended(h, pos, batch.len() as u64)?;
+        self.note_appended(h, pos, batch.len() as u64);
         self.size += batch.len() as u64;
         Ok(())
     }
 
-    fn note_appended(&mut self, h: &BatchHeader, pos: u64, bytes: u64) -> io::Result<()> {
+    fn note_appended(&mut self, h: &BatchHeader, pos: u64, bytes: u64) {
         debug_assert!(h.base_offset >= self.next_offset, "offsets only grow");
         if self.index.is_empty() || self.bytes_since_index >= self.index_interval_bytes {
-            let e = IndexEntry { rel_offset: (h.base_offset - self.base_offset) as u32, position: pos as u32 };
-            let mut raw = [0u8; 8];
-            raw[..4].copy_from_slice(&e.rel_offset.to_be_bytes());
-            raw[4..].copy_from_slice(&e.position.to_be_bytes());
-            self.index_file.write_all_at(&raw, self.index.len() as u64 * 8)?;
-            self.index.push(e);
+            self.index.push(IndexEntry { rel_offset: (h.base_offset - self.base_offset) as u32, position: pos as u32 });
             self.bytes_since_index = 0;
             if h.max_timestamp > self.max_timestamp || self.time_index.is_empty() {
-                self.push_time_entry(h.max_timestamp.max(self.max_timestamp), h.last_offset())?;
+                let timestamp = h.max_timestamp.max(self.max_timestamp);
+                self.time_index.push(TimeEntry { timestamp, offset: h.last_offset() });
             }
         }
         self.bytes_since_index += bytes;
@@ -183,16 +177,6 @@ impl Segment {
             self.max_timestamp = h.max_timestamp;
         }
         self.next_offset = h.next_offset();
-        Ok(())
-    }
-
-    fn push_time_entry(&mut self, timestamp: i64, offset: i64) -> io::Result<()> {
-        let mut raw = [0u8; 12];
-        raw[..8].copy_from_slice(&timestamp.to_be_bytes());
-        raw[8..].copy_from_slice(&((offset - self.base_offset) as u32).to_be_bytes());
-        self.time_index_file.write_all_at(&raw, self.time_index.len() as u64 * 12)?;
-        self.time_index.push(TimeEntry { timestamp, offset });
-        Ok(())
     }
 
     /// Position of the batch holding `offset`, or of the first batch after it; None when
@@ -264,7 +248,7 @@ impl Segment {
     }
 }
 
-/// Deletes a segment's `.log` and (if present) its index files.
+/// Deletes a segment's `.log` and (if an earlier version wrote them) its index files.
 pub(crate) fn remove_files(dir: &Path, base_offset: i64) -> io::Result<()> {
     std::fs::remove_file(dir.join(file_name(base_offset, "log")))?;
     for ext in ["index", "timeindex"] {
