@@ -584,3 +584,48 @@ def test_leadership_returns_to_preferred_leaders_after_a_broker_comes_back(tmp_p
         assert sorted(got) == list(range(600))
     finally:
         c.close()
+
+
+def test_a_placement_that_a_region_loss_would_break_is_refused_unless_forced(tmp_path):
+    """Three brokers in two regions (a, a, b): RF 3 would put two replicas in region a, so
+    losing region a would lose every partition's quorum. CreateTopics refuses it with
+    INVALID_REPLICATION_FACTOR and says why, unless the topic is created with
+    placement.unsafe.allow=true; RF 2 is taken as chosen."""
+    port = cluster_port()
+    voters = ",".join(f"{i}@127.0.0.1:{port + 1000 + i}" for i in range(BROKERS))
+    log = open(tmp_path / "brokers.log", "w")
+    procs = [subprocess.Popen([RUNNEL_BIN, "dev", "--port", str(port + i), "--data-dir", str(tmp_path / f"b{i}"),
+                               "--set", f"node.id={i}", "--set", f"controller.quorum.voters={voters}",
+                               "--set", f"broker.location=region={region},zone={region}{i}"],
+                              stdout=subprocess.DEVNULL, stderr=log)
+             for i, region in enumerate(["a", "a", "b"])]
+    try:
+        for i in range(BROKERS):
+            wait_for_port(port + i, proc=procs[i])
+        admin = admin_client(",".join(f"127.0.0.1:{port + i}" for i in range(BROKERS)))
+        wait_for(lambda: len(admin.list_topics(timeout=5).brokers) == BROKERS, "3 registered brokers", 30)
+
+        refused = unique_topic("unsafe")
+        with pytest.raises(KafkaException) as e:
+            admin.create_topics([NewTopic(refused, 3, 3)], operation_timeout=30)[refused].result(timeout=30)
+        err = e.value.args[0]
+        assert err.code() == KafkaError.INVALID_REPLICATION_FACTOR, err
+        assert "in region a" in err.str() and "placement.unsafe.allow" in err.str(), err.str()
+        assert refused not in admin.list_topics(timeout=10).topics
+
+        forced, two = unique_topic("forced"), unique_topic("rf2")
+        fs = admin.create_topics([NewTopic(forced, 3, 3, config={"placement.unsafe.allow": "true"}),
+                                  NewTopic(two, 3, 2)], operation_timeout=30)
+        for f in fs.values():
+            f.result(timeout=30)
+        wait_for_topic(admin, forced, 3)
+        wait_for_topic(admin, two, 3)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        log.close()

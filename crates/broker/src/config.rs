@@ -50,6 +50,9 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // Cluster mode: leaders hand partitions back to their preferred leaders (the first
     // replica) every interval. Kafka checks every 300 s; a Raft transfer is cheap.
     ("auto.leader.rebalance.enable", Kind::Bool, "true"),
+    // Cluster mode: refuse (false) or allow a topic whose placement puts a majority of a
+    // partition's replicas in one failure domain; a topic config overrides it.
+    ("placement.unsafe.allow", Kind::Bool, "false"),
     ("leader.imbalance.check.interval.seconds", Kind::Long, "30"),
     ("delete.topic.enable", Kind::Bool, "true"),
     ("log.segment.bytes", Kind::Int, "1073741824"),

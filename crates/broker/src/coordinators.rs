@@ -29,7 +29,10 @@ pub fn locate(b: &Broker, cluster: &Arc<Cluster>, group: &str) -> Result<BrokerI
     let Some(topic) = b.catalog.topic(OFFSETS_TOPIC) else {
         let (rf, partitions, configs) = {
             let s = b.catalog.settings();
-            (s.i64("offsets.topic.replication.factor"), s.i64("offsets.topic.num.partitions"), topic_configs(&s))
+            // Groups must work whatever the topology; an unsafe placement is logged.
+            let mut configs = topic_configs(&s);
+            configs.insert("placement.unsafe.allow".into(), "true".into());
+            (s.i64("offsets.topic.replication.factor"), s.i64("offsets.topic.num.partitions"), configs)
         };
         if (brokers.len() as i64) < rf {
             return Err(unavailable(format!(

@@ -24,6 +24,9 @@ pub const TOPIC_CONFIGS: &[(&str, &str, Kind)] = &[
     ("segment.bytes", "log.segment.bytes", Kind::Int),
     ("segment.ms", "log.roll.ms", Kind::Long),
     ("unclean.leader.election.enable", "unclean.leader.election.enable", Kind::Bool),
+    // Cluster mode: create the topic even when one failure domain would hold a majority
+    // of a partition's replicas.
+    ("placement.unsafe.allow", "placement.unsafe.allow", Kind::Bool),
 ];
 
 pub fn lookup(name: &str) -> Option<(&'static str, Kind)> {
