@@ -629,3 +629,56 @@ def test_a_placement_that_a_region_loss_would_break_is_refused_unless_forced(tmp
             except subprocess.TimeoutExpired:
                 p.kill()
         log.close()
+
+
+def test_elect_leaders_hands_partitions_to_preferred_leaders_on_request(tmp_path):
+    """With automatic rebalancing off, a broker that was paused stays without its
+    leaderships after it returns; ElectLeaders (preferred, as kafka-leader-election sends
+    it) gives them back, once the broker has caught up, and reports ELECTION_NOT_NEEDED for
+    partitions already led by their preferred leader. Unclean elections are refused."""
+    from confluent_kafka import ElectionType
+    c = DevCluster(tmp_path, settings=["auto.leader.rebalance.enable=false"])
+    try:
+        topic, partitions = unique_topic("elect"), 6
+        create_rf3(c, topic, partitions)
+        preferred = {p: replicas[0] for p, (_, replicas) in c.seen_by(0, topic).items()}
+
+        def leaders(broker):
+            return {p: leader for p, (leader, _) in c.seen_by(broker, topic).items()}
+        wait_for(lambda: leaders(0) == preferred, "preferred leaders at first", 30, c.diagnostics)
+        victim = 1
+        theirs = [q for q, b in preferred.items() if b == victim]
+        os.kill(c.pid(victim), signal.SIGSTOP)
+        try:
+            wait_for(lambda: all(leaders(0).get(q, -1) not in (-1, victim) for q in theirs),
+                     "new leaders while the broker is paused", 30, c.diagnostics)
+        finally:
+            os.kill(c.pid(victim), signal.SIGCONT)
+        time.sleep(3)
+        assert all(leaders(0)[q] != victim for q in theirs), "leadership came back without being asked"
+
+        tps = [TopicPartition(topic, q) for q in range(partitions)]
+        outcome = {}
+        # The election's timeout_ms is socket.timeout.ms (passing operation_timeout to
+        # elect_leaders fails inside confluent-kafka 2.16).
+        admin = admin_client(c.bootstrap, **{"socket.timeout.ms": 10000})
+
+        def elected():
+            nonlocal outcome
+            try:
+                outcome = admin.elect_leaders(ElectionType.PREFERRED, tps).result(timeout=30)
+            except KafkaException as e:  # the whole request failed (a paused broker, a timeout): retry
+                outcome = {"request": e}
+                return False
+            codes = {tp.partition: (e.code() if e is not None else 0) for tp, e in outcome.items()}
+            return all(codes[q] == 0 for q in theirs) and \
+                all(codes[q] == KafkaError.ELECTION_NOT_NEEDED for q in range(partitions) if q not in theirs)
+        wait_for(elected, f"ElectLeaders succeeding (last answer {outcome})", 60, c.diagnostics, 1)
+        wait_for(lambda: all(leaders(b) == preferred for b in range(BROKERS)),
+                 "every broker naming the preferred leaders", 30, c.diagnostics)
+
+        unclean = admin.elect_leaders(ElectionType.UNCLEAN, tps[:1]).result(timeout=30)
+        [err] = unclean.values()
+        assert err is not None and err.code() == KafkaError.ELECTION_NOT_NEEDED, err
+    finally:
+        c.close()

@@ -83,6 +83,11 @@ enum Forward {
         req: u64,
         error: Option<(i16, String)>,
     },
+    /// ElectLeaders: hand these groups (group, preferred broker) to their preferred leaders,
+    /// where the receiver leads them and the preferred replica has caught up.
+    Elect {
+        groups: Vec<(u64, i32)>,
+    },
     /// The sender leads these Raft groups (group, term), which the receiver does not host.
     Leaders {
         leads: Vec<(u64, u64)>,
@@ -376,6 +381,24 @@ impl Cluster {
         tokio::spawn(crate::rebalance::preferred_leaders(cluster.clone()));
         info!(node_id, %listen, voters = voters.len(), "cluster mode: metadata quorum started");
         Ok(cluster)
+    }
+
+    /// The Raft group of a partition of the cluster.
+    pub fn group_of(&self, topic: &str, partition: i32) -> Option<u64> {
+        self.read().topics.get(topic).map(|t| group_id(t.seq, partition))
+    }
+
+    /// Asks the broker that leads `group` to hand it to `preferred` (ElectLeaders).
+    pub fn ask_to_elect(&self, leader: i32, group: u64, preferred: i32) {
+        if leader == self.node_id {
+            if let Some(replica) = self.driver().group(group) {
+                if crate::rebalance::hand_over(&replica, preferred) {
+                    self.kick(group);
+                }
+            }
+        } else if let Ok(data) = serde_json::to_vec(&Forward::Elect { groups: vec![(group, preferred)] }) {
+            self.driver().forward(leader as u64 + 1, data);
+        }
     }
 
     /// Has the driver handle the group's ready soon (after a proposal).
@@ -825,6 +848,15 @@ impl Hooks for Cluster {
             }
             Ok(Forward::Register(info)) if self.is_controller() => self.register(info),
             Ok(Forward::Register(_)) => {}
+            Ok(Forward::Elect { groups }) => {
+                for (group, preferred) in groups {
+                    if let Some(replica) = self.driver().group(group) {
+                        if crate::rebalance::hand_over(&replica, preferred) {
+                            self.kick(group);
+                        }
+                    }
+                }
+            }
             Err(e) => warn!(error = %e, "unreadable forwarded request"),
         }
     }

@@ -19,7 +19,7 @@ pub mod flusher;
 mod handlers;
 pub mod offsets_log;
 pub mod partition;
-mod rebalance;
+pub(crate) mod rebalance;
 pub mod server;
 pub mod topic_config;
 

@@ -14,6 +14,20 @@ use tracing::info;
 
 use crate::cluster::Cluster;
 
+/// Transfers leadership of a group this broker leads to `preferred`, if that replica is
+/// alive and has every entry (else a transfer would stall writes for an election timeout
+/// and fail). Returns whether it started one; the caller kicks the group.
+pub fn hand_over(replica: &runnel_raft::SharedReplica, preferred: i32) -> bool {
+    let mut r = runnel_raft::driver::lock(replica);
+    let to = preferred as u64 + 1;
+    if r.is_leader() && r.id() != to && r.has_everything(to) {
+        r.transfer_leader(to);
+        true
+    } else {
+        false
+    }
+}
+
 pub async fn preferred_leaders(cluster: Arc<Cluster>) {
     loop {
         let (enabled, interval) = match cluster.broker() {
@@ -36,10 +50,7 @@ pub async fn preferred_leaders(cluster: Arc<Cluster>) {
                 if preferred == me {
                     continue;
                 }
-                let mut r = runnel_raft::driver::lock(replica);
-                if r.is_leader() && r.has_everything(preferred as u64 + 1) {
-                    r.transfer_leader(preferred as u64 + 1);
-                    drop(r);
+                if hand_over(replica, preferred) {
                     cluster.kick(group);
                     moved += 1;
                 }

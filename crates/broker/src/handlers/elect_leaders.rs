@@ -1,0 +1,119 @@
+//! ElectLeaders (key 43, v0–2): preferred-leader election on demand (`kafka-leader-election
+//! --election-type preferred`). For each partition (all of them when the list is null), the
+//! broker leading it hands it to the preferred leader (first replica) if that replica is
+//! alive and has every entry, and the answer waits (up to `timeout_ms`) until Metadata here
+//! names the preferred leader. Unclean elections are never run: a Raft group elects only
+//! replicas that have every committed entry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
+use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
+
+use super::{str_bytes, topic_name};
+use crate::broker::Broker;
+use crate::dispatch::Reply;
+use crate::partition::Partition;
+
+const UNCLEAN: i8 = 1;
+/// Longest wait for the preferred leaders to take over, whatever the request asks.
+const WAIT_MAX_MS: i32 = 60_000;
+
+/// The partition's leader as this broker knows it (-1 when unknown).
+fn leader_of(b: &Broker, part: &Partition) -> i32 {
+    match b.cluster.get() {
+        Some(c) if part.is_remote() => c.leader_hint(&part.topic, part.index).map_or(-1, |(l, _)| l),
+        _ => part.leader(b.node_id()).0,
+    }
+}
+
+pub fn handle(b: &Arc<Broker>, r: ElectLeadersRequest, v: i16) -> Reply {
+    let unclean = v >= 1 && r.election_type == UNCLEAN;
+    let wanted: Vec<(String, Vec<i32>)> = match r.topic_partitions {
+        Some(tps) => tps.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect(),
+        None => b
+            .catalog
+            .topics_snapshot()
+            .iter()
+            .map(|t| (t.name.to_string(), (0..t.partitions.len() as i32).collect()))
+            .collect(),
+    };
+    let wait = Duration::from_millis(r.timeout_ms.clamp(0, WAIT_MAX_MS) as u64);
+    let b = b.clone();
+    Box::pin(async move {
+        let mut results: Vec<(String, Vec<PartitionResult>)> = Vec::with_capacity(wanted.len());
+        // (result row, partition, preferred leader): transfers asked for, not yet seen.
+        let mut waiting: Vec<((usize, usize), Arc<Partition>, i32)> = Vec::new();
+        for (name, partitions) in wanted {
+            let topic = b.catalog.topic(&name);
+            let mut rows = Vec::with_capacity(partitions.len());
+            for p in partitions {
+                let row = PartitionResult::default().with_partition_id(p);
+                let fail = |code: ResponseError, msg: &str| {
+                    row.clone().with_error_code(code.code()).with_error_message(Some(str_bytes(msg)))
+                };
+                let Some(part) = topic.as_ref().and_then(|t| t.partitions.get(p as usize)).cloned() else {
+                    rows.push(fail(
+                        ResponseError::UnknownTopicOrPartition,
+                        "This server does not host this topic-partition.",
+                    ));
+                    continue;
+                };
+                let leader = leader_of(&b, &part);
+                let preferred = part.replicas.first().copied().unwrap_or(b.node_id());
+                if unclean {
+                    rows.push(match leader {
+                        -1 => fail(
+                            ResponseError::EligibleLeadersNotAvailable,
+                            "Replicas without every committed entry are never elected.",
+                        ),
+                        _ => fail(
+                            ResponseError::ElectionNotNeeded,
+                            "The partition has a leader with every committed entry.",
+                        ),
+                    });
+                    continue;
+                }
+                if leader == preferred {
+                    rows.push(fail(ResponseError::ElectionNotNeeded, "The preferred leader already leads."));
+                    continue;
+                }
+                let group = b.cluster.get().and_then(|c| c.group_of(&part.topic, part.index).map(|g| (c, g)));
+                let (Some((cluster, group)), true) = (group, leader >= 0) else {
+                    rows.push(fail(
+                        ResponseError::PreferredLeaderNotAvailable,
+                        "The partition has no leader right now.",
+                    ));
+                    continue;
+                };
+                cluster.ask_to_elect(leader, group, preferred);
+                waiting.push(((results.len(), rows.len()), part, preferred));
+                rows.push(row);
+            }
+            results.push((name, rows));
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            waiting.retain(|(_, part, preferred)| leader_of(&b, part) != *preferred);
+            if waiting.is_empty() || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for ((t, p), _, preferred) in waiting {
+            let msg = format!("Broker {preferred} did not take over in time: it is down, or behind the leader.");
+            let row = &mut results[t].1[p];
+            row.error_code = ResponseError::PreferredLeaderNotAvailable.code();
+            row.error_message = Some(str_bytes(&msg));
+        }
+        let results = results
+            .into_iter()
+            .map(|(name, rows)| {
+                ReplicaElectionResult::default().with_topic(topic_name(&name)).with_partition_result(rows)
+            })
+            .collect();
+        Some(ElectLeadersResponse::default().with_replica_election_results(results).into())
+    })
+}
