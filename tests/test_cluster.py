@@ -91,6 +91,25 @@ class DevCluster:
             [t] = kw.decode_metadata_v1(r)["topics"]
             return {p["partition_index"]: (p["leader_id"], p["replicas"]) for p in t["partitions"] or []}
 
+    def leaders_seen_by(self, broker, topic):
+        return {p: leader for p, (leader, _) in self.seen_by(broker, topic).items()}
+
+    def displace_leaders(self, topic, victim):
+        """Waits for the preferred leaders (first replicas) to lead, then pauses `victim`
+        until its partitions have other leaders (per broker 0) and resumes it. Returns
+        ({partition: preferred leader}, [the victim's partitions])."""
+        preferred = {p: replicas[0] for p, (_, replicas) in self.seen_by(0, topic).items()}
+        wait_for(lambda: self.leaders_seen_by(0, topic) == preferred, "preferred leaders at first", 30,
+                 self.diagnostics)
+        theirs = [q for q, b in preferred.items() if b == victim]
+        os.kill(self.pid(victim), signal.SIGSTOP)
+        try:
+            wait_for(lambda: all(self.leaders_seen_by(0, topic).get(q, -1) not in (-1, victim) for q in theirs),
+                     "new leaders while the broker is paused", 30, self.diagnostics)
+        finally:
+            os.kill(self.pid(victim), signal.SIGCONT)
+        return preferred, theirs
+
     def leader(self, topic, partition=0):
         """The partition's leader, or -1 when unknown: the broker asked has not applied the
         topic yet, or the request timed out (librdkafka may have asked a paused broker)."""
@@ -551,24 +570,13 @@ def test_leadership_returns_to_preferred_leaders_after_a_broker_comes_back(tmp_p
         create_rf3(c, topic, partitions)
         preferred = {p: replicas[0] for p, (_, replicas) in c.seen_by(0, topic).items()}
         assert sorted(preferred.values()) == [0, 0, 1, 1, 2, 2], preferred
-
-        def leaders(broker):
-            return {p: leader for p, (leader, _) in c.seen_by(broker, topic).items()}
-        wait_for(lambda: leaders(0) == preferred, "preferred leaders at first", 30, c.diagnostics)
         p = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True, "acks": "all"})
         for i in range(600):
             p.produce(topic, value=str(i).encode(), partition=i % partitions)
         assert p.flush(60) == 0
 
-        victim = 1
-        theirs = [q for q, b in preferred.items() if b == victim]
-        os.kill(c.pid(victim), signal.SIGSTOP)
-        try:
-            wait_for(lambda: all(leaders(0).get(q, -1) not in (-1, victim) for q in theirs),
-                     "new leaders while the broker is paused", 30, c.diagnostics)
-        finally:
-            os.kill(c.pid(victim), signal.SIGCONT)
-        wait_for(lambda: all(leaders(b) == preferred for b in range(BROKERS)),
+        c.displace_leaders(topic, victim=1)
+        wait_for(lambda: all(c.leaders_seen_by(b, topic) == preferred for b in range(BROKERS)),
                  "leadership back at the preferred leaders", 60, c.diagnostics)
         # The new leaders keep their term when the old one returns: transfers bring it back.
         c.log.flush()
@@ -641,21 +649,10 @@ def test_elect_leaders_hands_partitions_to_preferred_leaders_on_request(tmp_path
     try:
         topic, partitions = unique_topic("elect"), 6
         create_rf3(c, topic, partitions)
-        preferred = {p: replicas[0] for p, (_, replicas) in c.seen_by(0, topic).items()}
-
-        def leaders(broker):
-            return {p: leader for p, (leader, _) in c.seen_by(broker, topic).items()}
-        wait_for(lambda: leaders(0) == preferred, "preferred leaders at first", 30, c.diagnostics)
         victim = 1
-        theirs = [q for q, b in preferred.items() if b == victim]
-        os.kill(c.pid(victim), signal.SIGSTOP)
-        try:
-            wait_for(lambda: all(leaders(0).get(q, -1) not in (-1, victim) for q in theirs),
-                     "new leaders while the broker is paused", 30, c.diagnostics)
-        finally:
-            os.kill(c.pid(victim), signal.SIGCONT)
+        preferred, theirs = c.displace_leaders(topic, victim)
         time.sleep(3)
-        assert all(leaders(0)[q] != victim for q in theirs), "leadership came back without being asked"
+        assert all(c.leaders_seen_by(0, topic)[q] != victim for q in theirs), "leadership came back without being asked"
 
         tps = [TopicPartition(topic, q) for q in range(partitions)]
         last, moved = {}, set()
@@ -677,7 +674,7 @@ def test_elect_leaders_hands_partitions_to_preferred_leaders_on_request(tmp_path
             return all(code in (0, KafkaError.ELECTION_NOT_NEEDED) for code in last.values())
         wait_for(elected, "ElectLeaders succeeding", 60, lambda: f"last answer {last}\n{c.diagnostics()}", 1)
         assert moved & set(theirs), f"ElectLeaders moved none of broker {victim}'s partitions {theirs}: {last}"
-        wait_for(lambda: all(leaders(b) == preferred for b in range(BROKERS)),
+        wait_for(lambda: all(c.leaders_seen_by(b, topic) == preferred for b in range(BROKERS)),
                  "every broker naming the preferred leaders", 30, c.diagnostics)
 
         unclean = admin.elect_leaders(ElectionType.UNCLEAN, tps[:1]).result(timeout=30)

@@ -13,6 +13,7 @@ use crate::config::BrokerConfig;
 use crate::fetch_session::FetchSessions;
 use crate::flusher::Flusher;
 use crate::offsets_log::OffsetsLog;
+use crate::partition::Partition;
 
 pub struct Broker {
     pub config: BrokerConfig,
@@ -84,6 +85,15 @@ impl Broker {
 
     pub fn node_id(&self) -> i32 {
         self.config.node_id
+    }
+
+    /// (leader, epoch) of a partition as this broker knows them: from its own replica, or,
+    /// in a cluster when it holds none, from the leader's announcement; (-1, -1) if unknown.
+    pub fn partition_leader(&self, p: &Partition) -> (i32, i32) {
+        match self.cluster.get() {
+            Some(c) if p.is_remote() => c.leader_hint(&p.topic, p.index).unwrap_or((-1, -1)),
+            _ => p.leader(self.node_id()),
+        }
     }
 
     pub fn is_shutting_down(&self) -> bool {

@@ -391,14 +391,20 @@ impl Cluster {
     /// Asks the broker that leads `group` to hand it to `preferred` (ElectLeaders).
     pub fn ask_to_elect(&self, leader: i32, group: u64, preferred: i32) {
         if leader == self.node_id {
-            if let Some(replica) = self.driver().group(group) {
-                if crate::rebalance::hand_over(&replica, preferred) {
-                    self.kick(group);
-                }
-            }
+            self.elect_here(group, preferred);
         } else if let Ok(data) = serde_json::to_vec(&Forward::Elect { groups: vec![(group, preferred)] }) {
             self.driver().forward(leader as u64 + 1, data);
         }
+    }
+
+    /// Hands a group this broker leads to `preferred` (see `rebalance::hand_over`);
+    /// returns whether a transfer started.
+    pub fn elect_here(&self, group: u64, preferred: i32) -> bool {
+        let started = self.driver().group(group).is_some_and(|r| crate::rebalance::hand_over(&r, preferred));
+        if started {
+            self.kick(group);
+        }
+        started
     }
 
     /// Has the driver handle the group's ready soon (after a proposal).
@@ -850,11 +856,7 @@ impl Hooks for Cluster {
             Ok(Forward::Register(_)) => {}
             Ok(Forward::Elect { groups }) => {
                 for (group, preferred) in groups {
-                    if let Some(replica) = self.driver().group(group) {
-                        if crate::rebalance::hand_over(&replica, preferred) {
-                            self.kick(group);
-                        }
-                    }
+                    self.elect_here(group, preferred);
                 }
             }
             Err(e) => warn!(error = %e, "unreadable forwarded request"),

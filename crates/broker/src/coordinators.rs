@@ -58,13 +58,10 @@ pub fn locate(b: &Broker, cluster: &Arc<Cluster>, group: &str) -> Result<BrokerI
     let part = topic.partitions.get(p as usize).ok_or_else(|| {
         unavailable(format!("{OFFSETS_TOPIC} has {} partitions, the group needs {p}", topic.partitions.len()))
     })?;
-    let leader = if part.is_remote() {
-        cluster.leader_hint(OFFSETS_TOPIC, p).map(|(l, _)| l)
-    } else {
-        Some(part.leader(b.node_id()).0)
-    };
-    leader
-        .and_then(|l| brokers.into_iter().find(|info| info.id == l))
+    let (leader, _) = b.partition_leader(part);
+    brokers
+        .into_iter()
+        .find(|info| info.id == leader)
         .ok_or_else(|| unavailable(format!("{OFFSETS_TOPIC}-{p} has no leader right now")))
 }
 

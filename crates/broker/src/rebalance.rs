@@ -17,7 +17,7 @@ use crate::cluster::Cluster;
 /// Transfers leadership of a group this broker leads to `preferred`, if that replica is
 /// alive and has every entry (else a transfer would stall writes for an election timeout
 /// and fail). Returns whether it started one; the caller kicks the group.
-pub fn hand_over(replica: &runnel_raft::SharedReplica, preferred: i32) -> bool {
+pub(crate) fn hand_over(replica: &runnel_raft::SharedReplica, preferred: i32) -> bool {
     let mut r = runnel_raft::driver::lock(replica);
     let to = preferred as u64 + 1;
     if r.is_leader() && r.id() != to && r.has_everything(to) {
@@ -46,12 +46,8 @@ pub async fn preferred_leaders(cluster: Arc<Cluster>) {
         let mut moved = 0;
         for t in b.catalog.topics_snapshot() {
             for p in &t.partitions {
-                let (Some((replica, group)), Some(&preferred)) = (p.replica(), p.replicas.first()) else { continue };
-                if preferred == me {
-                    continue;
-                }
-                if hand_over(replica, preferred) {
-                    cluster.kick(group);
+                let (Some((_, group)), Some(&preferred)) = (p.replica(), p.replicas.first()) else { continue };
+                if preferred != me && cluster.elect_here(group, preferred) {
                     moved += 1;
                 }
             }

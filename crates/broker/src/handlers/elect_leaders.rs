@@ -21,14 +21,6 @@ const UNCLEAN: i8 = 1;
 /// Longest wait for the preferred leaders to take over, whatever the request asks.
 const WAIT_MAX_MS: i32 = 60_000;
 
-/// The partition's leader as this broker knows it (-1 when unknown).
-fn leader_of(b: &Broker, part: &Partition) -> i32 {
-    match b.cluster.get() {
-        Some(c) if part.is_remote() => c.leader_hint(&part.topic, part.index).map_or(-1, |(l, _)| l),
-        _ => part.leader(b.node_id()).0,
-    }
-}
-
 pub fn handle(b: &Arc<Broker>, r: ElectLeadersRequest, v: i16) -> Reply {
     let unclean = v >= 1 && r.election_type == UNCLEAN;
     let wanted: Vec<(String, Vec<i32>)> = match r.topic_partitions {
@@ -61,7 +53,7 @@ pub fn handle(b: &Arc<Broker>, r: ElectLeadersRequest, v: i16) -> Reply {
                     ));
                     continue;
                 };
-                let leader = leader_of(&b, &part);
+                let leader = b.partition_leader(&part).0;
                 let preferred = part.replicas.first().copied().unwrap_or(b.node_id());
                 if unclean {
                     rows.push(match leader {
@@ -96,7 +88,7 @@ pub fn handle(b: &Arc<Broker>, r: ElectLeadersRequest, v: i16) -> Reply {
         }
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            waiting.retain(|(_, part, preferred)| leader_of(&b, part) != *preferred);
+            waiting.retain(|(_, part, preferred)| b.partition_leader(part).0 != *preferred);
             if waiting.is_empty() || tokio::time::Instant::now() >= deadline {
                 break;
             }

@@ -21,13 +21,7 @@ pub fn topic_entry(b: &Broker, t: &Topic, v: i16) -> MetadataResponseTopic {
         .partitions
         .iter()
         .map(|p| {
-            let (mut leader, mut epoch) = p.leader(me);
-            if leader < 0 && p.is_remote() {
-                // Not hosted here: the leader's own announcement, if one arrived.
-                if let Some(hint) = b.cluster.get().and_then(|c| c.leader_hint(&t.name, p.index)) {
-                    (leader, epoch) = hint;
-                }
-            }
+            let (leader, epoch) = b.partition_leader(p);
             let replicas: Vec<BrokerId> = if p.replicas.is_empty() {
                 vec![BrokerId(me)]
             } else {
