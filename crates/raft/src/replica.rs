@@ -11,8 +11,8 @@ use std::collections::VecDeque;
 use std::io;
 use std::path::Path;
 
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
-use raft::{Config, RawNode, StateRole};
+use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
+use raft::{Config, RawNode, SnapshotStatus, StateRole};
 use runnel_storage::{Log, LogConfig, ProducerError};
 use runnel_wire::batch::stamp;
 use runnel_wire::BatchHeader;
@@ -93,6 +93,8 @@ pub struct Collected {
     number: u64,
     must_sync: bool,
     last_index: u64,
+    /// Index of the snapshot installed by this ready (0 when none).
+    snapshot_index: u64,
     held: Vec<Message>,
 }
 
@@ -278,6 +280,33 @@ impl Replica {
         })
     }
 
+    /// Proposes DeleteRecords: once the entry commits, every replica moves its log start to
+    /// `offset` (which the caller checked is at most the high watermark).
+    pub fn propose_delete_records(&mut self, offset: i64) -> Result<Proposed, ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader(self.leader()));
+        }
+        let term = self.term();
+        let epoch = i32::try_from(term).map_err(|_| ProposeError::Invalid("term past i32".into()))?;
+        let (next, _) = self.pending();
+        let mut data = crate::store::delete_records_batch(offset);
+        stamp(&mut data, next, epoch);
+        self.propose_raw(data)?;
+        let index = self.node.raft.raft_log.last_index();
+        Ok(Proposed { base_offset: next, last_offset: next, index, term, duplicate: false })
+    }
+
+    /// Time and size retention: moves the log start to where the log's policy allows,
+    /// within what this replica has applied (committed entries only). Each replica decides
+    /// for itself, as Kafka's replicas do; a follower that needs entries the leader has
+    /// dropped gets a snapshot and restarts its log at the leader's start. Returns the new
+    /// log start if it moved.
+    pub fn enforce_retention(&mut self, now_ms: i64) -> io::Result<Option<i64>> {
+        let applied = self.applied_index();
+        let Some(point) = self.node.mut_store().log_mut().retention_point(now_ms)? else { return Ok(None) };
+        self.node.mut_store().trim(point, applied)
+    }
+
     /// Proposes an internal record (the metadata group's), as a one-record batch.
     pub fn propose_record(&mut self, value: &[u8], now_ms: i64) -> Result<Proposed, ProposeError> {
         let mut b = runnel_wire::build::BatchBuilder::new(now_ms);
@@ -352,7 +381,10 @@ impl Replica {
             return Ok(None);
         }
         let mut rd = self.node.ready();
-        out.extend(rd.take_messages());
+        let messages = rd.take_messages();
+        self.snapshots_sent(&messages);
+        out.extend(messages);
+        let snapshot_index = rd.snapshot().get_metadata().index;
         if !rd.snapshot().is_empty() {
             self.node.mut_store().apply_snapshot(rd.snapshot(), now_ms)?;
         }
@@ -371,7 +403,7 @@ impl Replica {
         let must_sync = rd.must_sync();
         self.node.advance_append_async(rd);
         self.apply(committed)?;
-        Ok(Some(Collected { number, must_sync, last_index: self.node.store().last(), held }))
+        Ok(Some(Collected { number, must_sync, last_index: self.node.store().last(), snapshot_index, held }))
     }
 
     /// Second half of a ready, after the caller synced the log. Returns true when the high
@@ -379,8 +411,27 @@ impl Replica {
     pub fn persisted(&mut self, c: Collected, out: &mut Vec<Message>) -> bool {
         self.node.mut_store().mark_synced(c.last_index);
         self.node.on_persist_ready(c.number);
+        if c.snapshot_index > self.applied_index() {
+            // An installed snapshot counts as applied: Raft expects every entry between the
+            // applied and the commit index to be readable, and those are gone.
+            self.node.advance_apply_to(c.snapshot_index);
+        }
+        self.snapshots_sent(&c.held);
         out.extend(c.held);
         self.release_waiters()
+    }
+
+    /// A snapshot is only a log start (the entries before it are gone everywhere that
+    /// sent it), so it is as good as delivered once sent. Reporting it at once takes the
+    /// follower's progress out of the snapshot state; if the message was lost, the next
+    /// heartbeat response shows the follower still behind and another goes out. Without
+    /// the report, a lost snapshot would stall that follower for good.
+    fn snapshots_sent(&mut self, messages: &[Message]) {
+        for m in messages {
+            if m.get_msg_type() == MessageType::MsgSnapshot {
+                self.node.report_snapshot(m.to, SnapshotStatus::Finish);
+            }
+        }
     }
 
     fn apply(&mut self, committed: Vec<Entry>) -> io::Result<()> {
@@ -398,7 +449,11 @@ impl Replica {
                     self.node.mut_store().set_conf_state(cs)?;
                 }
                 EntryType::EntryNormal if self.deliver_committed && !e.data.is_empty() => self.applied.push(e),
-                EntryType::EntryNormal => {}
+                EntryType::EntryNormal => {
+                    if let Some(offset) = crate::store::delete_records_of(&e) {
+                        self.node.mut_store().trim(offset, e.index)?;
+                    }
+                }
             }
         }
         self.node.mut_store().set_commit(last);

@@ -32,6 +32,9 @@ const STATE_VERSION: &str = "v1";
 const CONTROL_NOOP: i16 = 100;
 const CONTROL_CONF_CHANGE: i16 = 101;
 const CONTROL_CONF_CHANGE_V2: i16 = 102;
+/// DeleteRecords: every replica moves its log start to the offset in the value once the
+/// entry commits. Unlike the others it is stored and handed to Raft as the batch itself.
+const CONTROL_DELETE_RECORDS: i16 = 103;
 
 /// Bytes read from the log per chunk when raft-rs asks for entries.
 const READ_CHUNK_BYTES: usize = 1 << 20;
@@ -106,6 +109,10 @@ impl RaftLog {
             let index = store.snap_index + 1 + store.offsets.len() as u64;
             store.offsets.push_back(base);
             store.note_term(index, epoch.max(0) as u64);
+        }
+        if store.log.log_start_offset() < store.first_offset && store.first_offset <= store.log.log_end_offset() {
+            // A trim recorded its snapshot point but did not delete the segments below it.
+            store.log.delete_records_before(store.first_offset)?;
         }
         store.hard.commit = store.hard.commit.min(store.last()).max(store.snap_index);
         store.synced_index = store.last();
@@ -285,6 +292,37 @@ impl RaftLog {
         self.write_state()
     }
 
+    /// Moves the log start forward to `log_start` (never back, never past the end of entry
+    /// `applied`): the entries wholly below it become the snapshot point, and the segments
+    /// wholly below it are deleted. The state file is rewritten first, so a crash in between
+    /// leaves segments that the next open deletes. Returns the new log start if it moved.
+    pub fn trim(&mut self, log_start: i64, applied: u64) -> io::Result<Option<i64>> {
+        let applied = applied.min(self.last());
+        let log_start = log_start.min(self.end_offset_of(applied));
+        if log_start <= self.log.log_start_offset() {
+            return Ok(None);
+        }
+        // The first entry kept: the one holding `log_start`, or the one after `applied`.
+        let keep = match self.index_of(log_start) {
+            Some(i) if i <= applied => i,
+            _ => applied + 1,
+        };
+        if keep > self.first() {
+            let snap_term = self.term_at(keep - 1).ok_or_else(|| io::Error::other("no term below the log start"))?;
+            self.first_offset = self.end_offset_of(keep - 1);
+            self.offsets.drain(..(keep - self.first()) as usize);
+            let runs_before = self.terms.partition_point(|(start, _)| *start <= keep).saturating_sub(1);
+            self.terms.drain(..runs_before);
+            if let Some(run) = self.terms.first_mut() {
+                run.0 = run.0.max(keep);
+            }
+            self.snap_index = keep - 1;
+            self.snap_term = snap_term;
+            self.write_state()?;
+        }
+        Ok(Some(self.log.delete_records_before(log_start)?))
+    }
+
     /// Persists the commit index too (clean shutdown) and closes the log.
     pub fn close(&mut self) -> io::Result<()> {
         self.log.close()?;
@@ -412,12 +450,38 @@ fn control_batch(e: &Entry) -> Vec<u8> {
         EntryType::EntryConfChange => CONTROL_CONF_CHANGE,
         EntryType::EntryConfChangeV2 => CONTROL_CONF_CHANGE_V2,
     };
+    control_record(kind, &e.data)
+}
+
+fn control_record(kind: i16, value: &[u8]) -> Vec<u8> {
     let mut key = [0u8; 4];
     key[2..].copy_from_slice(&kind.to_be_bytes());
     // No timestamp (-1): every replica writes the same bytes for the same entry.
     let mut b = BatchBuilder::new(-1);
-    b.push(-1, Some(&key), Some(&e.data));
+    b.push(-1, Some(&key), Some(value));
     b.finish_control()
+}
+
+/// The control batch (offsets not yet stamped) that asks every replica to move its log
+/// start to `offset`.
+pub fn delete_records_batch(offset: i64) -> Vec<u8> {
+    control_record(CONTROL_DELETE_RECORDS, &offset.to_be_bytes())
+}
+
+/// The log start a committed entry asks for, if it is a DeleteRecords entry.
+pub fn delete_records_of(e: &Entry) -> Option<i64> {
+    if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
+        return None;
+    }
+    let h = BatchHeader::parse(&e.data).ok().filter(|h| h.is_control())?;
+    let records = runnel_storage::records_of(&h, &e.data).ok()?;
+    let record = records.iter().next()?;
+    match (record.key, record.value) {
+        (Some([0, 0, hi, lo]), Some(v)) if i16::from_be_bytes([*hi, *lo]) == CONTROL_DELETE_RECORDS => {
+            Some(i64::from_be_bytes(v.try_into().ok()?))
+        }
+        _ => None,
+    }
 }
 
 /// The Raft entry a stored batch stands for.
@@ -437,6 +501,11 @@ fn entry_of(index: u64, h: &BatchHeader, batch: Bytes) -> io::Result<Entry> {
         Some([0, 0, hi, lo]) => i16::from_be_bytes([*hi, *lo]),
         _ => return Err(bad()),
     };
+    if kind == CONTROL_DELETE_RECORDS {
+        e.set_entry_type(EntryType::EntryNormal);
+        e.data = batch;
+        return Ok(e);
+    }
     e.set_entry_type(match kind {
         CONTROL_NOOP => EntryType::EntryNormal,
         CONTROL_CONF_CHANGE => EntryType::EntryConfChange,
@@ -490,4 +559,59 @@ fn read_state(dir: &Path) -> io::Result<Option<Saved>> {
         snap_term: num(snap_term)?,
         first_offset: first_offset.parse::<i64>().map_err(|_| bad())?,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::Storage;
+    use runnel_wire::build::{ProducerFields, CODEC_NONE};
+
+    /// Entries 1..=n, each a one-record batch of 200 bytes at the offsets the log assigns.
+    fn fill(store: &mut RaftLog, n: u64, term: u64) {
+        for _ in 0..n {
+            let mut b = BatchBuilder::new(1_000);
+            b.push(1_000, None, Some(&[7u8; 200]));
+            let mut batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
+            stamp(&mut batch, store.log().log_end_offset(), term as i32);
+            let e = Entry { index: store.last() + 1, term, data: batch.into(), ..Default::default() };
+            store.append(&[e], 0).expect("append");
+        }
+    }
+
+    #[test]
+    fn trimming_moves_the_snapshot_point_and_survives_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LogConfig { segment_bytes: 1024, ..LogConfig::default() };
+        let mut store = RaftLog::open(dir.path(), config, &[1, 2, 3], 0).expect("open");
+        fill(&mut store, 10, 1);
+        fill(&mut store, 10, 2);
+        assert_eq!((store.first(), store.last()), (1, 20));
+
+        // Never past the applied entry: asking for offset 15 with entry 8 applied keeps 9 on.
+        assert_eq!(store.trim(15, 8).expect("trim"), Some(8));
+        assert_eq!((store.first(), store.snapshot(0, 0).expect("snap").get_metadata().index), (9, 8));
+        assert!(matches!(
+            store.entries(8, 10, None, GetEntriesContext::empty(false)),
+            Err(raft::Error::Store(StorageError::Compacted))
+        ));
+        assert_eq!(store.entries(9, 21, None, GetEntriesContext::empty(false)).expect("entries").len(), 12);
+        assert_eq!(store.term(8).expect("term"), 1);
+        assert_eq!(store.term(11).expect("term"), 2);
+        let segments = store.log().segment_count();
+
+        // Inside a term-2 entry: the log start is that offset, the entry stays.
+        assert_eq!(store.trim(14, 20).expect("trim"), Some(14));
+        assert_eq!((store.first(), store.log().log_start_offset()), (15, 14));
+        assert!(store.log().segment_count() < segments, "segments below the start are deleted");
+        assert_eq!(store.trim(10, 20).expect("trim"), None, "the start never moves back");
+        store.close().expect("close");
+
+        let store = RaftLog::open(dir.path(), config, &[1, 2, 3], 0).expect("reopen");
+        assert_eq!((store.first(), store.last(), store.log().log_start_offset()), (15, 20, 14));
+        assert_eq!(store.term(14).expect("snapshot term"), 2);
+        let entries = store.entries(15, 21, None, GetEntriesContext::empty(false)).expect("entries");
+        assert_eq!(entries.iter().map(|e| e.index).collect::<Vec<_>>(), (15..=20).collect::<Vec<_>>());
+        assert_eq!(store.end_offset_of(20), 20);
+    }
 }

@@ -8,6 +8,9 @@
 //!   was committed stays in every replica's log once it reached it;
 //! - every acknowledged (committed) proposal is in the final log, once, at its offset.
 //!
+//! Logs are trimmed as they go (size retention on every replica, DeleteRecords through the
+//! leader), so lagging and restarted replicas often catch up from a snapshot.
+//!
 //! `RUNNEL_SIM_SEEDS=n` sets how many seeds run (default 24); `RUNNEL_SIM_SEED=s` runs one.
 //! A failure names its seed.
 
@@ -54,6 +57,7 @@ struct Sim {
     waiting: Vec<(Vec<u8>, i64, oneshot::Receiver<bool>)>,
     acked: Vec<(Vec<u8>, i64)>,
     proposals: usize,
+    deletes: usize,
 }
 
 fn config(id: u64) -> ReplicaConfig {
@@ -61,7 +65,8 @@ fn config(id: u64) -> ReplicaConfig {
 }
 
 fn open(dir: &std::path::Path, id: u64) -> Replica {
-    Replica::open(dir, LogConfig { segment_bytes: 4096, ..LogConfig::default() }, &config(id), 0).expect("open replica")
+    let log = LogConfig { segment_bytes: 4096, retention_bytes: 12 << 10, delete: true, ..LogConfig::default() };
+    Replica::open(dir, log, &config(id), 0).expect("open replica")
 }
 
 impl Sim {
@@ -83,6 +88,7 @@ impl Sim {
             waiting: Vec::new(),
             acked: Vec::new(),
             proposals: 0,
+            deletes: 0,
         }
     }
 
@@ -171,6 +177,25 @@ impl Sim {
                 }
             }
         }
+        // Trimming: size retention on one replica; now and then DeleteRecords at the leader.
+        if self.rng.gen_bool(0.05) {
+            let i = self.rng.gen_range(0..self.nodes.len());
+            let r = self.nodes[i].replica.as_mut().expect("replica");
+            r.enforce_retention(0).expect("retention");
+        }
+        if propose && self.rng.gen_bool(0.01) {
+            let leader = self.nodes.iter_mut().filter_map(|n| n.replica.as_mut()).find(|r| r.is_leader());
+            if let Some(r) = leader {
+                let to = r.high_watermark() - 3;
+                if to > r.log().log_start_offset() {
+                    self.deletes += 1;
+                    match r.propose_delete_records(to) {
+                        Ok(_) | Err(ProposeError::NotLeader(_)) | Err(ProposeError::Busy) => {}
+                        Err(e) => panic!("propose DeleteRecords: {e:?}"),
+                    }
+                }
+            }
+        }
         // Ready handling: collect, "sync", persisted; until quiet.
         for i in 0..self.nodes.len() {
             for _ in 0..8 {
@@ -244,18 +269,40 @@ fn run_seed(seed: u64) {
         sim.run_step(false, i < 100);
     }
     let hws: Vec<i64> = sim.nodes.iter().map(|n| n.replica.as_ref().expect("replica").high_watermark()).collect();
-    assert!(hws.iter().all(|h| *h == hws[0]), "replicas did not converge: {hws:?}");
+    let states: Vec<String> = sim
+        .nodes
+        .iter()
+        .map(|n| {
+            let r = n.replica.as_ref().expect("replica");
+            format!(
+                "{}: {:?} term {} log {}..{} raft {}..{} commit {} applied {}",
+                r.id(),
+                r.role(),
+                r.term(),
+                r.log().log_start_offset(),
+                r.log().log_end_offset(),
+                r.store().first(),
+                r.store().last(),
+                r.committed_index(),
+                r.applied_index()
+            )
+        })
+        .collect();
+    assert!(hws.iter().all(|h| *h == hws[0]), "replicas did not converge: {hws:?}\n{}", states.join("\n"));
     assert!(!sim.acked.is_empty(), "nothing was acknowledged in {} proposals", sim.proposals);
     for (payload, offset) in &sim.acked {
         let stored = sim.committed.get(offset);
         assert!(stored == Some(payload), "acknowledged batch at offset {offset} is missing or different");
     }
     eprintln!(
-        "seed {seed}: {} proposals, {} acknowledged, {} terms with a leader, {} offsets committed",
+        "seed {seed}: {} proposals, {} acknowledged, {} terms with a leader, {} offsets committed, \
+         {} DeleteRecords, log starts {:?}",
         sim.proposals,
         sim.acked.len(),
         sim.leaders.len(),
-        hws[0]
+        hws[0],
+        sim.deletes,
+        sim.nodes.iter().map(|n| n.replica.as_ref().expect("replica").log().log_start_offset()).collect::<Vec<_>>()
     );
     // Each payload is unique, so equal data batches at two offsets would be a duplicate
     // (Raft's no-op control batches are all alike).

@@ -488,8 +488,20 @@ impl Log {
 
     /// Deletes segments past retention (time or size). Returns how many were deleted.
     pub fn enforce_retention(&mut self, now_ms: i64) -> io::Result<usize> {
+        let Some(point) = self.retention_point(now_ms)? else { return Ok(0) };
+        let deleted = self.delete_segments_while(|_, s| s.next_offset <= point)?;
+        self.log_start_offset = self.log_start_offset.max(self.segments[0].base_offset);
+        self.write_checkpoint()?;
+        Ok(deleted)
+    }
+
+    /// Where time and size retention would move the log start: the base offset of the
+    /// first segment to keep, or None when no segment has expired. Deletes nothing (a
+    /// replicated log first moves its Raft snapshot point), but rolls an expired active
+    /// segment so that it can go too.
+    pub fn retention_point(&mut self, now_ms: i64) -> io::Result<Option<i64>> {
         if !self.config.delete {
-            return Ok(0);
+            return Ok(None);
         }
         let retention_ms = self.config.retention_ms;
         // Kafka's rule: a segment expires by its newest record timestamp; a segment without
@@ -499,26 +511,17 @@ impl Log {
         if expired(self.active()) {
             self.roll(now_ms)?;
         }
-        let by_time = self.delete_segments_while(|_, s| expired(s))?;
+        let closed = &self.segments[..self.segments.len() - 1];
+        let mut keep = closed.iter().take_while(|s| expired(s)).count();
         let retention_bytes = self.config.retention_bytes;
-        let mut total = self.size_bytes() as i64;
-        let by_size = if retention_bytes >= 0 {
-            self.delete_segments_while(|_, s| {
-                let delete = total - s.size as i64 >= retention_bytes;
-                if delete {
-                    total -= s.size as i64;
-                }
-                delete
-            })?
-        } else {
-            0
-        };
-        let deleted = by_time + by_size;
-        if deleted > 0 {
-            self.log_start_offset = self.log_start_offset.max(self.segments[0].base_offset);
-            self.write_checkpoint()?;
+        if retention_bytes >= 0 {
+            let mut total: i64 = self.segments[keep..].iter().map(|s| s.size as i64).sum();
+            while keep < closed.len() && total - closed[keep].size as i64 >= retention_bytes {
+                total -= closed[keep].size as i64;
+                keep += 1;
+            }
         }
-        Ok(deleted)
+        Ok((keep > 0).then(|| self.segments[keep].base_offset))
     }
 
     /// Deletes segments from the front while `pred` holds, never the active one.
