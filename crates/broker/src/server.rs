@@ -174,7 +174,16 @@ async fn retention_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>
             let now = crate::now_ms();
             for t in b.catalog.topics_snapshot() {
                 for p in &t.partitions {
-                    // Replicated logs are not trimmed yet: Raft's index map must move with them.
+                    if let Some((replica, _)) = p.replica() {
+                        match runnel_raft::driver::lock(replica).enforce_retention(now) {
+                            Ok(Some(start)) => {
+                                info!(topic = %t.name, partition = p.index, log_start_offset = start, "retention deleted segments")
+                            }
+                            Ok(None) => {}
+                            Err(e) => warn!(topic = %t.name, partition = p.index, error = %e, "retention failed"),
+                        }
+                        continue;
+                    }
                     let Some(mut log) = p.local_log() else { continue };
                     match log.enforce_retention(now) {
                         Ok(0) => {}

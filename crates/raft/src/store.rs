@@ -279,6 +279,8 @@ impl RaftLog {
     pub fn apply_snapshot(&mut self, snap: &Snapshot, now_ms: i64) -> io::Result<()> {
         let meta = snap.get_metadata();
         let first_offset = decode_snapshot(&snap.data)?;
+        tracing::info!(dir = %self.dir.display(), index = meta.index, log_start_offset = first_offset,
+            "the leader no longer has the entries this replica lacks: restarting the log at its start");
         self.log.reset(first_offset, now_ms)?;
         self.offsets.clear();
         self.terms.clear();

@@ -163,8 +163,11 @@ impl Sim {
             if let Some(r) = leader {
                 self.proposals += 1;
                 let payload = format!("value-{}", self.proposals).into_bytes();
+                // One to three records, so that DeleteRecords can land inside a batch.
                 let mut b = BatchBuilder::new(1_000);
-                b.push(1_000, None, Some(&payload));
+                for _ in 0..self.rng.gen_range(1..=3) {
+                    b.push(1_000, None, Some(&payload));
+                }
                 let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
                 let h = BatchHeader::parse(&batch).expect("header");
                 match r.propose_batch(&batch, &h) {
@@ -221,7 +224,8 @@ impl Sim {
             assert!(hw >= node.hw_seen, "node {} high watermark went back from {} to {hw}", r.id(), node.hw_seen);
             node.hw_seen = hw;
             // Compare everything below the high watermark with what others committed.
-            let mut next = r.log().log_start_offset();
+            // From the first batch on disk: DeleteRecords may start the log inside it.
+            let mut next = r.log().first_batch_offset();
             while next < hw {
                 let bytes = r.log().read_range(next, hw, usize::MAX >> 1).expect("read");
                 assert!(!bytes.is_empty(), "node {}: nothing readable at {next} below hw {hw}", r.id());

@@ -389,8 +389,10 @@ impl Log {
 
     /// Re-reads the `.log` bytes of the batches in `[from, to)`, at most `max_bytes`
     /// (always at least the first batch), whatever the high watermark.
+    /// Batches that DeleteRecords put below the log start but that are still on disk can be
+    /// read this way (a Raft leader sends whole entries).
     pub fn read_range(&self, from: i64, to: i64, max_bytes: usize) -> io::Result<Vec<u8>> {
-        match self.read(from, max_bytes, to, true) {
+        match self.read_above(self.first_batch_offset(), from, max_bytes, to, true) {
             Ok(plan) => plan.execute(),
             Err(ReadError::Io(e)) => Err(e),
             Err(e) => Err(io::Error::other(e.to_string())),
@@ -428,7 +430,18 @@ impl Log {
     /// stopping before `upper`. With `min_one`, the first batch is returned whole even if
     /// it is bigger than `max_bytes` (KIP-74), so a consumer can always make progress.
     pub fn read(&self, offset: i64, max_bytes: usize, upper: i64, min_one: bool) -> Result<ReadPlan, ReadError> {
-        let (start, end) = (self.log_start_offset, self.log_end_offset());
+        self.read_above(self.log_start_offset, offset, max_bytes, upper, min_one)
+    }
+
+    fn read_above(
+        &self,
+        start: i64,
+        offset: i64,
+        max_bytes: usize,
+        upper: i64,
+        min_one: bool,
+    ) -> Result<ReadPlan, ReadError> {
+        let end = self.log_end_offset();
         if offset < start || offset > end {
             return Err(ReadError::OffsetOutOfRange { offset, log_start_offset: start, log_end_offset: end });
         }
