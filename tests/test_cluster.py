@@ -684,6 +684,69 @@ def test_elect_leaders_hands_partitions_to_preferred_leaders_on_request(tmp_path
         c.close()
 
 
+class PreferredLeaderAway:
+    """Pauses a partition's preferred leader (its first replica) until another replica
+    leads, for the body of a `with`; on the way out resumes it and waits until it has caught
+    up and leads again (only a replica with every entry gets leadership back, which needs
+    leader.imbalance.check.interval.seconds short). `admin` talks to the other brokers only
+    (a client that knew the paused broker as leader would wait on it)."""
+
+    def __init__(self, c, topic):
+        self.c, self.topic = c, topic
+        [(_, replicas)] = c.seen_by(0, topic).values()
+        self.victim, self.observer = replicas[0], replicas[1]
+        self.admin = admin_client(",".join(f"127.0.0.1:{c.port + b}" for b in range(BROKERS) if b != self.victim))
+
+    def __enter__(self):
+        c, topic = self.c, self.topic
+        wait_for(lambda: c.leaders_seen_by(self.observer, topic) == {0: self.victim}, "the preferred leader leads",
+                 30, c.diagnostics)
+        os.kill(c.pid(self.victim), signal.SIGSTOP)
+        wait_for(lambda: c.leaders_seen_by(self.observer, topic).get(0, -1) not in (-1, self.victim),
+                 "a new leader while the preferred one is paused", 30, c.diagnostics)
+        return self
+
+    def __exit__(self, *exc):
+        os.kill(self.c.pid(self.victim), signal.SIGCONT)
+        if exc[0] is None:
+            wait_for(lambda: all(self.c.leaders_seen_by(b, self.topic) == {0: self.victim} for b in range(BROKERS)),
+                     "the returning replica to catch up and lead again", 60, self.c.diagnostics)
+        return False
+
+
+def produce_acked(c, topic, records):
+    """Idempotent acks=all produce of [(key, value)] to partition 0: {offset: (key, value)}."""
+    acked = {}
+
+    def done(err, msg):
+        assert err is None, err
+        acked[msg.offset()] = (msg.key(), msg.value())
+
+    p = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True, "acks": "all",
+                  "linger.ms": 5, "batch.size": 4096, "socket.timeout.ms": 5000})
+    for key, value in records:
+        p.produce(topic, key=key, value=value, partition=0, on_delivery=done)
+        p.poll(0)
+    assert p.flush(60) == 0
+    assert len(acked) == len(records)
+    return acked
+
+
+def read_partition0(c, topic, until):
+    """{offset: (key, value)} of partition 0 from its start, until `until(records)` (60 s)."""
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": unique_topic("g"),
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got, deadline = {}, time.monotonic() + 60
+    while not until(got) and time.monotonic() < deadline:
+        for m in consumer.consume(500, timeout=1):
+            if m.error() is None:
+                assert m.offset() not in got, f"offset {m.offset()} read twice"
+                got[m.offset()] = (m.key(), m.value())
+    consumer.close()
+    return got
+
+
 def test_retention_and_delete_records_trim_replicated_logs_and_a_follower_that_missed_it_catches_up(tmp_path):
     """Retention (by size) and DeleteRecords on an RF 3 partition while its preferred leader
     is paused: the other two replicas trim their logs (the segments go from disk), and
@@ -702,66 +765,68 @@ def test_retention_and_delete_records_trim_replicated_logs_and_a_follower_that_m
                                    operation_timeout=30, request_timeout=30)
         fs[topic].result(timeout=30)
         wait_for_topic(c.admin, topic, 1)
-        [(_, replicas)] = c.seen_by(0, topic).values()
-        victim = replicas[0]
-        observer = replicas[1]
-        wait_for(lambda: c.leaders_seen_by(observer, topic) == {0: victim}, "the preferred leader leads", 30,
-                 c.diagnostics)
-
-        acked = {}
-
-        def done(err, msg):
-            assert err is None, err
-            acked[msg.offset()] = msg.value()
-
-        os.kill(c.pid(victim), signal.SIGSTOP)
-        try:
-            wait_for(lambda: c.leaders_seen_by(observer, topic).get(0, -1) not in (-1, victim),
-                     "a new leader while the preferred one is paused", 30, c.diagnostics)
-            p = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True, "acks": "all",
-                          "linger.ms": 5, "batch.size": 4096, "socket.timeout.ms": 5000})
-            for i in range(400):
-                p.produce(topic, value=f"{i:04d}".encode() + b"x" * 500, partition=0, on_delivery=done)
-                p.poll(0)
-            assert p.flush(60) == 0
-            assert len(acked) == 400
-            # Size retention trims the leader (the low watermark moves past 0) ... (asked
-            # through the other brokers: the shared admin client may still know the paused
-            # broker as the leader)
-            admin = admin_client(",".join(f"127.0.0.1:{c.port + b}" for b in range(BROKERS) if b != victim))
-            lows = lambda: admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.earliest()},
-                                                request_timeout=10)
+        with PreferredLeaderAway(c, topic) as away:
+            acked = produce_acked(c, topic, [(None, f"{i:04d}".encode() + b"x" * 500) for i in range(400)])
+            # Size retention trims the leader (the low watermark moves past 0) ...
+            lows = lambda: away.admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.earliest()},
+                                                   request_timeout=10)
             wait_for(lambda: list(lows().values())[0].result(timeout=15).offset > 0,
                      "retention to move the log start", 30, c.diagnostics)
             # ... and DeleteRecords moves it further, through Raft.
             target = sorted(acked)[-30]  # retention keeps the last 32 KiB: some 60 records
-            res = admin.delete_records([TopicPartition(topic, 0, target)], request_timeout=20)
+            res = away.admin.delete_records([TopicPartition(topic, 0, target)], request_timeout=20)
             assert list(res.values())[0].result(timeout=30).low_watermark == target
             assert list(lows().values())[0].result(timeout=15).offset == target
-        finally:
-            os.kill(c.pid(victim), signal.SIGCONT)
 
-        wait_for(lambda: all(c.leaders_seen_by(b, topic) == {0: victim} for b in range(BROKERS)),
-                 "the returning replica to catch up and lead again", 60, c.diagnostics)
-        consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": unique_topic("g"),
-                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        expected = {o: v for o, v in acked.items() if o >= target}
-        got, deadline = {}, time.monotonic() + 60
-        while len(got) < len(expected) and time.monotonic() < deadline:
-            for m in consumer.consume(500, timeout=1):
-                if m.error() is None:
-                    assert m.offset() not in got, f"offset {m.offset()} read twice"
-                    got[m.offset()] = m.value()
-        consumer.close()
-        assert min(got) >= target and got == {o: v for o, v in expected.items() if o >= min(got)}, \
-            f"read {len(got)} records from {min(got, default=None)}, expected {len(expected)} from {target}"
+        expected = {o: kv for o, kv in acked.items() if o >= target}
+        got = read_partition0(c, topic, lambda got: len(got) >= len(expected))
+        assert got == expected, f"read {len(got)} records from {min(got, default=None)}, " \
+                                f"expected {len(expected)} from {target}"
         # The returning replica's own log starts at or after the DeleteRecords offset.
-        bases = [int(f.stem) for f in (c.data_dir / f"broker-{victim}" / f"{topic}-0").glob("*.log")]
+        bases = [int(f.stem) for f in (c.data_dir / f"broker-{away.victim}" / f"{topic}-0").glob("*.log")]
         assert bases and min(bases) >= target - 20, f"segments of the returning replica start at {sorted(bases)}"
         c.log.flush()
         text = pathlib.Path(c.log.name).read_text()
         assert "retention deleted segments" in text
-        assert "restarting the log at its start" in text, "the returning replica did not take a snapshot"
+        assert "restarting the log from its snapshot" in text, "the returning replica did not take a snapshot"
+    finally:
+        c.close()
+
+
+def test_compaction_of_a_replicated_log_reaches_a_follower_that_missed_it_through_a_snapshot(tmp_path):
+    """A compacted RF 3 partition (cleanup.policy=compact) is cleaned while its preferred
+    leader is paused. The cleaned part becomes the Raft snapshot: the returning replica gets
+    the cleaned batches in a snapshot, then the entries after them, and leads again. Read
+    from it, every record is one that was acknowledged at that offset, fewer than were
+    written are left, and the latest value of every key is there."""
+    c = DevCluster(tmp_path, settings=["log.cleaner.backoff.ms=200", "leader.imbalance.check.interval.seconds=1"])
+    try:
+        topic = unique_topic("compact")
+        config = {"cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01"}
+        c.admin.create_topics([NewTopic(topic, 1, 3, config=config)], operation_timeout=30,
+                              request_timeout=30)[topic].result(timeout=30)
+        wait_for_topic(c.admin, topic, 1)
+        records = [(f"k{i % 10}".encode(), f"k{i % 10}-{i:04d}".encode() + b"x" * 80) for i in range(600)]
+        with PreferredLeaderAway(c, topic):
+            acked = produce_acked(c, topic, records)
+
+            def compacted():
+                c.log.flush()
+                return re.search(rf"compacted topic={topic} .* records_removed=[1-9]", pathlib.Path(c.log.name).read_text())
+            wait_for(compacted, "the leader to compact the partition", 30, c.diagnostics)
+
+        latest = {k: v for k, v in records}
+        end = max(acked) + 1
+
+        def has_latest(got):
+            return {k: v for _, (k, v) in sorted(got.items())} == latest and max(got, default=-1) == end - 1
+        got = read_partition0(c, topic, has_latest)
+        assert has_latest(got), f"latest values not read back: {len(got)} records"
+        assert all(acked.get(o) == kv for o, kv in got.items()), "a record read is not the one acknowledged there"
+        assert len(got) < len(acked), f"nothing was compacted away: {len(got)} of {len(acked)} records"
+        c.log.flush()
+        text = pathlib.Path(c.log.name).read_text()
+        m = re.search(r"restarting the log from its snapshot .*cleaned_bytes=(\d+)", text)
+        assert m and int(m.group(1)) > 0, "the returning replica did not get the cleaned batches in a snapshot"
     finally:
         c.close()

@@ -131,20 +131,28 @@ async fn cleaner_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
                     if b.shutting_down.load(Ordering::Acquire) {
                         return;
                     }
-                    let Some(plan) = p.local_log().and_then(|log| log.clean_plan(p.high_watermark(), crate::now_ms()))
-                    else {
-                        continue;
-                    };
                     let started = std::time::Instant::now();
-                    let swapped = plan.execute(crate::now_ms()).and_then(|cleaned| {
-                        let Some(mut log) = p.local_log() else { return Ok(None) };
-                        if b.shutting_down.load(Ordering::Acquire) {
-                            return Ok(None);
-                        }
-                        let stats = log.clean_swap(cleaned, crate::now_ms())?;
-                        p.refresh_bounds(&log);
-                        Ok(Some(stats))
-                    });
+                    let swapped = if let Some((replica, _)) = p.replica() {
+                        // A replicated log: only committed, applied entries are cleaned, and
+                        // the cleaned part becomes the Raft snapshot.
+                        let Some(plan) = runnel_raft::driver::lock(replica).clean_plan(crate::now_ms()) else {
+                            continue;
+                        };
+                        plan.execute(crate::now_ms())
+                            .and_then(|cleaned| runnel_raft::driver::lock(replica).clean_swap(cleaned, crate::now_ms()))
+                    } else {
+                        let Some(plan) =
+                            p.local_log().and_then(|log| log.clean_plan(p.high_watermark(), crate::now_ms()))
+                        else {
+                            continue;
+                        };
+                        plan.execute(crate::now_ms()).and_then(|cleaned| {
+                            let Some(mut log) = p.local_log() else { return Ok(None) };
+                            let stats = log.clean_swap(cleaned, crate::now_ms())?;
+                            p.refresh_bounds(&log);
+                            Ok(Some(stats))
+                        })
+                    };
                     match swapped {
                         Ok(Some(s)) => info!(
                             topic = %t.name, partition = p.index, segments_before = s.segments_before,
@@ -152,7 +160,7 @@ async fn cleaner_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
                             bytes_after = s.bytes_after, records_removed = s.records_removed,
                             ms = started.elapsed().as_millis() as u64, "compacted"
                         ),
-                        Ok(None) => return,
+                        Ok(None) => {}
                         Err(e) => warn!(topic = %t.name, partition = p.index, error = %e, "compaction failed"),
                     }
                 }

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
 use raft::{Config, RawNode, SnapshotStatus, StateRole};
-use runnel_storage::{Log, LogConfig, ProducerError};
+use runnel_storage::{CleanPlan, CleanStats, Cleaned, Log, LogConfig, ProducerError};
 use runnel_wire::batch::stamp;
 use runnel_wire::BatchHeader;
 use tokio::sync::oneshot;
@@ -305,6 +305,19 @@ impl Replica {
         let applied = self.applied_index();
         let Some(point) = self.node.mut_store().log_mut().retention_point(now_ms)? else { return Ok(None) };
         self.node.mut_store().trim(point, applied)
+    }
+
+    /// A compaction pass over committed, applied entries, if the log's policy wants one.
+    pub fn clean_plan(&self, now_ms: i64) -> Option<CleanPlan> {
+        let store = self.node.store();
+        let upper = self.high_watermark.min(store.end_offset_of(self.applied_index()));
+        store.log().clean_plan(upper, now_ms)
+    }
+
+    /// Swaps in a pass from [`Replica::clean_plan`] (see [`RaftLog::compact`]).
+    pub fn clean_swap(&mut self, cleaned: Cleaned, now_ms: i64) -> io::Result<Option<CleanStats>> {
+        let applied = self.applied_index();
+        self.node.mut_store().compact(cleaned, applied, now_ms)
     }
 
     /// Proposes an internal record (the metadata group's), as a one-record batch.

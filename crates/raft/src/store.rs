@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
-use runnel_storage::{Log, LogConfig};
+use runnel_storage::{CleanStats, Cleaned, Log, LogConfig};
 use runnel_wire::batch::{stamp, Batches};
 use runnel_wire::build::BatchBuilder;
 use runnel_wire::BatchHeader;
@@ -36,6 +36,10 @@ const CONTROL_CONF_CHANGE_V2: i16 = 102;
 /// entry commits. Unlike the others it is stored and handed to Raft as the batch itself.
 const CONTROL_DELETE_RECORDS: i16 = 103;
 
+/// The most a compacted log keeps below its snapshot point: a follower that needs it gets
+/// it in one snapshot message (the transport's frames stop at 64 MiB).
+const SNAPSHOT_PREFIX_BYTES_MAX: u64 = 32 << 20;
+
 /// Bytes read from the log per chunk when raft-rs asks for entries.
 const READ_CHUNK_BYTES: usize = 1 << 20;
 
@@ -51,6 +55,9 @@ pub struct RaftLog {
     snap_term: u64,
     /// Offset of the entry after the snapshot point: where the log starts for Raft.
     first_offset: i64,
+    /// The Kafka log start as trimming last set it (None: never trimmed). Below
+    /// `first_offset` a compacted log keeps its cleaned batches, so the two differ.
+    log_start: Option<i64>,
     hard: HardState,
     conf: ConfState,
     /// Entries up to this index are on disk and fsynced.
@@ -77,6 +84,7 @@ impl RaftLog {
             snap_index: 0,
             snap_term: 0,
             first_offset: 0,
+            log_start: None,
             hard: HardState::default(),
             conf: ConfState::default(),
             synced_index: 0,
@@ -88,6 +96,7 @@ impl RaftLog {
                 store.snap_index = s.snap_index;
                 store.snap_term = s.snap_term;
                 store.first_offset = s.first_offset;
+                store.log_start = s.log_start;
             }
             None => {
                 store.conf.voters = voters.to_vec();
@@ -110,9 +119,9 @@ impl RaftLog {
             store.offsets.push_back(base);
             store.note_term(index, epoch.max(0) as u64);
         }
-        if store.log.log_start_offset() < store.first_offset && store.first_offset <= store.log.log_end_offset() {
-            // A trim recorded its snapshot point but did not delete the segments below it.
-            store.log.delete_records_before(store.first_offset)?;
+        if let Some(start) = store.log_start.filter(|s| *s > store.log.log_start_offset()) {
+            // A trim recorded its new start but did not delete the segments below it.
+            store.log.delete_records_before(start.min(store.log.log_end_offset()))?;
         }
         store.hard.commit = store.hard.commit.min(store.last()).max(store.snap_index);
         store.synced_index = store.last();
@@ -274,19 +283,21 @@ impl RaftLog {
     }
 
     /// Installs a snapshot from the leader: everything stored is dropped and the log
-    /// restarts at the offset the snapshot names (the leader no longer has the entries
-    /// before it).
+    /// restarts from what the snapshot holds (the leader no longer has the entries before
+    /// its snapshot point, only, for a compacted log, their cleaned batches).
     pub fn apply_snapshot(&mut self, snap: &Snapshot, now_ms: i64) -> io::Result<()> {
         let meta = snap.get_metadata();
-        let first_offset = decode_snapshot(&snap.data)?;
-        tracing::info!(dir = %self.dir.display(), index = meta.index, log_start_offset = first_offset,
-            "the leader no longer has the entries this replica lacks: restarting the log at its start");
-        self.log.reset(first_offset, now_ms)?;
+        let (first_offset, log_start, prefix) = decode_snapshot(&snap.data)?;
+        tracing::info!(dir = %self.dir.display(), index = meta.index, log_start_offset = log_start,
+            cleaned_bytes = prefix.len(),
+            "the leader no longer has the entries this replica lacks: restarting the log from its snapshot");
+        self.log.restore(prefix, log_start, first_offset, now_ms)?;
         self.offsets.clear();
         self.terms.clear();
         self.snap_index = meta.index;
         self.snap_term = meta.term;
         self.first_offset = first_offset;
+        self.log_start = Some(self.log.log_start_offset());
         self.conf = meta.get_conf_state().clone();
         self.hard.commit = self.hard.commit.max(meta.index);
         self.hard.term = self.hard.term.max(meta.term);
@@ -304,25 +315,87 @@ impl RaftLog {
         if log_start <= self.log.log_start_offset() {
             return Ok(None);
         }
-        // The first entry kept: the one holding `log_start`, or the one after `applied`.
+        // The first entry kept: the one holding `log_start`, or the one after `applied`
+        // (none moves when the start stays in a compacted log's cleaned part).
         let keep = match self.index_of(log_start) {
+            _ if log_start < self.first_offset => self.first(),
             Some(i) if i <= applied => i,
             _ => applied + 1,
         };
-        if keep > self.first() {
-            let snap_term = self.term_at(keep - 1).ok_or_else(|| io::Error::other("no term below the log start"))?;
-            self.first_offset = self.end_offset_of(keep - 1);
-            self.offsets.drain(..(keep - self.first()) as usize);
-            let runs_before = self.terms.partition_point(|(start, _)| *start <= keep).saturating_sub(1);
-            self.terms.drain(..runs_before);
-            if let Some(run) = self.terms.first_mut() {
-                run.0 = run.0.max(keep);
+        self.log_start = Some(log_start);
+        self.move_snapshot_point(keep)?;
+        self.write_state()?;
+        Ok(Some(self.log.delete_records_before(log_start)?))
+    }
+
+    /// Swaps in a compaction pass over committed entries. The cleaned part becomes the
+    /// snapshot: entries in it no longer exist one by one (whole batches may be gone), so a
+    /// follower that needs them gets the cleaned batches in a snapshot instead. The snapshot
+    /// point is recorded before the swap, so a crash in between leaves the uncleaned files
+    /// below it, which are as good. A pass that ends past `applied`, or whose cleaned part
+    /// is too big for one snapshot message, is dropped.
+    pub fn compact(&mut self, cleaned: Cleaned, applied: u64, now_ms: i64) -> io::Result<Option<CleanStats>> {
+        let through = cleaned.cleaned_through();
+        let applied = applied.min(self.last());
+        let keep = if through == self.end_offset_of(applied) {
+            Some(applied + 1)
+        } else {
+            self.index_of(through).filter(|i| *i <= applied && self.offset_of(*i) == Some(through))
+        };
+        let Some(keep) = keep.filter(|_| cleaned.stats.bytes_after <= SNAPSHOT_PREFIX_BYTES_MAX) else {
+            if cleaned.stats.bytes_after > SNAPSHOT_PREFIX_BYTES_MAX {
+                tracing::warn!(dir = %self.dir.display(), bytes = cleaned.stats.bytes_after,
+                    "not compacting: the cleaned part would be too big to send a follower in one snapshot");
             }
-            self.snap_index = keep - 1;
-            self.snap_term = snap_term;
+            cleaned.discard()?;
+            return Ok(None);
+        };
+        if keep > self.first() {
+            self.move_snapshot_point(keep)?;
             self.write_state()?;
         }
-        Ok(Some(self.log.delete_records_before(log_start)?))
+        self.log.clean_swap(cleaned, now_ms).map(Some)
+    }
+
+    /// Makes entry `keep` the first one stored (when it is past the current first).
+    fn move_snapshot_point(&mut self, keep: u64) -> io::Result<()> {
+        if keep <= self.first() {
+            return Ok(());
+        }
+        let snap_term = self.term_at(keep - 1).ok_or_else(|| io::Error::other("no term below the log start"))?;
+        self.first_offset = self.end_offset_of(keep - 1);
+        self.offsets.drain(..(keep - self.first()) as usize);
+        let runs_before = self.terms.partition_point(|(start, _)| *start <= keep).saturating_sub(1);
+        self.terms.drain(..runs_before);
+        if let Some(run) = self.terms.first_mut() {
+            run.0 = run.0.max(keep);
+        }
+        self.snap_index = keep - 1;
+        self.snap_term = snap_term;
+        Ok(())
+    }
+
+    /// The batches kept below the snapshot point (a compacted log's cleaned part).
+    fn snapshot_prefix(&self) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut next = self.log.first_batch_offset();
+        while next < self.first_offset {
+            let chunk = self.log.read_range(next, self.first_offset, READ_CHUNK_BYTES)?;
+            let mut moved = false;
+            for item in Batches::new(&chunk) {
+                let (h, range) = item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                if h.base_offset >= self.first_offset {
+                    return Ok(out);
+                }
+                out.extend_from_slice(&chunk[range]);
+                next = h.next_offset();
+                moved = true;
+            }
+            if !moved {
+                break;
+            }
+        }
+        Ok(out)
     }
 
     /// Persists the commit index too (clean shutdown) and closes the log.
@@ -333,8 +406,10 @@ impl RaftLog {
 
     fn write_state(&self) -> io::Result<()> {
         let ids = |v: &[u64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" ");
+        // The log start goes last, and only once set: files from before it existed still read.
+        let log_start = self.log_start.map(|s| format!(" {s}")).unwrap_or_default();
         let text = format!(
-            "{STATE_VERSION} {} {} {} {} {} {}\nvoters {}\nlearners {}\nvoters_outgoing {}\nlearners_next {}\nauto_leave {}\n",
+            "{STATE_VERSION} {} {} {} {} {} {}{log_start}\nvoters {}\nlearners {}\nvoters_outgoing {}\nlearners_next {}\nauto_leave {}\n",
             self.hard.term,
             self.hard.vote,
             self.hard.commit,
@@ -429,8 +504,15 @@ impl raft::Storage for RaftLog {
         if self.snap_index < request_index {
             return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }
-        let mut snap =
-            Snapshot { data: Bytes::copy_from_slice(&self.first_offset.to_be_bytes()), ..Default::default() };
+        let prefix = self.snapshot_prefix().map_err(|e| {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read the cleaned part for a snapshot");
+            raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable)
+        })?;
+        let mut data = Vec::with_capacity(16 + prefix.len());
+        data.extend_from_slice(&self.first_offset.to_be_bytes());
+        data.extend_from_slice(&self.log.log_start_offset().to_be_bytes());
+        data.extend_from_slice(&prefix);
+        let mut snap = Snapshot { data: data.into(), ..Default::default() };
         let meta = snap.mut_metadata();
         meta.index = self.snap_index;
         meta.term = self.snap_term;
@@ -439,9 +521,15 @@ impl raft::Storage for RaftLog {
     }
 }
 
-fn decode_snapshot(data: &[u8]) -> io::Result<i64> {
-    let raw: [u8; 8] = data.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "snapshot data"))?;
-    Ok(i64::from_be_bytes(raw))
+/// Snapshot data: the offset after the snapshot point, the log start, then the batches kept
+/// below the snapshot point. (Older brokers sent the first offset alone.)
+fn decode_snapshot(data: &[u8]) -> io::Result<(i64, i64, &[u8])> {
+    let num = |at: usize| data.get(at..at + 8).and_then(|b| b.try_into().ok()).map(i64::from_be_bytes);
+    match (num(0), num(8)) {
+        (Some(first), _) if data.len() == 8 => Ok((first, first, &[])),
+        (Some(first), Some(start)) => Ok((first, start, &data[16..])),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot data")),
+    }
 }
 
 /// A control batch standing for one of Raft's own entries: key (version 0, type), value
@@ -524,6 +612,7 @@ struct Saved {
     snap_index: u64,
     snap_term: u64,
     first_offset: i64,
+    log_start: Option<i64>,
 }
 
 fn read_state(dir: &Path) -> io::Result<Option<Saved>> {
@@ -535,7 +624,11 @@ fn read_state(dir: &Path) -> io::Result<Option<Saved>> {
     let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("{}: unreadable {STATE_FILE}", dir.display()));
     let mut lines = text.lines();
     let head: Vec<&str> = lines.next().ok_or_else(bad)?.split_whitespace().collect();
-    let [STATE_VERSION, term, vote, commit, snap_index, snap_term, first_offset] = head.as_slice() else {
+    let (head, log_start) = match head.as_slice() {
+        [rest @ .., start] if rest.len() == 7 => (rest, Some(start.parse::<i64>().map_err(|_| bad())?)),
+        all => (all, None),
+    };
+    let [STATE_VERSION, term, vote, commit, snap_index, snap_term, first_offset] = head else {
         return Err(bad());
     };
     let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
@@ -560,6 +653,7 @@ fn read_state(dir: &Path) -> io::Result<Option<Saved>> {
         snap_index: num(snap_index)?,
         snap_term: num(snap_term)?,
         first_offset: first_offset.parse::<i64>().map_err(|_| bad())?,
+        log_start,
     }))
 }
 
@@ -579,6 +673,50 @@ mod tests {
             let e = Entry { index: store.last() + 1, term, data: batch.into(), ..Default::default() };
             store.append(&[e], 0).expect("append");
         }
+    }
+
+    /// Entries of one keyed record each, keys k0..k3 in turn.
+    fn fill_keyed(store: &mut RaftLog, n: u64, term: u64) {
+        for i in 0..n {
+            let mut b = BatchBuilder::new(1_000);
+            b.push(1_000, Some(format!("k{}", i % 4).as_bytes()), Some(&[i as u8; 100]));
+            let mut batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
+            stamp(&mut batch, store.log().log_end_offset(), term as i32);
+            let e = Entry { index: store.last() + 1, term, data: batch.into(), ..Default::default() };
+            store.append(&[e], 0).expect("append");
+        }
+    }
+
+    #[test]
+    fn a_compacted_log_sends_its_cleaned_part_in_snapshots() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LogConfig { segment_bytes: 1024, compact: true, delete: false, ..LogConfig::default() };
+        let mut leader = RaftLog::open(&dir.path().join("a"), config, &[1, 2, 3], 0).expect("open");
+        fill_keyed(&mut leader, 40, 1);
+        let plan = leader.log().clean_plan(leader.end_offset_of(30), 0).expect("a pass is due");
+        let cleaned = plan.execute(0).expect("execute");
+        let through = cleaned.cleaned_through();
+        let stats = leader.compact(cleaned, 30, 0).expect("compact").expect("swapped in");
+        assert!(stats.records_removed > 0);
+        assert_eq!(leader.first_offset, through, "the cleaned part is below the snapshot point");
+        assert_eq!(leader.log().log_start_offset(), 0, "nothing is deleted from the Kafka log");
+        let prefix = leader.snapshot_prefix().expect("prefix");
+        let kept: Vec<i64> = Batches::new(&prefix).map(|b| b.expect("batch").0.base_offset).collect();
+        assert_eq!(kept.len(), 4, "one record per key is left below {through}: {kept:?}");
+
+        // A follower with nothing gets the cleaned batches, then the entries after them.
+        let snap = leader.snapshot(0, 0).expect("snapshot");
+        let mut follower = RaftLog::open(&dir.path().join("b"), config, &[1, 2, 3], 0).expect("open");
+        follower.apply_snapshot(&snap, 0).expect("apply");
+        assert_eq!((follower.first(), follower.log().log_end_offset()), (leader.first(), through));
+        assert_eq!(follower.snapshot_prefix().expect("prefix"), prefix);
+        let rest = leader.entries(leader.first(), leader.last() + 1, None, GetEntriesContext::empty(false));
+        follower.append(&rest.expect("entries"), 0).expect("append");
+        assert_eq!(follower.log().log_end_offset(), 40);
+        follower.close().expect("close");
+        let follower = RaftLog::open(&dir.path().join("b"), config, &[1, 2, 3], 0).expect("reopen");
+        assert_eq!((follower.first(), follower.last()), (leader.first(), 40));
+        assert_eq!(follower.snapshot_prefix().expect("prefix"), prefix);
     }
 
     #[test]

@@ -76,6 +76,21 @@ pub(crate) struct CleanedGroup {
     pub path: PathBuf,
 }
 
+impl Cleaned {
+    /// The dirty part covered by this pass ends here (a batch boundary).
+    pub fn cleaned_through(&self) -> i64 {
+        self.cleaned_through
+    }
+
+    /// Drops a pass that will not be swapped in.
+    pub fn discard(self) -> io::Result<()> {
+        for g in self.groups {
+            fs::remove_file(&g.path)?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct CleanStats {
     pub segments_before: usize,

@@ -370,6 +370,38 @@ impl Log {
         self.write_checkpoint()
     }
 
+    /// Drops the whole log and rebuilds it from a leader's snapshot: `prefix` holds the
+    /// batches the leader keeps below `end` (a compacted log's cleaned part, with gaps
+    /// between offsets; empty when retention deleted everything below `end`), and the log
+    /// goes on at `end` with `log_start` as its start.
+    pub fn restore(&mut self, prefix: &[u8], log_start: i64, end: i64, now_ms: i64) -> io::Result<()> {
+        let mut batches = Vec::new();
+        for item in runnel_wire::batch::Batches::new(prefix) {
+            let (h, range) = item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if h.base_offset >= end
+                || batches.last().is_some_and(|(p, _): &(BatchHeader, _)| h.base_offset < p.next_offset())
+            {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot batches out of order"));
+            }
+            batches.push((h, range));
+        }
+        self.reset(batches.first().map_or(end, |(h, _)| h.base_offset), now_ms)?;
+        for (h, range) in &batches {
+            self.maybe_roll(range.len() as u64, now_ms)?;
+            self.active_mut().append(&prefix[range.clone()], h)?;
+            self.producers.record(h);
+        }
+        if self.log_end_offset() < end {
+            self.active().file.sync_data()?;
+            self.segments.push(Segment::create(&self.dir, end, self.config.index_interval_bytes, now_ms)?);
+        }
+        self.active().file.sync_data()?;
+        self.log_start_offset = log_start.clamp(self.segments[0].base_offset, end);
+        self.recovery_point = end;
+        self.cleaner_point = end;
+        self.write_checkpoint()
+    }
+
     /// The idempotence check of [`Log::append`] for a batch that will follow `pending`
     /// (batches proposed to Raft but not yet in the log). `Ok(Some((base, last)))`: a
     /// duplicate of the batch at those offsets.
