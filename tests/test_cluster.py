@@ -830,3 +830,124 @@ def test_compaction_of_a_replicated_log_reaches_a_follower_that_missed_it_throug
         assert m and int(m.group(1)) > 0, "the returning replica did not get the cleaned batches in a snapshot"
     finally:
         c.close()
+
+
+def test_a_silent_broker_is_fenced_until_it_is_heard_from_again(tmp_path):
+    """Brokers heartbeat to the controller. One that is not heard from within
+    broker.session.timeout.ms is fenced: DescribeCluster and Metadata leave it out, and new
+    replicas are placed on the other brokers only (RF 3 on the two left is refused, RF 2 goes
+    to them). Once it is heard from again it is listed again."""
+    c = DevCluster(tmp_path, settings=["broker.session.timeout.ms=2000", "broker.heartbeat.interval.ms=300"])
+    try:
+        controller = wait_for(lambda: c.controller() + 1, "a controller", 30, c.diagnostics) - 1
+        victim = next(b for b in range(BROKERS) if b != controller)
+        others = [b for b in range(BROKERS) if b != victim]
+        admin = admin_client(",".join(f"127.0.0.1:{c.port + b}" for b in others))
+
+        def listed():
+            try:
+                return sorted(n.id for n in admin.describe_cluster(request_timeout=5).result(timeout=10).nodes)
+            except KafkaException:  # asked the paused broker before it was left out
+                return None
+
+        wait_for(lambda: listed() == list(range(BROKERS)), "every broker listed", 30, c.diagnostics)
+        os.kill(c.pid(victim), signal.SIGSTOP)
+        try:
+            wait_for(lambda: listed() == others, "the paused broker to be fenced", 30, c.diagnostics)
+            assert sorted(admin.list_topics(timeout=10).brokers) == others
+            refused = unique_topic("fenced3")
+            with pytest.raises(KafkaException) as e:
+                admin.create_topics([NewTopic(refused, 1, 3)], operation_timeout=30)[refused].result(timeout=30)
+            assert e.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR, e.value
+            placed = unique_topic("fenced2")
+            admin.create_topics([NewTopic(placed, 4, 2)], operation_timeout=30)[placed].result(timeout=30)
+            md = wait_for_topic(admin, placed, 4)
+            assert all(sorted(p.replicas) == others for p in md.partitions.values()), md.partitions
+        finally:
+            os.kill(c.pid(victim), signal.SIGCONT)
+        wait_for(lambda: listed() == list(range(BROKERS)), "the broker to be listed again", 30, c.diagnostics)
+        c.log.flush()
+        text = pathlib.Path(c.log.name).read_text()
+        assert "broker fenced" in text and "broker unfenced" in text
+    finally:
+        c.close()
+
+
+def test_create_partitions_adds_replicated_partitions_that_every_broker_serves(cluster):
+    """CreatePartitions in cluster mode: the controller places the new partitions (RF of the
+    topic, preferred leaders spread) or takes a manual assignment, every broker opens its
+    replicas, records go in and come back on the new partitions, and a restarted broker
+    replays the change. Fewer partitions than now is refused with INVALID_PARTITIONS."""
+    from confluent_kafka.admin import NewPartitions
+
+    c = cluster
+    topic = unique_topic("grow")
+    create_rf3(c, topic, 2)
+    c.admin.create_partitions([NewPartitions(topic, 5)], operation_timeout=30)[topic].result(timeout=30)
+    c.admin.create_partitions([NewPartitions(topic, 6, replica_assignment=[[2, 1, 0]])],
+                              operation_timeout=30)[topic].result(timeout=30)
+    md = wait_for_topic(c.admin, topic, 6)
+    assert all(len(p.replicas) == 3 for p in md.partitions.values()), md.partitions
+    assert md.partitions[5].replicas == [2, 1, 0]
+    assert sorted({md.partitions[p].replicas[0] for p in range(5)}) == [0, 1, 2], "preferred leaders not spread"
+
+    def served_everywhere():
+        return all(sorted(c.leaders_seen_by(b, topic)) == list(range(6))
+                   and -1 not in c.leaders_seen_by(b, topic).values() for b in range(BROKERS))
+    wait_for(served_everywhere, "every broker to name a leader for the 6 partitions", 30, c.diagnostics)
+
+    p = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True, "acks": "all"})
+    for i in range(60):
+        p.produce(topic, value=str(i).encode(), partition=i % 6)
+    assert p.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": unique_topic("g"),
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, q, 0) for q in range(6)])
+    got, deadline = [], time.monotonic() + 30
+    while len(got) < 60 and time.monotonic() < deadline:
+        got += [(m.partition(), int(m.value())) for m in consumer.consume(60, timeout=1) if m.error() is None]
+    consumer.close()
+    assert sorted(got) == sorted((i % 6, i) for i in range(60))
+
+    with pytest.raises(KafkaException) as e:
+        c.admin.create_partitions([NewPartitions(topic, 4)], operation_timeout=30)[topic].result(timeout=30)
+    assert e.value.args[0].code() == KafkaError.INVALID_PARTITIONS, e.value
+
+    # A restarted broker replays the new partitions from the metadata log.
+    victim = md.partitions[5].replicas[1]
+    old_pid = c.pid(victim)
+    os.kill(old_pid, signal.SIGKILL)
+    wait_for(lambda: c.pid(victim) != old_pid, "the broker to be restarted", 30, c.diagnostics)
+    wait_for(served_everywhere, "the restarted broker to serve the 6 partitions again", 60, c.diagnostics)
+
+
+def test_a_topic_config_change_reaches_every_replica(tmp_path):
+    """IncrementalAlterConfigs on a topic in cluster mode goes through the controller into
+    the metadata log, so every broker applies it to its replicas: after retention.bytes is
+    lowered, all three replicas delete their oldest segments, and every broker describes the
+    new value."""
+    c = DevCluster(tmp_path, settings=["log.retention.check.interval.ms=300"])
+    try:
+        topic = unique_topic("reconf")
+        c.admin.create_topics([NewTopic(topic, 1, 3, config={"segment.bytes": "4096"})], operation_timeout=30,
+                              request_timeout=30)[topic].result(timeout=30)
+        wait_for_topic(c.admin, topic, 1)
+        produce_acked(c, topic, [(None, b"x" * 500) for _ in range(200)])
+
+        def first_bases():
+            return [min(int(f.stem) for f in (c.data_dir / f"broker-{b}" / f"{topic}-0").glob("*.log"))
+                    for b in range(BROKERS)]
+        wait_for(lambda: first_bases() == [0, 0, 0], "every replica to hold the records", 30, c.diagnostics)
+
+        res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+            ConfigEntry("retention.bytes", "16384", incremental_operation=AlterConfigOpType.SET)])
+        c.admin.incremental_alter_configs([res])[res].result(timeout=30)
+        wait_for(lambda: all(b > 0 for b in first_bases()), "every replica to apply the new retention", 30,
+                 lambda: f"{first_bases()} {c.diagnostics()}")
+        for b in range(BROKERS):
+            one = admin_client(f"127.0.0.1:{c.port + b}")
+            described = one.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
+            [entries] = [f.result(timeout=30) for f in described.values()]
+            assert entries["retention.bytes"].value == "16384", (b, entries["retention.bytes"])
+    finally:
+        c.close()

@@ -294,6 +294,21 @@ impl Catalog {
 
     /// Replaces a topic's config overrides (validated by the caller) and applies them.
     pub fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<(), CatalogError> {
+        self.configure_topic(name, configs, true)
+    }
+
+    /// Cluster mode: a topic's new configs as the metadata log holds them (nothing is
+    /// persisted here).
+    pub fn apply_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<(), CatalogError> {
+        self.configure_topic(name, configs, false)
+    }
+
+    fn configure_topic(
+        &self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+        persist: bool,
+    ) -> Result<(), CatalogError> {
         let _g = self.lock_change();
         let topic = self.topic(name).ok_or_else(|| CatalogError::UnknownTopic(name.to_string()))?;
         let log_config = topic_config::log_config(&configs, &self.settings());
@@ -302,7 +317,12 @@ impl Catalog {
                 log.set_config(log_config);
             }
         }
-        self.replace(Topic { name: topic.name.clone(), id: topic.id, partitions: topic.partitions.clone(), configs })
+        let topic = Topic { name: topic.name.clone(), id: topic.id, partitions: topic.partitions.clone(), configs };
+        if persist {
+            return self.replace(topic);
+        }
+        self.write_topics().insert(topic.name.clone(), Arc::new(topic));
+        Ok(())
     }
 
     /// Replaces the broker's dynamic settings (validated by the caller) and re-derives

@@ -10,11 +10,11 @@
 //! answers a forwarded creation with its outcome, so a broker whose copy of the metadata
 //! lags never decides on its own.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use kafka_protocol::error::ResponseError;
@@ -62,8 +62,37 @@ impl BrokerInfo {
 #[serde(tag = "type")]
 enum Record {
     RegisterBroker(BrokerInfo),
-    CreateTopic { name: String, id: Uuid, seq: u64, replicas: Vec<Vec<i32>>, configs: BTreeMap<String, String> },
-    DeleteTopic { name: String, id: Uuid },
+    CreateTopic {
+        name: String,
+        id: Uuid,
+        seq: u64,
+        replicas: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
+    },
+    DeleteTopic {
+        name: String,
+        id: Uuid,
+    },
+    /// CreatePartitions: the replica lists of the topic's new partitions `first..`. Applied
+    /// only while the topic has `first` partitions, so two racing requests add once.
+    AddPartitions {
+        name: String,
+        id: Uuid,
+        first: usize,
+        replicas: Vec<Vec<i32>>,
+    },
+    /// A topic's config overrides, whole (AlterConfigs, IncrementalAlterConfigs).
+    TopicConfigs {
+        name: String,
+        id: Uuid,
+        configs: BTreeMap<String, String>,
+    },
+    /// The controller has not heard from the broker within `broker.session.timeout.ms`
+    /// (fenced), or hears from it again (not fenced).
+    FenceBroker {
+        id: i32,
+        fenced: bool,
+    },
 }
 
 /// What brokers send each other over the Raft transport besides Raft messages: requests
@@ -72,6 +101,10 @@ enum Record {
 #[serde(tag = "type")]
 enum Forward {
     Register(BrokerInfo),
+    /// Every `broker.heartbeat.interval.ms`, to the controller: this broker is alive.
+    Heartbeat {
+        id: i32,
+    },
     /// A change the controller decides on and answers with a `Reply`.
     Call {
         req: u64,
@@ -109,6 +142,20 @@ enum Call {
     DeleteTopic {
         name: String,
     },
+    /// Replaces a topic's config overrides (validated by the broker that received the
+    /// request).
+    AlterTopicConfigs {
+        name: String,
+        configs: BTreeMap<String, String>,
+    },
+    CreatePartitions {
+        name: String,
+        /// The new partition count.
+        count: i32,
+        /// Manual replica lists of the new partitions.
+        assignment: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    },
 }
 
 type Outcome = Result<(), (ResponseError, String)>;
@@ -118,11 +165,16 @@ struct TopicMeta {
     /// Sequence number, which names the partitions' Raft groups.
     seq: u64,
     partitions: usize,
+    /// Replicas per partition.
+    rf: usize,
 }
 
 #[derive(Default)]
 struct State {
     brokers: BTreeMap<i32, BrokerInfo>,
+    /// Registered brokers the controller has fenced: not offered to clients, not given new
+    /// replicas.
+    fenced: BTreeSet<i32>,
     topics: BTreeMap<String, TopicMeta>,
     next_seq: u64,
 }
@@ -320,6 +372,8 @@ pub struct Cluster {
     /// Leaders of partitions this broker does not host, as their leaders announce them:
     /// group -> (broker, term).
     hints: RwLock<HashMap<u64, (i32, u64)>>,
+    /// Controller only: when each broker was last heard from (heartbeat or registration).
+    heard: Mutex<HashMap<i32, Instant>>,
 }
 
 impl Cluster {
@@ -366,6 +420,7 @@ impl Cluster {
             next_req: AtomicU64::new(0),
             meta_applied: AtomicU64::new(0),
             hints: RwLock::new(HashMap::new()),
+            heard: Mutex::new(HashMap::new()),
         });
         let peers: HashMap<u64, String> =
             voters.iter().filter(|(id, _)| *id != node_id).map(|(id, a)| (*id as u64 + 1, a.clone())).collect();
@@ -376,6 +431,8 @@ impl Cluster {
         let _ = cluster.driver.set(driver.clone());
         driver.add_group(META_GROUP, meta);
         tokio::spawn(register_loop(cluster.clone()));
+        tokio::spawn(heartbeat_loop(cluster.clone()));
+        tokio::spawn(fence_loop(cluster.clone()));
         tokio::spawn(announce_leaders(cluster.clone()));
         tokio::spawn(crate::coordinators::follow_leaders(cluster.clone()));
         tokio::spawn(crate::rebalance::preferred_leaders(cluster.clone()));
@@ -424,8 +481,16 @@ impl Cluster {
         self.state.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Every registered broker, fenced or not.
     pub fn brokers(&self) -> Vec<BrokerInfo> {
         self.read().brokers.values().cloned().collect()
+    }
+
+    /// The registered brokers that are not fenced: what Metadata and DescribeCluster list,
+    /// and where new replicas go.
+    pub fn live_brokers(&self) -> Vec<BrokerInfo> {
+        let state = self.read();
+        state.brokers.values().filter(|b| !state.fenced.contains(&b.id)).cloned().collect()
     }
 
     /// (leader, epoch) of a partition this broker does not host, as its leader announced.
@@ -532,19 +597,7 @@ impl Cluster {
                     check_assignment(a, &brokers)?;
                 }
                 let placed = assignment.clone().unwrap_or_else(|| place(&brokers, partitions, rf as usize));
-                if let Some(risk) = placement_risk(&brokers, &placed) {
-                    let forced = match self.broker.upgrade() {
-                        Some(b) => {
-                            crate::topic_config::effective("placement.unsafe.allow", &configs, &b.catalog.settings())
-                                .eq_ignore_ascii_case("true")
-                        }
-                        None => false,
-                    };
-                    if !forced {
-                        return Err((ResponseError::InvalidReplicationFactor, format!("Topic '{name}': {risk}")));
-                    }
-                    warn!(topic = %name, %risk, "placing replicas unsafely (placement.unsafe.allow)");
-                }
+                self.check_placement(&name, &brokers, &placed, &configs)?;
                 if validate_only {
                     return Ok(());
                 }
@@ -570,7 +623,129 @@ impl Cluster {
                 let rec = Record::DeleteTopic { name: name.clone(), id };
                 self.propose(&rec, |s| s.topics.get(&name).map(|t| t.id) != Some(id)).await
             }
+            Call::AlterTopicConfigs { name, configs } => {
+                let Some(id) = self.read().topics.get(&name).map(|t| t.id) else {
+                    return Err((ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")));
+                };
+                let rec = Record::TopicConfigs { name: name.clone(), id, configs: configs.clone() };
+                let broker = self.broker.clone();
+                self.propose(&rec, move |_| {
+                    broker.upgrade().and_then(|b| b.catalog.topic(&name)).is_none_or(|t| t.configs == configs)
+                })
+                .await
+            }
+            Call::CreatePartitions { name, count, assignment, validate_only } => {
+                let (id, current, rf) =
+                    self.read().topics.get(&name).map(|t| (t.id, t.partitions, t.rf)).ok_or_else(|| {
+                        (ResponseError::UnknownTopicOrPartition, "This server does not host this topic.".to_string())
+                    })?;
+                let invalid = |msg: String| Err((ResponseError::InvalidPartitions, msg));
+                if count as usize == current {
+                    return invalid(format!("Topic already has {current} partitions."));
+                }
+                if count < 1 || (count as usize) < current {
+                    return invalid(format!(
+                        "Topic currently has {current} partitions, which is higher than the requested {count}."
+                    ));
+                }
+                let brokers = self.live_brokers();
+                let placed = match assignment {
+                    Some(a) => {
+                        if a.len() != count as usize - current {
+                            return Err((
+                                ResponseError::InvalidReplicaAssignment,
+                                format!(
+                                    "Increasing the number of partitions by {} but {} assignments provided.",
+                                    count as usize - current,
+                                    a.len()
+                                ),
+                            ));
+                        }
+                        check_assignment(&a, &brokers)?;
+                        if a.first().is_some_and(|r| r.len() != rf) {
+                            return Err((
+                                ResponseError::InvalidReplicaAssignment,
+                                format!("The new partitions must have {rf} replicas, as the existing ones do."),
+                            ));
+                        }
+                        a
+                    }
+                    None if rf > brokers.len() => {
+                        return Err((
+                            ResponseError::InvalidReplicationFactor,
+                            format!("The topic's replication factor of {rf} cannot be reached: only {} broker(s) are registered and not fenced.", brokers.len()),
+                        ));
+                    }
+                    None => place(&brokers, count, rf).split_off(current),
+                };
+                let configs = self.broker.upgrade().and_then(|b| b.catalog.topic(&name)).map(|t| t.configs.clone());
+                self.check_placement(&name, &brokers, &placed, &configs.unwrap_or_default())?;
+                if validate_only {
+                    return Ok(());
+                }
+                let rec = Record::AddPartitions { name: name.clone(), id, first: current, replicas: placed };
+                self.propose(&rec, |s| s.topics.get(&name).is_none_or(|t| t.id != id || t.partitions >= count as usize))
+                    .await
+            }
         }
+    }
+
+    /// Refuses a placement that losing one failure domain would break, unless the topic
+    /// (or the broker) sets `placement.unsafe.allow`.
+    fn check_placement(
+        &self,
+        name: &str,
+        brokers: &[BrokerInfo],
+        placed: &[Vec<i32>],
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), (ResponseError, String)> {
+        let Some(risk) = placement_risk(brokers, placed) else { return Ok(()) };
+        let forced = self.broker.upgrade().is_some_and(|b| {
+            crate::topic_config::effective("placement.unsafe.allow", configs, &b.catalog.settings())
+                .eq_ignore_ascii_case("true")
+        });
+        if !forced {
+            return Err((ResponseError::InvalidReplicationFactor, format!("Topic '{name}': {risk}")));
+        }
+        warn!(topic = %name, %risk, "placing replicas unsafely (placement.unsafe.allow)");
+        Ok(())
+    }
+
+    /// A topic's new config overrides, committed by the controller (forwarded when this
+    /// broker is not it); returns once they are applied here.
+    pub async fn alter_topic_configs(
+        &self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+    ) -> Result<(), (ResponseError, String)> {
+        self.run(Call::AlterTopicConfigs { name: name.to_string(), configs: configs.clone() }).await?;
+        let broker = self.broker.clone();
+        self.until_applied(
+            |_| broker.upgrade().and_then(|b| b.catalog.topic(name)).is_none_or(|t| t.configs == configs),
+            "the new configs were not applied here in time",
+        )
+        .await
+    }
+
+    /// CreatePartitions, decided by the controller (forwarded when this broker is not it);
+    /// returns once the new partitions are applied here.
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        assignment: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Result<(), (ResponseError, String)> {
+        let name = name.to_string();
+        self.run(Call::CreatePartitions { name: name.clone(), count, assignment, validate_only }).await?;
+        if validate_only {
+            return Ok(());
+        }
+        self.until_applied(
+            |s| s.topics.get(&name).is_none_or(|t| t.partitions >= count as usize),
+            "the new partitions were not applied here in time",
+        )
+        .await
     }
 
     /// The controller's checks of a new topic; returns the registered brokers.
@@ -579,11 +754,12 @@ impl Cluster {
         if state.topics.contains_key(name) {
             return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
         }
-        let brokers: Vec<BrokerInfo> = state.brokers.values().cloned().collect();
+        let brokers: Vec<BrokerInfo> =
+            state.brokers.values().filter(|b| !state.fenced.contains(&b.id)).cloned().collect();
         if rf < 1 || rf as usize > brokers.len() {
             return Err((
                 ResponseError::InvalidReplicationFactor,
-                format!("Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {} broker(s) are registered.", brokers.len()),
+                format!("Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {} broker(s) are registered and not fenced.", brokers.len()),
             ));
         }
         Ok(brokers)
@@ -673,9 +849,44 @@ impl Cluster {
         match rec {
             Record::RegisterBroker(info) => {
                 let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+                // A broker registers at every start: it is alive.
+                state.fenced.remove(&info.id);
                 if state.brokers.get(&info.id) != Some(&info) {
                     info!(broker = info.id, host = %info.host, port = info.port, "broker registered");
                     state.brokers.insert(info.id, info);
+                }
+            }
+            Record::AddPartitions { name, id, first, replicas } => {
+                let found =
+                    self.read().topics.get(&name).filter(|t| t.id == id && t.partitions == first).map(|t| t.seq);
+                let Some(seq) = found else { return };
+                if let Err(e) = self.open_new_partitions(&name, id, seq, &replicas) {
+                    tracing::error!(topic = %name, error = %e, "cannot open replicas of new partitions; stopping");
+                    std::process::exit(70);
+                }
+                if let Some(t) = self.state.write().unwrap_or_else(|p| p.into_inner()).topics.get_mut(&name) {
+                    t.partitions += replicas.len();
+                }
+            }
+            Record::TopicConfigs { name, id, configs } => {
+                let Some(broker) = self.broker.upgrade() else { return };
+                if broker.catalog.topic(&name).is_some_and(|t| t.id == id) {
+                    if let Err(e) = broker.catalog.apply_topic_configs(&name, configs) {
+                        warn!(topic = %name, error = %e, "applying topic configs");
+                    }
+                    info!(topic = %name, "topic configs applied from the metadata log");
+                }
+            }
+            Record::FenceBroker { id, fenced } => {
+                let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+                let changed = if fenced { state.fenced.insert(id) } else { state.fenced.remove(&id) };
+                if changed && fenced {
+                    warn!(
+                        broker = id,
+                        "broker fenced: the controller has not heard from it within broker.session.timeout.ms"
+                    );
+                } else if changed {
+                    info!(broker = id, "broker unfenced: heard from again");
                 }
             }
             Record::CreateTopic { name, id, seq, replicas, configs } => {
@@ -689,7 +900,8 @@ impl Cluster {
                     std::process::exit(70);
                 }
                 let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
-                state.topics.insert(name, TopicMeta { id, seq, partitions: replicas.len() });
+                let rf = replicas.first().map_or(0, |r| r.len());
+                state.topics.insert(name, TopicMeta { id, seq, partitions: replicas.len(), rf });
                 state.next_seq = state.next_seq.max(seq + 1);
             }
             Record::DeleteTopic { name, id } => {
@@ -735,15 +947,53 @@ impl Cluster {
     ) -> Result<()> {
         let Some(broker) = self.broker.upgrade() else { return Ok(()) };
         let topic: Arc<str> = Arc::from(name);
-        let log_config = topic_config::log_config(&configs, &broker.catalog.settings());
+        let parts = self.open_partitions(&broker, &topic, id, seq, 0, replicas, &configs)?;
+        broker.catalog.insert_topic(Topic { name: topic, id, partitions: parts, configs });
+        info!(topic = name, partitions = replicas.len(), "topic applied from the metadata log");
+        Ok(())
+    }
+
+    /// Adds partitions after a topic's current ones (CreatePartitions).
+    fn open_new_partitions(&self, name: &str, id: Uuid, seq: u64, replicas: &[Vec<i32>]) -> Result<()> {
+        let Some(broker) = self.broker.upgrade() else { return Ok(()) };
+        let Some(current) = broker.catalog.topic(name).filter(|t| t.id == id) else { return Ok(()) };
+        let first = current.partitions.len() as i32;
+        let added = self.open_partitions(&broker, &current.name, id, seq, first, replicas, &current.configs)?;
+        let mut partitions = current.partitions.clone();
+        partitions.extend(added);
+        let count = partitions.len();
+        broker.catalog.insert_topic(Topic {
+            name: current.name.clone(),
+            id,
+            partitions,
+            configs: current.configs.clone(),
+        });
+        info!(topic = name, partitions = count, "new partitions applied from the metadata log");
+        Ok(())
+    }
+
+    /// This broker's view of partitions `first..` of a topic: a replica (its Raft group
+    /// added to the driver) where it holds one, else a remote partition.
+    #[allow(clippy::too_many_arguments)]
+    fn open_partitions(
+        &self,
+        broker: &Broker,
+        topic: &Arc<str>,
+        id: Uuid,
+        seq: u64,
+        first: i32,
+        replicas: &[Vec<i32>],
+        configs: &BTreeMap<String, String>,
+    ) -> Result<Vec<Arc<Partition>>> {
+        let log_config = topic_config::log_config(configs, &broker.catalog.settings());
         let mut parts = Vec::with_capacity(replicas.len());
-        for (p, reps) in replicas.iter().enumerate() {
-            let p = p as i32;
+        for (i, reps) in replicas.iter().enumerate() {
+            let p = first + i as i32;
             if !reps.contains(&self.node_id) {
                 parts.push(Arc::new(Partition::remote(topic.clone(), p, reps.clone())));
                 continue;
             }
-            let dir = partition_dir(&self.data_dir, name, p);
+            let dir = partition_dir(&self.data_dir, topic, p);
             if !claim_dir(&dir, id).with_context(|| format!("claiming {}", dir.display()))? {
                 // Replaying the log after a restart: the directory holds a later topic of
                 // the same name, and this one is deleted further on. Leave it alone.
@@ -763,9 +1013,7 @@ impl Cluster {
             self.driver().add_group(group, replica.clone());
             parts.push(Arc::new(Partition::replicated(topic.clone(), p, reps.clone(), replica, group)));
         }
-        broker.catalog.insert_topic(Topic { name: topic, id, partitions: parts, configs });
-        info!(topic = name, partitions = replicas.len(), "topic applied from the metadata log");
-        Ok(())
+        Ok(parts)
     }
 
     /// Controller: proposes a broker's registration unless it is already applied.
@@ -777,6 +1025,42 @@ impl Cluster {
             let mut meta = lock(&self.meta);
             let _ = meta.propose_record(&data, crate::now_ms());
         }
+        self.driver().kick(META_GROUP);
+    }
+
+    fn heard(&self, id: i32) {
+        self.heard.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Instant::now());
+    }
+
+    /// Controller: fences registered brokers not heard from within `session`, and unfences
+    /// fenced ones heard from since. `since` is when this broker became the controller: it
+    /// gives every broker a full session before fencing it.
+    fn check_sessions(&self, since: Instant, session: Duration) {
+        let now = Instant::now();
+        let heard = self.heard.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let changes: Vec<Record> = {
+            let state = self.read();
+            state
+                .brokers
+                .keys()
+                .filter(|id| **id != self.node_id)
+                .filter_map(|id| {
+                    let last = heard.get(id).copied().unwrap_or(since).max(since);
+                    let alive = now.duration_since(last) < session;
+                    (alive == state.fenced.contains(id)).then_some(Record::FenceBroker { id: *id, fenced: !alive })
+                })
+                .collect()
+        };
+        if changes.is_empty() {
+            return;
+        }
+        let mut meta = lock(&self.meta);
+        for rec in changes {
+            if let Ok(data) = serde_json::to_vec(&rec) {
+                let _ = meta.propose_record(&data, crate::now_ms());
+            }
+        }
+        drop(meta);
         self.driver().kick(META_GROUP);
     }
 
@@ -852,8 +1136,12 @@ impl Hooks for Cluster {
                     cluster.reply(from, req, outcome);
                 });
             }
-            Ok(Forward::Register(info)) if self.is_controller() => self.register(info),
+            Ok(Forward::Register(info)) if self.is_controller() => {
+                self.heard(info.id);
+                self.register(info)
+            }
             Ok(Forward::Register(_)) => {}
+            Ok(Forward::Heartbeat { id }) => self.heard(id),
             Ok(Forward::Elect { groups }) => {
                 for (group, preferred) in groups {
                     self.elect_here(group, preferred);
@@ -879,6 +1167,39 @@ async fn register_loop(cluster: Arc<Cluster>) {
             }
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Tells the controller every `broker.heartbeat.interval.ms` that this broker is alive.
+async fn heartbeat_loop(cluster: Arc<Cluster>) {
+    loop {
+        let Some(broker) = cluster.broker.upgrade() else { return };
+        let interval = broker.catalog.settings().i64("broker.heartbeat.interval.ms").max(10) as u64;
+        drop(broker);
+        if let Some(c) = cluster.controller().filter(|c| *c != cluster.node_id) {
+            if let Ok(data) = serde_json::to_vec(&Forward::Heartbeat { id: cluster.node_id }) {
+                cluster.driver().forward(c as u64 + 1, data);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(interval)).await;
+    }
+}
+
+/// On the controller: fences brokers that stopped heartbeating and unfences those that
+/// came back (`Cluster::check_sessions`).
+async fn fence_loop(cluster: Arc<Cluster>) {
+    let mut since: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let Some(broker) = cluster.broker.upgrade() else { return };
+        let session = Duration::from_millis(broker.catalog.settings().i64("broker.session.timeout.ms").max(1) as u64);
+        drop(broker);
+        if !cluster.is_controller() {
+            since = None;
+            continue;
+        }
+        let since = *since.get_or_insert_with(Instant::now);
+        cluster.check_sessions(since, session);
     }
 }
 

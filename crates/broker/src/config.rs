@@ -54,6 +54,10 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // partition's replicas in one failure domain; a topic config overrides it.
     ("placement.unsafe.allow", Kind::Bool, "false"),
     ("leader.imbalance.check.interval.seconds", Kind::Long, "30"),
+    // Cluster mode: each broker tells the controller it is alive every interval; one not
+    // heard from for the session timeout is fenced (left out of Metadata, no new replicas).
+    ("broker.heartbeat.interval.ms", Kind::Int, "2000"),
+    ("broker.session.timeout.ms", Kind::Int, "9000"),
     ("delete.topic.enable", Kind::Bool, "true"),
     ("log.segment.bytes", Kind::Int, "1073741824"),
     ("log.roll.ms", Kind::Long, "604800000"),

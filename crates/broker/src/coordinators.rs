@@ -25,7 +25,7 @@ const FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
 /// partition has no leader, the answer is COORDINATOR_NOT_AVAILABLE and clients retry.
 pub fn locate(b: &Broker, cluster: &Arc<Cluster>, group: &str) -> Result<BrokerInfo, (ResponseError, String)> {
     let unavailable = |msg: String| (ResponseError::CoordinatorNotAvailable, msg);
-    let brokers = cluster.brokers();
+    let brokers = cluster.live_brokers();
     let Some(topic) = b.catalog.topic(OFFSETS_TOPIC) else {
         let (rf, partitions, configs) = {
             let s = b.catalog.settings();
@@ -36,7 +36,7 @@ pub fn locate(b: &Broker, cluster: &Arc<Cluster>, group: &str) -> Result<BrokerI
         };
         if (brokers.len() as i64) < rf {
             return Err(unavailable(format!(
-                "{OFFSETS_TOPIC} needs {rf} brokers (offsets.topic.replication.factor), {} are registered",
+                "{OFFSETS_TOPIC} needs {rf} brokers (offsets.topic.replication.factor), {} are registered and not fenced",
                 brokers.len()
             )));
         }

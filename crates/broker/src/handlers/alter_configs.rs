@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::config::{check_value, setting, Kind, DYNAMIC_SETTINGS};
-use crate::dispatch::{now, Reply};
+use crate::dispatch::Reply;
 use crate::errors;
 use crate::handlers::describe_configs::{is_this_broker, RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::topic_config;
@@ -87,15 +87,24 @@ fn validate(resource_type: i8, map: &BTreeMap<String, String>) -> Outcome {
     Ok(())
 }
 
+type Decided = Result<Altered, (ResponseError, String)>;
+
+/// What became of a resource's change.
+enum Altered {
+    Done,
+    /// Cluster mode: a topic's new overrides, for the controller to commit.
+    Topic(String, BTreeMap<String, String>),
+}
+
 /// Computes the new override map for a resource with `change`, validates it and, unless
-/// `validate_only`, stores it.
+/// `validate_only`, stores it (or, for a topic in cluster mode, returns it to commit).
 fn alter(
     b: &Broker,
     resource_type: i8,
     name: &str,
     validate_only: bool,
     change: impl FnOnce(&mut BTreeMap<String, String>) -> Outcome,
-) -> Outcome {
+) -> Decided {
     match resource_type {
         RESOURCE_TOPIC => {
             let topic = b
@@ -105,10 +114,14 @@ fn alter(
             let mut map = topic.configs.clone();
             change(&mut map)?;
             validate(resource_type, &map)?;
-            if !validate_only {
-                b.catalog.set_topic_configs(name, map).map_err(|e| (errors::catalog(&e), e.to_string()))?;
+            if validate_only {
+                return Ok(Altered::Done);
             }
-            Ok(())
+            if b.cluster.get().is_some() {
+                return Ok(Altered::Topic(name.to_string(), map));
+            }
+            b.catalog.set_topic_configs(name, map).map_err(|e| (errors::catalog(&e), e.to_string()))?;
+            Ok(Altered::Done)
         }
         RESOURCE_BROKER if is_this_broker(b, name) => {
             let mut map = b.catalog.settings().dynamic().clone();
@@ -117,7 +130,7 @@ fn alter(
             if !validate_only {
                 b.catalog.set_broker_configs(map).map_err(|e| (errors::catalog(&e), e.to_string()))?;
             }
-            Ok(())
+            Ok(Altered::Done)
         }
         RESOURCE_BROKER => Err((ResponseError::InvalidRequest, format!("Unexpected broker id {name}"))),
         other => Err((ResponseError::InvalidRequest, format!("Unsupported resource type {other}"))),
@@ -125,8 +138,8 @@ fn alter(
 }
 
 pub fn incremental(b: &Arc<Broker>, r: IncrementalAlterConfigsRequest, _v: i16) -> Reply {
-    use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
-    let responses = r
+    use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as Res;
+    let items = r
         .resources
         .into_iter()
         .map(|res| {
@@ -142,21 +155,20 @@ pub fn incremental(b: &Arc<Broker>, r: IncrementalAlterConfigsRequest, _v: i16) 
                 }
                 Ok(())
             });
-            let out = AlterConfigsResourceResponse::default()
-                .with_resource_type(res.resource_type)
-                .with_resource_name(res.resource_name);
-            match outcome {
-                Ok(()) => out,
-                Err((code, msg)) => out.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg))),
-            }
+            (Res::default().with_resource_type(res.resource_type).with_resource_name(res.resource_name), outcome)
         })
         .collect();
-    now(IncrementalAlterConfigsResponse::default().with_responses(responses))
+    finish(
+        b,
+        items,
+        |out: Res, code, msg| out.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg))),
+        |all| IncrementalAlterConfigsResponse::default().with_responses(all).into(),
+    )
 }
 
 pub fn legacy(b: &Arc<Broker>, r: AlterConfigsRequest, _v: i16) -> Reply {
-    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
-    let responses = r
+    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as Res;
+    let items = r
         .resources
         .into_iter()
         .map(|res| {
@@ -167,14 +179,39 @@ pub fn legacy(b: &Arc<Broker>, r: AlterConfigsRequest, _v: i16) -> Reply {
                 }
                 Ok(())
             });
-            let out = AlterConfigsResourceResponse::default()
-                .with_resource_type(res.resource_type)
-                .with_resource_name(res.resource_name);
-            match outcome {
-                Ok(()) => out,
-                Err((code, msg)) => out.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg))),
-            }
+            (Res::default().with_resource_type(res.resource_type).with_resource_name(res.resource_name), outcome)
         })
         .collect();
-    now(AlterConfigsResponse::default().with_responses(responses))
+    finish(
+        b,
+        items,
+        |out: Res, code, msg| out.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg))),
+        |all| AlterConfigsResponse::default().with_responses(all).into(),
+    )
+}
+
+/// Answers once every topic change that the controller must commit (cluster mode) is
+/// applied here; everything else was decided already.
+fn finish<R: Send + 'static>(
+    b: &Arc<Broker>,
+    items: Vec<(R, Decided)>,
+    fail: fn(R, ResponseError, String) -> R,
+    build: fn(Vec<R>) -> kafka_protocol::messages::ResponseKind,
+) -> Reply {
+    let cluster = b.cluster.get().cloned();
+    Box::pin(async move {
+        let mut out = Vec::with_capacity(items.len());
+        for (res, outcome) in items {
+            let outcome = match (outcome, &cluster) {
+                (Ok(Altered::Topic(name, map)), Some(cl)) => cl.alter_topic_configs(&name, map).await,
+                (Ok(_), _) => Ok(()),
+                (Err(e), _) => Err(e),
+            };
+            out.push(match outcome {
+                Ok(()) => res,
+                Err((code, msg)) => fail(res, code, msg),
+            });
+        }
+        Some(build(out))
+    })
 }

@@ -21,7 +21,7 @@ pub fn handle(b: &Arc<Broker>, _r: DescribeClusterRequest, v: i16) -> Reply {
             .with_cluster_id(str_bytes(&cl.cluster_id))
             .with_controller_id(BrokerId(cl.controller().unwrap_or(-1)))
             .with_brokers(
-                cl.brokers()
+                cl.live_brokers()
                     .into_iter()
                     .map(|info| {
                         DescribeClusterBroker::default()

@@ -102,7 +102,7 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> Reply {
     let (brokers, controller, cluster_id) = match b.cluster.get() {
         Some(cl) => {
             let mut brokers: Vec<MetadataResponseBroker> = cl
-                .brokers()
+                .live_brokers()
                 .into_iter()
                 .map(|info| {
                     MetadataResponseBroker::default()
