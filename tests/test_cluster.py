@@ -5,6 +5,7 @@ acknowledged record must be read back exactly once and in order, and once the cl
 quiet the three replicas of a partition must hold byte-identical logs (so no offset ever
 holds two different records)."""
 
+import json
 import os
 import pathlib
 import random
@@ -21,6 +22,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 import kafka_wire as kw
 from conftest import RUNNEL_BIN, admin_client, unique_topic, wait_for, wait_for_port, wait_for_topic
+from test_java_client import java_build  # noqa: F401  (session fixture: builds .cache/java)
 
 BROKERS = 3
 
@@ -951,3 +953,49 @@ def test_a_topic_config_change_reaches_every_replica(tmp_path):
             assert entries["retention.bytes"].value == "16384", (b, entries["retention.bytes"])
     finally:
         c.close()
+
+
+REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+
+
+def test_reassignment_moves_a_partition_by_joint_consensus_while_a_producer_writes(cluster, java_build, tmp_path):
+    """kafka-reassign-partitions moves two RF 2 partitions while an idempotent acks=all
+    producer writes to the first: [0, 1] -> [2, 1], whose leader (0) is leaving, and
+    [1, 0] -> [1, 2], whose leader stays. Broker 2 joins each Raft group as a learner; once
+    caught up, one joint-consensus change makes it a voter and removes broker 0 (a leaving
+    leader first promotes it, hands leadership over, and the new leader removes the old).
+    `--verify` reports completion, every broker's Metadata lists the new replicas, every
+    acknowledged record is read back once and in order, broker 0's replicas are deleted, and
+    brokers 1 and 2 hold identical logs."""
+    from test_kafka_tools import Tools
+
+    c = cluster
+    tools = Tools(java_build / "lib", c)
+    topic = unique_topic("move")
+    c.admin.create_topics([NewTopic(topic, 2, replica_assignment=[[0, 1], [1, 0]])], operation_timeout=30,
+                          request_timeout=30)[topic].result(timeout=30)
+    wait_for_topic(c.admin, topic, 2)
+    wait_for(lambda: c.leaders_seen_by(0, topic) == {0: 0, 1: 1}, "the preferred leaders to lead", 30, c.diagnostics)
+    writer = Writer(c, topic, 3000, pace_s=0.002)
+    wait_for(lambda: writer.acked_count() >= 300, "acks before the move", 60, c.diagnostics, 0.1)
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [2, 1]},
+                                                             {"topic": topic, "partition": 1, "replicas": [1, 2]}]}))
+    out = tools.run(REASSIGN, "--reassignment-json-file", plan, "--execute").stdout
+    assert "Successfully started" in out, out
+    wait_for(lambda: tools.run(REASSIGN, "--reassignment-json-file", plan, "--verify").stdout.count("is completed") == 2,
+             "kafka-reassign-partitions --verify to report completion", 90, c.diagnostics, 1)
+    wait_for(lambda: all({q: r for q, (_, r) in c.seen_by(b, topic).items()} == {0: [2, 1], 1: [1, 2]}
+                         for b in range(BROKERS)),
+             "every broker to list the new replicas", 30, c.diagnostics)
+
+    writer.join()
+    check_history(writer, read_all(c, topic, 3000))
+    assert writer.acked_count() == 3000
+    assert not list((c.data_dir / "broker-0").glob(f"{topic}-*")), "a removed replica is still on disk"
+    wait_for(lambda: c.partition_log_bytes(1, topic) == c.partition_log_bytes(2, topic),
+             "the new replica to hold the same log", 30, c.diagnostics)
+    c.log.flush()
+    text = pathlib.Path(c.log.name).read_text()
+    assert "joint change" in text and "handing leadership to a target replica" in text

@@ -81,6 +81,21 @@ enum Record {
         first: usize,
         replicas: Vec<Vec<i32>>,
     },
+    /// AlterPartitionReassignments: the partition moves to `target` (its original replicas
+    /// when a move is cancelled). The partition's leader carries the move out.
+    Reassign {
+        name: String,
+        id: Uuid,
+        partition: i32,
+        target: Vec<i32>,
+    },
+    /// The partition's Raft group now has exactly these voters: the move is over.
+    Reassigned {
+        name: String,
+        id: Uuid,
+        partition: i32,
+        replicas: Vec<i32>,
+    },
     /// A topic's config overrides, whole (AlterConfigs, IncrementalAlterConfigs).
     TopicConfigs {
         name: String,
@@ -142,6 +157,21 @@ enum Call {
     DeleteTopic {
         name: String,
     },
+    /// Moves a partition to `target` replicas, or cancels its move (None).
+    Reassign {
+        name: String,
+        partition: i32,
+        target: Option<Vec<i32>>,
+        /// False: refuse a target whose size differs from the current replica count.
+        #[serde(default = "yes")]
+        allow_rf_change: bool,
+    },
+    /// From the partition's leader: its group's voters are the move's target.
+    FinishReassign {
+        name: String,
+        partition: i32,
+        replicas: Vec<i32>,
+    },
     /// Replaces a topic's config overrides (validated by the broker that received the
     /// request).
     AlterTopicConfigs {
@@ -167,6 +197,26 @@ struct TopicMeta {
     partitions: usize,
     /// Replicas per partition.
     rf: usize,
+    /// Each partition's replicas when it was created: its Raft group's first voters, which a
+    /// replica added later starts from before it replays the group's changes.
+    initial: Vec<Vec<i32>>,
+}
+
+/// A partition moving to new replicas (AlterPartitionReassignments).
+#[derive(Clone, Debug)]
+pub struct Moving {
+    /// The replicas before the move (what a cancellation returns to).
+    pub original: Vec<i32>,
+    pub target: Vec<i32>,
+}
+
+impl Moving {
+    /// What Metadata lists while the move runs: the target, then the replicas leaving.
+    pub fn listed(&self) -> Vec<i32> {
+        let mut all = self.target.clone();
+        all.extend(self.original.iter().filter(|b| !self.target.contains(b)));
+        all
+    }
 }
 
 #[derive(Default)]
@@ -175,8 +225,14 @@ struct State {
     /// Registered brokers the controller has fenced: not offered to clients, not given new
     /// replicas.
     fenced: BTreeSet<i32>,
+    /// Partitions moving to new replicas, by (topic, partition).
+    moving: BTreeMap<(String, i32), Moving>,
     topics: BTreeMap<String, TopicMeta>,
     next_seq: u64,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Parses `controller.quorum.voters`: `id@host:port,...`.
@@ -436,6 +492,7 @@ impl Cluster {
         tokio::spawn(announce_leaders(cluster.clone()));
         tokio::spawn(crate::coordinators::follow_leaders(cluster.clone()));
         tokio::spawn(crate::rebalance::preferred_leaders(cluster.clone()));
+        tokio::spawn(crate::reassign::carry_out(cluster.clone()));
         info!(node_id, %listen, voters = voters.len(), "cluster mode: metadata quorum started");
         Ok(cluster)
     }
@@ -623,6 +680,62 @@ impl Cluster {
                 let rec = Record::DeleteTopic { name: name.clone(), id };
                 self.propose(&rec, |s| s.topics.get(&name).map(|t| t.id) != Some(id)).await
             }
+            Call::Reassign { name, partition, target, allow_rf_change } => {
+                let (id, partitions) =
+                    self.read().topics.get(&name).map(|t| (t.id, t.partitions)).ok_or_else(|| {
+                        (ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist."))
+                    })?;
+                if partition < 0 || partition as usize >= partitions {
+                    return Err((
+                        ResponseError::UnknownTopicOrPartition,
+                        format!("Partition {partition} of '{name}' does not exist."),
+                    ));
+                }
+                let moving = self.read().moving.get(&(name.clone(), partition)).cloned();
+                let target = match (target, &moving) {
+                    (None, None) => {
+                        return Err((ResponseError::NoReassignmentInProgress, "No reassignment is in progress.".into()))
+                    }
+                    (None, Some(m)) => m.original.clone(),
+                    (Some(t), _) => {
+                        check_assignment(std::slice::from_ref(&t), &self.brokers())?;
+                        t
+                    }
+                };
+                let current = self
+                    .broker
+                    .upgrade()
+                    .and_then(|b| b.catalog.topic(&name))
+                    .and_then(|t| t.partitions.get(partition as usize).map(|p| p.replicas.clone()))
+                    .unwrap_or_default();
+                let now = moving.as_ref().map_or(current.len(), |m| m.original.len());
+                if !allow_rf_change && target.len() != now {
+                    return Err((
+                        ResponseError::InvalidReplicationFactor,
+                        format!("The target has {} replicas where the partition has {now}, and the request does not allow a change.", target.len()),
+                    ));
+                }
+                if moving.is_none() && current == target {
+                    return Ok(());
+                }
+                let rec = Record::Reassign { name: name.clone(), id, partition, target: target.clone() };
+                self.propose(&rec, |s| s.moving.get(&(name.clone(), partition)).is_some_and(|m| m.target == target))
+                    .await
+            }
+            Call::FinishReassign { name, partition, replicas } => {
+                let key = (name.clone(), partition);
+                let Some(id) = self
+                    .read()
+                    .topics
+                    .get(&name)
+                    .map(|t| t.id)
+                    .filter(|_| self.read().moving.get(&key).is_some_and(|m| m.target == replicas))
+                else {
+                    return Ok(());
+                };
+                let rec = Record::Reassigned { name: name.clone(), id, partition, replicas };
+                self.propose(&rec, |s| !s.moving.contains_key(&key)).await
+            }
             Call::AlterTopicConfigs { name, configs } => {
                 let Some(id) = self.read().topics.get(&name).map(|t| t.id) else {
                     return Err((ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")));
@@ -709,6 +822,103 @@ impl Cluster {
         }
         warn!(topic = %name, %risk, "placing replicas unsafely (placement.unsafe.allow)");
         Ok(())
+    }
+
+    /// AlterPartitionReassignments for one partition: returns once the move (or its
+    /// cancellation) is applied here; the partition's leader then carries it out.
+    pub async fn reassign(
+        &self,
+        name: &str,
+        partition: i32,
+        target: Option<Vec<i32>>,
+        allow_rf_change: bool,
+    ) -> Result<(), (ResponseError, String)> {
+        self.run(Call::Reassign { name: name.to_string(), partition, target: target.clone(), allow_rf_change }).await?;
+        let key = (name.to_string(), partition);
+        self.until_applied(
+            |s| match (&target, s.moving.get(&key)) {
+                (Some(t), Some(m)) => m.target == *t,
+                (Some(_), None) => true, // already there, or finished meanwhile
+                (None, m) => m.is_none_or(|m| m.target == m.original),
+            },
+            "the reassignment was not applied here in time",
+        )
+        .await
+    }
+
+    /// Partitions moving to new replicas.
+    pub fn reassignments(&self) -> BTreeMap<(String, i32), Moving> {
+        self.read().moving.clone()
+    }
+
+    /// The leader of a moving partition reports that its group's voters are the target.
+    pub(crate) fn finish_reassignment(self: &Arc<Self>, name: String, partition: i32, replicas: Vec<i32>) {
+        let cluster = self.clone();
+        tokio::spawn(async move {
+            if let Err((code, msg)) =
+                cluster.run(Call::FinishReassign { name: name.clone(), partition, replicas }).await
+            {
+                warn!(topic = %name, partition, ?code, %msg, "reporting a finished reassignment");
+            }
+        });
+    }
+
+    fn initial_voters(&self, name: &str, id: Uuid, partition: i32) -> Option<Vec<i32>> {
+        let state = self.read();
+        state.topics.get(name).filter(|t| t.id == id).and_then(|t| t.initial.get(partition as usize).cloned())
+    }
+
+    /// Rebuilds this broker's view of a partition: the replica list Metadata shows, and
+    /// whether this broker holds a replica. A replica added here starts from the group's
+    /// first voters (it replays the group's changes, or gets a snapshot) and waits for the
+    /// leader; a replica removed here leaves the driver and its directory is deleted.
+    #[allow(clippy::too_many_arguments)]
+    fn reshape(&self, broker: &Broker, name: &str, id: Uuid, p: i32, listed: Vec<i32>, host: bool, initial: &[i32]) {
+        let Some(topic) = broker.catalog.topic(name).filter(|t| t.id == id) else { return };
+        let Some(current) = topic.partitions.get(p as usize).cloned() else { return };
+        let seq = self.read().topics.get(name).map(|t| t.seq).unwrap_or_default();
+        let group = group_id(seq, p);
+        let part = match (current.replica(), host) {
+            (Some((replica, group)), true) => {
+                Partition::replicated(topic.name.clone(), p, listed, replica.clone(), group)
+            }
+            (None, false) => Partition::remote(topic.name.clone(), p, listed),
+            (None, true) => {
+                let dir = partition_dir(&self.data_dir, name, p);
+                let opened = claim_dir(&dir, id).map_err(|e| anyhow::anyhow!(e)).and_then(|_| {
+                    let log_config = topic_config::log_config(&topic.configs, &broker.catalog.settings());
+                    let voters = initial.iter().map(|b| *b as u64 + 1).collect();
+                    let cfg = ReplicaConfig::new(self.node_id as u64 + 1, voters);
+                    Replica::open(&dir, log_config, &cfg, crate::now_ms()).map_err(|e| anyhow::anyhow!(e))
+                });
+                let replica = match opened {
+                    Ok(r) => Arc::new(Mutex::new(r)),
+                    Err(e) => {
+                        tracing::error!(topic = name, partition = p, error = %e, "cannot open an added replica; stopping");
+                        std::process::exit(70);
+                    }
+                };
+                self.driver().add_group(group, replica.clone());
+                info!(topic = name, partition = p, "replica added here; catching up from the leader");
+                Partition::replicated(topic.name.clone(), p, listed, replica, group)
+            }
+            (Some((_, group)), false) => {
+                self.driver().remove_group(group);
+                if let Err(e) = current.close() {
+                    warn!(topic = name, partition = p, error = %e, "closing a removed replica");
+                }
+                let dir = partition_dir(&self.data_dir, name, p);
+                let doomed = dir.with_extension(format!("removed-{}", Uuid::new_v4().simple()));
+                if let Err(e) = std::fs::rename(&dir, &doomed).and_then(|_| std::fs::remove_dir_all(&doomed)) {
+                    warn!(topic = name, partition = p, error = %e, "deleting a removed replica");
+                }
+                info!(topic = name, partition = p, "replica removed from this broker");
+                Partition::remote(topic.name.clone(), p, listed)
+            }
+        };
+        let mut partitions = topic.partitions.clone();
+        partitions[p as usize] = Arc::new(part);
+        broker.catalog.insert_topic(Topic { name: topic.name.clone(), id, partitions, configs: topic.configs.clone() });
     }
 
     /// A topic's new config overrides, committed by the controller (forwarded when this
@@ -866,7 +1076,37 @@ impl Cluster {
                 }
                 if let Some(t) = self.state.write().unwrap_or_else(|p| p.into_inner()).topics.get_mut(&name) {
                     t.partitions += replicas.len();
+                    t.initial.extend(replicas);
                 }
+            }
+            Record::Reassign { name, id, partition, target } => {
+                let Some(initial) = self.initial_voters(&name, id, partition) else { return };
+                let Some(broker) = self.broker.upgrade() else { return };
+                let Some(current) =
+                    broker.catalog.topic(&name).and_then(|t| t.partitions.get(partition as usize).cloned())
+                else {
+                    return;
+                };
+                let key = (name.clone(), partition);
+                let moving = {
+                    let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+                    let original =
+                        state.moving.get(&key).map_or_else(|| current.replicas.clone(), |m| m.original.clone());
+                    let m = Moving { original, target };
+                    state.moving.insert(key, m.clone());
+                    m
+                };
+                let host = moving.target.contains(&self.node_id) || moving.original.contains(&self.node_id);
+                info!(topic = %name, partition, target = ?moving.target, "partition reassignment started");
+                self.reshape(&broker, &name, id, partition, moving.listed(), host, &initial);
+            }
+            Record::Reassigned { name, id, partition, replicas } => {
+                let Some(initial) = self.initial_voters(&name, id, partition) else { return };
+                let Some(broker) = self.broker.upgrade() else { return };
+                self.state.write().unwrap_or_else(|p| p.into_inner()).moving.remove(&(name.clone(), partition));
+                info!(topic = %name, partition, ?replicas, "partition reassignment finished");
+                let host = replicas.contains(&self.node_id);
+                self.reshape(&broker, &name, id, partition, replicas, host, &initial);
             }
             Record::TopicConfigs { name, id, configs } => {
                 let Some(broker) = self.broker.upgrade() else { return };
@@ -901,7 +1141,7 @@ impl Cluster {
                 }
                 let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
                 let rf = replicas.first().map_or(0, |r| r.len());
-                state.topics.insert(name, TopicMeta { id, seq, partitions: replicas.len(), rf });
+                state.topics.insert(name, TopicMeta { id, seq, partitions: replicas.len(), rf, initial: replicas });
                 state.next_seq = state.next_seq.max(seq + 1);
             }
             Record::DeleteTopic { name, id } => {
@@ -911,7 +1151,9 @@ impl Cluster {
                     return;
                 };
                 self.close_topic(&name, seq, partitions);
-                self.state.write().unwrap_or_else(|p| p.into_inner()).topics.remove(&name);
+                let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+                state.topics.remove(&name);
+                state.moving.retain(|(topic, _), _| *topic != name);
             }
         }
     }

@@ -19,6 +19,7 @@ pub mod flusher;
 mod handlers;
 pub mod offsets_log;
 pub mod partition;
+mod reassign;
 pub(crate) mod rebalance;
 pub mod server;
 pub mod topic_config;

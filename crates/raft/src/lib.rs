@@ -9,7 +9,7 @@ pub mod store;
 pub mod transport;
 
 pub use driver::{Driver, Hooks, SharedReplica};
-pub use raft::eraftpb::Message;
+pub use raft::eraftpb::{ConfChangeType, Message};
 pub use raft::StateRole;
 pub use replica::{Collected, Durability, ProposeError, Proposed, Replica, ReplicaConfig};
 pub use store::RaftLog;

@@ -11,7 +11,10 @@ use std::collections::VecDeque;
 use std::io;
 use std::path::Path;
 
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
+use raft::eraftpb::{
+    ConfChange, ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, Entry, EntryType, Message,
+    MessageType,
+};
 use raft::{Config, RawNode, SnapshotStatus, StateRole};
 use runnel_storage::{CleanPlan, CleanStats, Cleaned, Log, LogConfig, ProducerError};
 use runnel_wire::batch::stamp;
@@ -240,7 +243,52 @@ impl Replica {
     pub fn has_everything(&self, peer: u64) -> bool {
         let raft = &self.node.raft;
         self.is_leader()
+            && raft.prs().conf().voters().contains(peer)
             && raft.prs().get(peer).is_some_and(|p| p.recent_active && p.matched == raft.raft_log.last_index())
+    }
+
+    /// Leader only: `peer` (voter or learner) answered recently and is within `lag` entries
+    /// of the leader's log.
+    pub fn caught_up(&self, peer: u64, lag: u64) -> bool {
+        let raft = &self.node.raft;
+        self.is_leader()
+            && raft.prs().get(peer).is_some_and(|p| p.recent_active && p.matched + lag >= raft.raft_log.last_index())
+    }
+
+    /// The group's configuration as applied: (voters, learners, joint).
+    pub fn membership(&self) -> (Vec<u64>, Vec<u64>, bool) {
+        let conf = self.node.store().conf_state();
+        (conf.voters.clone(), conf.learners.clone(), !conf.voters_outgoing.is_empty())
+    }
+
+    /// A configuration change was proposed and is not applied yet.
+    pub fn has_pending_conf(&self) -> bool {
+        self.node.raft.has_pending_conf()
+    }
+
+    /// Leader only: proposes one configuration change made of `changes`. Several changes
+    /// go through joint consensus, left automatically once applied.
+    pub fn propose_membership(&mut self, changes: &[(ConfChangeType, u64)]) -> Result<(), ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader(self.leader()));
+        }
+        let mut cc = ConfChangeV2::default();
+        cc.set_transition(ConfChangeTransition::Auto);
+        cc.set_changes(
+            changes
+                .iter()
+                .map(|(kind, id)| {
+                    let mut c = ConfChangeSingle::default();
+                    c.set_change_type(*kind);
+                    c.node_id = *id;
+                    c
+                })
+                .collect(),
+        );
+        self.node.propose_conf_change(Vec::new(), cc).map_err(|e| match e {
+            raft::Error::ProposalDropped => ProposeError::Busy,
+            e => ProposeError::Invalid(e.to_string()),
+        })
     }
 
     pub fn transfer_leader(&mut self, to: u64) {
@@ -454,12 +502,12 @@ impl Replica {
                 EntryType::EntryConfChange => {
                     let cc: ConfChange = protobuf::Message::parse_from_bytes(&e.data).map_err(io::Error::other)?;
                     let cs = self.node.apply_conf_change(&cc).map_err(|e| io::Error::other(e.to_string()))?;
-                    self.node.mut_store().set_conf_state(cs)?;
+                    self.node.mut_store().set_conf_state(e.index, cs)?;
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc: ConfChangeV2 = protobuf::Message::parse_from_bytes(&e.data).map_err(io::Error::other)?;
                     let cs = self.node.apply_conf_change(&cc).map_err(|e| io::Error::other(e.to_string()))?;
-                    self.node.mut_store().set_conf_state(cs)?;
+                    self.node.mut_store().set_conf_state(e.index, cs)?;
                 }
                 EntryType::EntryNormal if self.deliver_committed && !e.data.is_empty() => self.applied.push(e),
                 EntryType::EntryNormal => {

@@ -11,7 +11,7 @@
 //! vote or configuration change, not on every commit (a lost commit index is re-learned
 //! from the leader).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -59,7 +59,12 @@ pub struct RaftLog {
     /// `first_offset` a compacted log keeps its cleaned batches, so the two differ.
     log_start: Option<i64>,
     hard: HardState,
+    /// The configuration after every applied change.
     conf: ConfState,
+    /// The configuration at the snapshot point (what a snapshot carries), and the applied
+    /// changes after it: (entry index, configuration from then on).
+    snap_conf: ConfState,
+    conf_history: Vec<(u64, ConfState)>,
     /// Entries up to this index are on disk and fsynced.
     synced_index: u64,
 }
@@ -87,12 +92,16 @@ impl RaftLog {
             log_start: None,
             hard: HardState::default(),
             conf: ConfState::default(),
+            snap_conf: ConfState::default(),
+            conf_history: Vec::new(),
             synced_index: 0,
         };
         match saved {
             Some(s) => {
                 store.hard = s.hard;
                 store.conf = s.conf;
+                store.snap_conf = s.snap_conf;
+                store.conf_history = s.conf_history;
                 store.snap_index = s.snap_index;
                 store.snap_term = s.snap_term;
                 store.first_offset = s.first_offset;
@@ -100,6 +109,7 @@ impl RaftLog {
             }
             None => {
                 store.conf.voters = voters.to_vec();
+                store.snap_conf = store.conf.clone();
                 store.first_offset = store.log.first_batch_offset();
                 store.write_state()?;
             }
@@ -277,7 +287,10 @@ impl RaftLog {
         self.hard.commit = self.hard.commit.max(commit);
     }
 
-    pub fn set_conf_state(&mut self, conf: ConfState) -> io::Result<()> {
+    /// Records the configuration that entry `index` (a configuration change) left.
+    pub fn set_conf_state(&mut self, index: u64, conf: ConfState) -> io::Result<()> {
+        self.conf_history.retain(|(i, _)| *i < index);
+        self.conf_history.push((index, conf.clone()));
         self.conf = conf;
         self.write_state()
     }
@@ -299,6 +312,8 @@ impl RaftLog {
         self.first_offset = first_offset;
         self.log_start = Some(self.log.log_start_offset());
         self.conf = meta.get_conf_state().clone();
+        self.snap_conf = self.conf.clone();
+        self.conf_history.clear();
         self.hard.commit = self.hard.commit.max(meta.index);
         self.hard.term = self.hard.term.max(meta.term);
         self.synced_index = meta.index;
@@ -372,6 +387,10 @@ impl RaftLog {
         }
         self.snap_index = keep - 1;
         self.snap_term = snap_term;
+        let passed = self.conf_history.partition_point(|(i, _)| *i <= self.snap_index);
+        if let Some((_, conf)) = self.conf_history.drain(..passed).next_back() {
+            self.snap_conf = conf;
+        }
         Ok(())
     }
 
@@ -405,23 +424,17 @@ impl RaftLog {
     }
 
     fn write_state(&self) -> io::Result<()> {
-        let ids = |v: &[u64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" ");
         // The log start goes last, and only once set: files from before it existed still read.
         let log_start = self.log_start.map(|s| format!(" {s}")).unwrap_or_default();
-        let text = format!(
-            "{STATE_VERSION} {} {} {} {} {} {}{log_start}\nvoters {}\nlearners {}\nvoters_outgoing {}\nlearners_next {}\nauto_leave {}\n",
-            self.hard.term,
-            self.hard.vote,
-            self.hard.commit,
-            self.snap_index,
-            self.snap_term,
-            self.first_offset,
-            ids(&self.conf.voters),
-            ids(&self.conf.learners),
-            ids(&self.conf.voters_outgoing),
-            ids(&self.conf.learners_next),
-            u8::from(self.conf.auto_leave),
+        let mut text = format!(
+            "{STATE_VERSION} {} {} {} {} {} {}{log_start}\n",
+            self.hard.term, self.hard.vote, self.hard.commit, self.snap_index, self.snap_term, self.first_offset,
         );
+        text += &conf_lines("", &self.conf);
+        text += &conf_lines("snap.", &self.snap_conf);
+        for (index, conf) in &self.conf_history {
+            text += &conf_lines(&format!("at.{index}."), conf);
+        }
         let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
         let mut f = File::create(&tmp)?;
         f.write_all(text.as_bytes())?;
@@ -516,9 +529,22 @@ impl raft::Storage for RaftLog {
         let meta = snap.mut_metadata();
         meta.index = self.snap_index;
         meta.term = self.snap_term;
-        meta.set_conf_state(self.conf.clone());
+        meta.set_conf_state(self.snap_conf.clone());
         Ok(snap)
     }
+}
+
+/// A configuration as `raft.state` lines, each key prefixed.
+fn conf_lines(prefix: &str, c: &ConfState) -> String {
+    let ids = |v: &[u64]| v.iter().map(|x| format!(" {x}")).collect::<String>();
+    format!(
+        "{prefix}voters{}\n{prefix}learners{}\n{prefix}voters_outgoing{}\n{prefix}learners_next{}\n{prefix}auto_leave {}\n",
+        ids(&c.voters),
+        ids(&c.learners),
+        ids(&c.voters_outgoing),
+        ids(&c.learners_next),
+        u8::from(c.auto_leave)
+    )
 }
 
 /// Snapshot data: the offset after the snapshot point, the log start, then the batches kept
@@ -609,6 +635,8 @@ fn entry_of(index: u64, h: &BatchHeader, batch: Bytes) -> io::Result<Entry> {
 struct Saved {
     hard: HardState,
     conf: ConfState,
+    snap_conf: ConfState,
+    conf_history: Vec<(u64, ConfState)>,
     snap_index: u64,
     snap_term: u64,
     first_offset: i64,
@@ -634,21 +662,33 @@ fn read_state(dir: &Path) -> io::Result<Option<Saved>> {
     let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
     let hard = HardState { term: num(term)?, vote: num(vote)?, commit: num(commit)?, ..Default::default() };
     let mut conf = ConfState::default();
+    let mut snap_conf: Option<ConfState> = None;
+    let mut history: BTreeMap<u64, ConfState> = BTreeMap::new();
     for line in lines {
         let mut parts = line.split_whitespace();
         let key = parts.next().unwrap_or_default();
         let ids = parts.map(num).collect::<io::Result<Vec<u64>>>()?;
-        match key {
-            "voters" => conf.voters = ids,
-            "learners" => conf.learners = ids,
-            "voters_outgoing" => conf.voters_outgoing = ids,
-            "learners_next" => conf.learners_next = ids,
-            "auto_leave" => conf.auto_leave = ids.first() == Some(&1),
+        // "field", "snap.field" or "at.<index>.field".
+        let (target, field) = match key.split('.').collect::<Vec<_>>().as_slice() {
+            [field] => (&mut conf, *field),
+            ["snap", field] => (snap_conf.get_or_insert_with(ConfState::default), *field),
+            ["at", index, field] => (history.entry(num(index)?).or_default(), *field),
+            _ => continue,
+        };
+        match field {
+            "voters" => target.voters = ids,
+            "learners" => target.learners = ids,
+            "voters_outgoing" => target.voters_outgoing = ids,
+            "learners_next" => target.learners_next = ids,
+            "auto_leave" => target.auto_leave = ids.first() == Some(&1),
             _ => {}
         }
     }
     Ok(Some(Saved {
         hard,
+        // Files from before the snapshot configuration was kept had no change since.
+        snap_conf: snap_conf.unwrap_or_else(|| conf.clone()),
+        conf_history: history.into_iter().collect(),
         conf,
         snap_index: num(snap_index)?,
         snap_term: num(snap_term)?,
@@ -717,6 +757,29 @@ mod tests {
         let follower = RaftLog::open(&dir.path().join("b"), config, &[1, 2, 3], 0).expect("reopen");
         assert_eq!((follower.first(), follower.last()), (leader.first(), 40));
         assert_eq!(follower.snapshot_prefix().expect("prefix"), prefix);
+    }
+
+    #[test]
+    fn a_snapshot_carries_the_configuration_at_its_point() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LogConfig { segment_bytes: 1024, ..LogConfig::default() };
+        let mut store = RaftLog::open(dir.path(), config, &[1, 2], 0).expect("open");
+        fill(&mut store, 10, 1);
+        // Entry 6 (say) added learner 3; entry 8 made it a voter.
+        let learner = ConfState { voters: vec![1, 2], learners: vec![3], ..Default::default() };
+        let voter = ConfState { voters: vec![1, 2, 3], ..Default::default() };
+        store.set_conf_state(6, learner.clone()).expect("conf");
+        store.set_conf_state(8, voter.clone()).expect("conf");
+        let conf_at = |s: &RaftLog| s.snapshot(0, 0).expect("snapshot").get_metadata().get_conf_state().clone();
+        store.trim(4, 10).expect("trim");
+        assert_eq!((store.snap_index, conf_at(&store).voters), (4, vec![1, 2]), "before both changes");
+        store.trim(7, 10).expect("trim");
+        assert_eq!((store.snap_index, conf_at(&store)), (7, learner), "after the first change only");
+        store.close().expect("close");
+        let mut store = RaftLog::open(dir.path(), config, &[1, 2], 0).expect("reopen");
+        assert_eq!(store.conf_state(), &voter, "the current configuration survives a reopen");
+        store.trim(9, 10).expect("trim");
+        assert_eq!(conf_at(&store), voter, "the later change was kept across the reopen");
     }
 
     #[test]

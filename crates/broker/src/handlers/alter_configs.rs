@@ -38,6 +38,11 @@ fn kind_of(resource_type: i8, name: &str) -> Option<Kind> {
 
 /// Applies one incremental operation to a map of overrides.
 fn apply(map: &mut BTreeMap<String, String>, resource_type: i8, name: &str, op: i8, value: Option<&str>) -> Outcome {
+    if op == OP_DELETE && !map.contains_key(name) {
+        // Nothing to delete, whatever the name (tools clear settings they may have set, such
+        // as kafka-reassign-partitions' replication throttles, which Runnel does not have).
+        return Ok(());
+    }
     let kind = kind_of(resource_type, name).ok_or_else(|| invalid(format!("Unknown config name: {name}")))?;
     match op {
         OP_SET => {

@@ -14,6 +14,7 @@ pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod describe_log_dirs;
 pub mod elect_leaders;
 pub mod fetch;
 pub mod find_coordinator;
@@ -28,6 +29,7 @@ pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
+pub mod partition_reassignments;
 pub mod produce;
 pub mod sync_group;
 
