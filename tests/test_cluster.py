@@ -27,14 +27,14 @@ from test_java_client import java_build  # noqa: F401  (session fixture: builds 
 BROKERS = 3
 
 
-def cluster_port():
+def cluster_port(brokers=BROKERS):
     """A base port P with P..P+2 (clients) and P+1000..P+1002 (Raft) all free, below the
     kernel's ephemeral range so that client sockets cannot take them meanwhile."""
     rng = random.Random()
     for _ in range(200):
         p = rng.randrange(20000, 28000)
         try:
-            for port in [p + i for i in range(BROKERS)] + [p + 1000 + i for i in range(BROKERS)]:
+            for port in [p + i for i in range(brokers)] + [p + 1000 + i for i in range(brokers)]:
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", port))
             return p
@@ -47,22 +47,23 @@ class DevCluster:
     """`runnel dev --brokers 3`; follows its stdout for each broker's current pid (dev starts
     a broker that died again and prints the new pid)."""
 
-    def __init__(self, tmp_path, settings=()):
-        self.port = cluster_port()
+    def __init__(self, tmp_path, settings=(), brokers=BROKERS):
+        self.brokers = brokers
+        self.port = cluster_port(brokers)
         self.data_dir = tmp_path / "cluster"
         self.log = open(tmp_path / "cluster.log", "w")
         sets = [arg for s in settings for arg in ("--set", s)]
         self.proc = subprocess.Popen(
-            [RUNNEL_BIN, "dev", "--brokers", str(BROKERS), "--port", str(self.port), "--data-dir", str(self.data_dir)]
+            [RUNNEL_BIN, "dev", "--brokers", str(brokers), "--port", str(self.port), "--data-dir", str(self.data_dir)]
             + sets, stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.pids = {}
         self.lock = threading.Lock()
         threading.Thread(target=self._follow, daemon=True).start()
-        for i in range(BROKERS):
+        for i in range(brokers):
             wait_for_port(self.port + i, proc=self.proc)
-        self.bootstrap = ",".join(f"127.0.0.1:{self.port + i}" for i in range(BROKERS))
+        self.bootstrap = ",".join(f"127.0.0.1:{self.port + i}" for i in range(brokers))
         self.admin = admin_client(self.bootstrap)
-        wait_for(lambda: self.registered() == BROKERS, "3 registered brokers", 30, self.diagnostics)
+        wait_for(lambda: self.registered() == brokers, f"{brokers} registered brokers", 30, self.diagnostics)
 
     def registered(self):
         try:
@@ -999,3 +1000,63 @@ def test_reassignment_moves_a_partition_by_joint_consensus_while_a_producer_writ
     c.log.flush()
     text = pathlib.Path(c.log.name).read_text()
     assert "joint change" in text and "handing leadership to a target replica" in text
+
+
+def test_decommission_moves_every_replica_off_a_broker_before_it_leaves(tmp_path):
+    """`runnel decommission --broker 3` on a 4-broker cluster: every replica on broker 3
+    (an RF 3 topic's and the consumer groups' `__consumer_offsets`) moves to the other brokers
+    by reassignment, the command returns once none is left, and then broker 3 can be stopped
+    for good: every partition still has 3 replicas, all records and the group's committed
+    offsets are there, and broker 3 holds no partition directory."""
+    c = DevCluster(tmp_path, brokers=4)
+    try:
+        topic = unique_topic("decom")
+        c.admin.create_topics([NewTopic(topic, 4, 3)], operation_timeout=30, request_timeout=30)[topic].result(timeout=30)
+        wait_for_topic(c.admin, topic, 4)
+        assert any(3 in p.replicas for p in c.admin.list_topics(topic, timeout=10).topics[topic].partitions.values())
+        produce_to_all = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True, "acks": "all"})
+        for i in range(400):
+            produce_to_all.produce(topic, value=str(i).encode(), partition=i % 4)
+        assert produce_to_all.flush(30) == 0
+        group = unique_topic("g")
+        got = group_consume(c, group, topic, 400)
+        assert sorted(int(v) for v in got.values()) == list(range(400)), "the group did not read everything"
+        before = committed(c, group, topic, 4)
+
+        p = subprocess.run([RUNNEL_BIN, "decommission", "--bootstrap", c.bootstrap, "--broker", "3",
+                            "--timeout-s", "120"], capture_output=True, text=True, timeout=150)
+        assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{c.diagnostics()}"
+        assert "holds no replicas" in p.stdout, p.stdout
+
+        os.kill(c.pid(3), signal.SIGSTOP)  # gone for good, as far as the others can tell
+        try:
+            admin = admin_client(admin_bootstrap(c, 3))
+            md = admin.list_topics(timeout=10)
+            for t in (topic, "__consumer_offsets"):
+                for q in md.topics[t].partitions.values():
+                    assert 3 not in q.replicas and len(q.replicas) == 3, (t, q.id, q.replicas)
+            consumer = Consumer({"bootstrap.servers": admin_bootstrap(c, 3), "group.id": unique_topic("g"),
+                                 "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+            consumer.assign([TopicPartition(topic, q, 0) for q in range(4)])
+            values, deadline = [], time.monotonic() + 60
+            while len(values) < 400 and time.monotonic() < deadline:
+                values += [int(m.value()) for m in consumer.consume(400, timeout=1) if m.error() is None]
+            consumer.close()
+            assert sorted(values) == list(range(400))
+            reader = Consumer({"bootstrap.servers": admin_bootstrap(c, 3), "group.id": group,
+                               "enable.auto.commit": False})
+            try:
+                after = {tp.partition: tp.offset
+                         for tp in reader.committed([TopicPartition(topic, q) for q in range(4)], timeout=30)}
+            finally:
+                reader.close()
+            assert after == before, f"committed offsets before the move {before}, after {after}"
+            assert not [d for d in (c.data_dir / "broker-3").iterdir() if d.name.startswith((topic, "__consumer_offsets"))]
+        finally:
+            os.kill(c.pid(3), signal.SIGCONT)
+    finally:
+        c.close()
+
+
+def admin_bootstrap(c, without):
+    return ",".join(f"127.0.0.1:{c.port + b}" for b in range(c.brokers) if b != without)

@@ -3,6 +3,7 @@
 //! `runnel bench` measures any Kafka-compatible cluster.
 
 mod bench;
+mod decommission;
 mod verify;
 
 use std::path::PathBuf;
@@ -51,6 +52,9 @@ enum Command {
     /// Record a queue workload's history against a cluster (while faults are injected) and
     /// check it for lost, duplicated, inconsistent or reordered records.
     Verify(Box<verify::VerifyArgs>),
+    /// Move every partition replica off a broker (AlterPartitionReassignments) and wait
+    /// until none is left, so that the broker can be stopped.
+    Decommission(decommission::DecommissionArgs),
 }
 
 fn apply_overrides(settings: &mut Settings, overrides: &[String]) -> Result<()> {
@@ -70,7 +74,9 @@ fn config(command: Command) -> Result<BrokerConfig> {
             apply_overrides(&mut s, &overrides)?;
             s
         }
-        Command::Bench(_) | Command::Verify(_) => unreachable!("only dev and serve configure a broker"),
+        Command::Bench(_) | Command::Verify(_) | Command::Decommission(_) => {
+            unreachable!("only dev and serve configure a broker")
+        }
         Command::Serve { config, settings: overrides } => {
             let text = std::fs::read_to_string(&config).with_context(|| format!("reading {}", config.display()))?;
             let mut s = Settings::from_properties(&text).with_context(|| format!("in {}", config.display()))?;
@@ -184,6 +190,7 @@ fn main() {
         }
         Command::Bench(args) => runtime().and_then(|rt| rt.block_on(bench::main(*args))),
         Command::Verify(args) => runtime().and_then(|rt| rt.block_on(verify::main(*args))),
+        Command::Decommission(args) => runtime().and_then(|rt| rt.block_on(decommission::main(args))),
         command => config(command).and_then(|config| {
             raise_open_files_limit();
             runtime()?.block_on(server::run(config, stop_signal()))

@@ -1,0 +1,164 @@
+//! `runnel decommission --bootstrap HOST:PORT --broker N`: moves every partition replica off
+//! broker N before it leaves the cluster, with the Kafka protocol only (Metadata,
+//! AlterPartitionReassignments, ListPartitionReassignments), so the broker can then be
+//! stopped without any partition losing a replica. Each of N's replicas goes to a live
+//! broker that does not hold the partition yet: one in N's rack (zone) when there is one, so
+//! the spread over failure domains stays as it was, else the least loaded. Waits until the
+//! moves are finished and no partition lists N.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
+use kafka_protocol::messages::{
+    AlterPartitionReassignmentsRequest, BrokerId, ListPartitionReassignmentsRequest, MetadataRequest,
+};
+use runnel_bench::client::Connection;
+use runnel_bench::cluster::topic_name;
+
+#[derive(clap::Args)]
+pub struct DecommissionArgs {
+    /// A broker of the cluster, host:port (a comma-separated list: the first that answers).
+    #[arg(long)]
+    bootstrap: String,
+    /// The broker to empty.
+    #[arg(long)]
+    broker: i32,
+    /// Give up waiting for the moves after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_s: u64,
+    /// Print the moves without making them.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// (topic, partition) → replica list.
+type Assignment = BTreeMap<(String, i32), Vec<i32>>;
+
+pub async fn main(args: DecommissionArgs) -> Result<()> {
+    let conn = connect_any(&args.bootstrap).await?;
+    let (racks, assignment) = describe(&conn).await?;
+    let gone = args.broker;
+    let moves = plan(&racks, &assignment, gone)?;
+    if moves.is_empty() {
+        println!("broker {gone} holds no replicas");
+        return Ok(());
+    }
+    for ((topic, p), to) in &moves {
+        println!("{topic}-{p}: {:?} -> {to:?}", assignment[&(topic.clone(), *p)]);
+    }
+    if args.dry_run {
+        return Ok(());
+    }
+    let mut by_topic: BTreeMap<&str, Vec<ReassignablePartition>> = BTreeMap::new();
+    for ((topic, p), to) in &moves {
+        by_topic.entry(topic).or_default().push(
+            ReassignablePartition::default()
+                .with_partition_index(*p)
+                .with_replicas(Some(to.iter().map(|b| BrokerId(*b)).collect())),
+        );
+    }
+    let req = AlterPartitionReassignmentsRequest::default().with_timeout_ms(60_000).with_topics(
+        by_topic
+            .into_iter()
+            .map(|(t, ps)| ReassignableTopic::default().with_name(topic_name(t)).with_partitions(ps))
+            .collect(),
+    );
+    let resp = conn.call(&req, 0).await.context("AlterPartitionReassignments")?;
+    if resp.error_code != 0 {
+        bail!("AlterPartitionReassignments: {}", error_text(resp.error_code, resp.error_message.as_deref()));
+    }
+    for t in &resp.responses {
+        for p in t.partitions.iter().filter(|p| p.error_code != 0) {
+            bail!(
+                "moving {}-{}: {}",
+                t.name.as_str(),
+                p.partition_index,
+                error_text(p.error_code, p.error_message.as_deref())
+            );
+        }
+    }
+    println!("{} moves started; waiting for them to finish", moves.len());
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
+    loop {
+        let ongoing = conn
+            .call(&ListPartitionReassignmentsRequest::default().with_timeout_ms(30_000).with_topics(None), 0)
+            .await
+            .context("ListPartitionReassignments")?
+            .topics
+            .iter()
+            .map(|t| t.partitions.len())
+            .sum::<usize>();
+        let (_, now) = describe(&conn).await?;
+        let left = now.values().filter(|r| r.contains(&gone)).count();
+        if ongoing == 0 && left == 0 {
+            println!("broker {gone} holds no replicas: it can be stopped");
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("after {} s, {left} partitions still list broker {gone} ({ongoing} moves under way)", args.timeout_s);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Each partition of `gone` goes to a broker outside its replica list: one in the same rack
+/// first, then the least loaded (counting the moves already planned), then the lowest id.
+fn plan(racks: &BTreeMap<i32, Option<String>>, assignment: &Assignment, gone: i32) -> Result<Assignment> {
+    let mut load: HashMap<i32, usize> = racks.keys().map(|b| (*b, 0)).collect();
+    for replicas in assignment.values() {
+        for b in replicas {
+            *load.entry(*b).or_default() += 1;
+        }
+    }
+    let home = racks.get(&gone).cloned().flatten();
+    let mut moves = Assignment::new();
+    for ((topic, p), replicas) in assignment.iter().filter(|(_, r)| r.contains(&gone)) {
+        let choice = racks
+            .iter()
+            .filter(|(b, _)| **b != gone && !replicas.contains(b))
+            .min_by_key(|(b, rack)| (home.is_none() || **rack != home, load.get(b).copied().unwrap_or(0), **b))
+            .map(|(b, _)| *b);
+        let Some(to) = choice else {
+            bail!("{topic}-{p} has replicas on {replicas:?} and no other live broker to move to");
+        };
+        *load.entry(to).or_default() += 1;
+        moves.insert((topic.clone(), *p), replicas.iter().map(|b| if *b == gone { to } else { *b }).collect());
+    }
+    Ok(moves)
+}
+
+/// Live brokers with their racks, and every partition's replicas.
+async fn describe(conn: &Connection) -> Result<(BTreeMap<i32, Option<String>>, Assignment)> {
+    let resp = conn.call(&MetadataRequest::default().with_topics(None), 12).await.context("Metadata")?;
+    let racks = resp.brokers.iter().map(|b| (b.node_id.0, b.rack.as_ref().map(|r| r.to_string()))).collect();
+    let mut assignment = Assignment::new();
+    for t in &resp.topics {
+        let Some(name) = &t.name else { continue };
+        for p in &t.partitions {
+            assignment.insert((name.to_string(), p.partition_index), p.replica_nodes.iter().map(|b| b.0).collect());
+        }
+    }
+    Ok((racks, assignment))
+}
+
+async fn connect_any(bootstrap: &str) -> Result<std::sync::Arc<Connection>> {
+    let mut last = None;
+    for addr in bootstrap.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        match Connection::connect(addr, "runnel-decommission", 4).await {
+            Ok(c) => return Ok(c),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("--bootstrap names no broker")))
+}
+
+fn error_text(code: i16, message: Option<&str>) -> String {
+    let name = ResponseError::try_from_code(code).map_or_else(|| format!("error {code}"), |e| format!("{e:?}"));
+    match message {
+        Some(m) => format!("{name}: {m}"),
+        None => name,
+    }
+}
