@@ -71,7 +71,7 @@ pub async fn main(args: DecommissionArgs) -> Result<()> {
         bail!("AlterPartitionReassignments: {}", error_text(resp.error_code, resp.error_message.as_deref()));
     }
     for t in &resp.responses {
-        for p in t.partitions.iter().filter(|p| p.error_code != 0) {
+        if let Some(p) = t.partitions.iter().find(|p| p.error_code != 0) {
             bail!(
                 "moving {}-{}: {}",
                 t.name.as_str(),
