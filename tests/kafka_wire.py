@@ -573,3 +573,41 @@ class Conn:
         r = self.request(fetch_v4_request(topic, partition, offset, self.next_correlation_id(),
                                           max_wait_ms=max_wait_ms))
         return decode_fetch_v4(r)["topics"][0]["partitions"][0]
+
+
+# ---------------------------------------------------------------------------------------------
+# AlterPartitionReassignments v0 (flexible).
+
+
+def alter_partition_reassignments_v0_request(moves, correlation_id, timeout_ms=30000):
+    """moves: {(topic, partition): [broker ids] or None (cancel)}."""
+    topics = {}
+    for (topic, partition), replicas in moves.items():
+        target = uvarint(0) if replicas is None else compact_array([i32(b) for b in replicas])
+        topics.setdefault(topic, []).append(i32(partition) + target + EMPTY_TAGS)
+    body = i32(timeout_ms) + compact_array(
+        [compact_string(t) + compact_array(ps) + EMPTY_TAGS for t, ps in topics.items()]) + EMPTY_TAGS
+    return header_v2(45, 0, correlation_id) + body
+
+
+def decode_alter_partition_reassignments_v0(r):
+    """{(topic, partition): (error code, message)}, plus the top-level error under None."""
+    r.i32()  # throttle
+    out = {None: (r.i16(), r.compact_string())}
+
+    def partition(r):
+        p = (r.i32(), r.i16(), r.compact_string())
+        r.tags()
+        return p
+
+    def topic(r):
+        name = r.compact_string()
+        ps = r.compact_array(partition)
+        r.tags()
+        return name, ps
+
+    for name, ps in r.compact_array(topic):
+        for p, code, msg in ps:
+            out[(name, p)] = (code, msg)
+    r.tags()
+    return out

@@ -1060,3 +1060,49 @@ def test_decommission_moves_every_replica_off_a_broker_before_it_leaves(tmp_path
 
 def admin_bootstrap(c, without):
     return ",".join(f"127.0.0.1:{c.port + b}" for b in range(c.brokers) if b != without)
+
+
+def test_a_reassignment_to_an_unreachable_broker_waits_and_can_be_cancelled(cluster):
+    """A move to a paused broker cannot finish: the learner never answers, so it is not
+    promoted and no voter is removed; the partition keeps taking acks=all writes on its
+    original replicas while ListPartitionReassignments shows the move. Cancelling it (a null
+    target) returns the target to the original replicas: the leader removes the learner and
+    the move ends with the original list. The paused broker, once resumed, deletes the
+    replica it had opened. (Raw AlterPartitionReassignments: kafka-reassign-partitions
+    refuses brokers that DescribeCluster does not list, and talks to every broker.)"""
+    c = cluster
+    # The controller must stay reachable, so the paused broker is another one.
+    controller = wait_for(lambda: c.controller() + 1, "a controller", 30, c.diagnostics) - 1
+    victim = next(b for b in range(BROKERS) if b != controller)
+    a, b = [x for x in range(BROKERS) if x != victim]
+    topic = unique_topic("cancel")
+    c.admin.create_topics([NewTopic(topic, 1, replica_assignment=[[a, b]])], operation_timeout=30,
+                          request_timeout=30)[topic].result(timeout=30)
+    wait_for_topic(c.admin, topic, 1)
+
+    def alter(moves):
+        with kw.Conn(f"127.0.0.1:{c.port + a}", timeout_s=40) as conn:
+            r = conn.request(kw.alter_partition_reassignments_v0_request(moves, conn.next_correlation_id()),
+                             flexible_response_header=True)
+            return kw.decode_alter_partition_reassignments_v0(r)
+
+    os.kill(c.pid(victim), signal.SIGSTOP)
+    try:
+        assert [code for code, _ in alter({(topic, 0): [victim, b]}).values()] == [0, 0]
+        time.sleep(3)  # several rounds of the leader's reassignment loop
+        listed = {q: r for q, (_, r) in c.seen_by(a, topic).items()}
+        assert listed == {0: [victim, b, a]}, f"the move should still be under way: {listed}"
+        p = Producer({"bootstrap.servers": admin_bootstrap(c, victim), "enable.idempotence": True, "acks": "all"})
+        for i in range(100):
+            p.produce(topic, value=str(i).encode(), partition=0)
+        assert p.flush(30) == 0, "writes stalled while the learner is unreachable"
+        assert [code for code, _ in alter({(topic, 0): None}).values()] == [0, 0]
+        # Cancelling again is refused with NO_REASSIGNMENT_IN_PROGRESS (85) once it is over.
+        wait_for(lambda: alter({(topic, 0): None})[(topic, 0)][0] == 85, "the cancelled move to end", 30,
+                 c.diagnostics)
+        assert {q: r for q, (_, r) in c.seen_by(a, topic).items()} == {0: [a, b]}
+    finally:
+        os.kill(c.pid(victim), signal.SIGCONT)
+    wait_for(lambda: not (c.data_dir / f"broker-{victim}" / f"{topic}-0").exists(),
+             "the resumed broker to delete the replica it had opened", 30, c.diagnostics)
+    assert sorted(v for _, v in read_all(c, topic, 100)) == list(range(100))

@@ -2,7 +2,7 @@
 //! partition's leader as a sequence of Raft configuration changes:
 //!
 //! 1. the replicas being added join as learners (they receive the log but do not vote);
-//! 2. once every one of them is within `CAUGHT_UP_LAG` entries, one joint-consensus change
+//! 2. once every target replica is within `CAUGHT_UP_LAG` entries, one joint-consensus change
 //!    makes them voters and removes the replicas leaving (Raft's C_old,new, left
 //!    automatically), so a majority of the old and of the new set both agree throughout;
 //! 3. a leader that is itself leaving first promotes the learners without removing anyone,
@@ -95,8 +95,11 @@ fn next_step(r: &mut runnel_raft::Replica, target: &[i32]) -> Step {
     if !missing.is_empty() {
         return propose(r, missing.iter().map(|id| (AddLearnerNode, *id)).collect(), "adding learners");
     }
+    // Nothing is promoted or removed until every other target replica has caught up: the
+    // new configuration's majority must be able to take writes at once.
+    let ready = target.iter().filter(|t| **t != me).all(|t| r.caught_up(*t, CAUGHT_UP_LAG));
     if !joining.is_empty() {
-        if !joining.iter().all(|l| r.caught_up(*l, CAUGHT_UP_LAG)) {
+        if !ready {
             return Step::Wait;
         }
         let mut changes: Vec<(ConfChangeType, u64)> = joining.iter().map(|l| (AddNode, *l)).collect();
@@ -113,6 +116,9 @@ fn next_step(r: &mut runnel_raft::Replica, target: &[i32]) -> Step {
                 r.transfer_leader(to);
                 return Step::Changed("handing leadership to a target replica");
             }
+            return Step::Wait;
+        }
+        if !ready {
             return Step::Wait;
         }
         return propose(r, leaving.iter().map(|v| (RemoveNode, *v)).collect(), "removing leaving replicas");

@@ -247,12 +247,16 @@ impl Replica {
             && raft.prs().get(peer).is_some_and(|p| p.recent_active && p.matched == raft.raft_log.last_index())
     }
 
-    /// Leader only: `peer` (voter or learner) answered recently and is within `lag` entries
-    /// of the leader's log.
+    /// Leader only: `peer` (voter or learner) has acknowledged entries, answered recently,
+    /// and is within `lag` entries of the leader's log. (A replica just added counts as
+    /// recently active and has matched nothing: it is not caught up until it answers.)
     pub fn caught_up(&self, peer: u64, lag: u64) -> bool {
         let raft = &self.node.raft;
         self.is_leader()
-            && raft.prs().get(peer).is_some_and(|p| p.recent_active && p.matched + lag >= raft.raft_log.last_index())
+            && raft
+                .prs()
+                .get(peer)
+                .is_some_and(|p| p.recent_active && p.matched > 0 && p.matched + lag >= raft.raft_log.last_index())
     }
 
     /// The group's configuration as applied: (voters, learners, joint).
