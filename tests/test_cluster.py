@@ -1062,47 +1062,95 @@ def admin_bootstrap(c, without):
     return ",".join(f"127.0.0.1:{c.port + b}" for b in range(c.brokers) if b != without)
 
 
-def test_a_reassignment_to_an_unreachable_broker_waits_and_can_be_cancelled(cluster):
-    """A move to a paused broker cannot finish: the learner never answers, so it is not
-    promoted and no voter is removed; the partition keeps taking acks=all writes on its
-    original replicas while ListPartitionReassignments shows the move. Cancelling it (a null
-    target) returns the target to the original replicas: the leader removes the learner and
-    the move ends with the original list. The paused broker, once resumed, deletes the
-    replica it had opened. (Raw AlterPartitionReassignments: kafka-reassign-partitions
-    refuses brokers that DescribeCluster does not list, and talks to every broker.)"""
-    c = cluster
-    # The controller must stay reachable, so the paused broker is another one.
-    controller = wait_for(lambda: c.controller() + 1, "a controller", 30, c.diagnostics) - 1
-    victim = next(b for b in range(BROKERS) if b != controller)
-    a, b = [x for x in range(BROKERS) if x != victim]
-    topic = unique_topic("cancel")
-    c.admin.create_topics([NewTopic(topic, 1, replica_assignment=[[a, b]])], operation_timeout=30,
-                          request_timeout=30)[topic].result(timeout=30)
-    wait_for_topic(c.admin, topic, 1)
+class MoveToPaused:
+    """An RF 2 partition on brokers [a, b] asked (raw AlterPartitionReassignments) to move to
+    [victim, b] while `victim` is paused, so the move waits; the controller is never the
+    victim. `alter({(topic, p): replicas or None})` returns {(topic, p) or None: (code, msg)}.
+    (kafka-reassign-partitions refuses brokers that DescribeCluster does not list, and clears
+    throttles on every broker, including a paused one.)"""
 
-    def alter(moves):
-        with kw.Conn(f"127.0.0.1:{c.port + a}", timeout_s=40) as conn:
+    def __init__(self, c, prefix):
+        self.c = c
+        controller = wait_for(lambda: c.controller() + 1, "a controller", 30, c.diagnostics) - 1
+        self.victim = next(x for x in range(BROKERS) if x != controller)
+        self.a, self.b = [x for x in range(BROKERS) if x != self.victim]
+        self.topic = unique_topic(prefix)
+        c.admin.create_topics([NewTopic(self.topic, 1, replica_assignment=[[self.a, self.b]])], operation_timeout=30,
+                              request_timeout=30)[self.topic].result(timeout=30)
+        wait_for_topic(c.admin, self.topic, 1)
+        os.kill(c.pid(self.victim), signal.SIGSTOP)
+        self.paused = True
+        assert [code for code, _ in self.alter({(self.topic, 0): [self.victim, self.b]}).values()] == [0, 0]
+
+    def alter(self, moves):
+        with kw.Conn(f"127.0.0.1:{self.c.port + self.a}", timeout_s=40) as conn:
             r = conn.request(kw.alter_partition_reassignments_v0_request(moves, conn.next_correlation_id()),
                              flexible_response_header=True)
             return kw.decode_alter_partition_reassignments_v0(r)
 
-    os.kill(c.pid(victim), signal.SIGSTOP)
+    def listed(self, broker):
+        return {q: r for q, (_, r) in self.c.seen_by(broker, self.topic).items()}
+
+    def write(self, values):
+        p = Producer({"bootstrap.servers": admin_bootstrap(self.c, self.victim), "enable.idempotence": True,
+                      "acks": "all"})
+        for v in values:
+            p.produce(self.topic, value=str(v).encode(), partition=0)
+        assert p.flush(30) == 0, "writes stalled while the move waits"
+
+    def resume(self):
+        if self.paused:
+            os.kill(self.c.pid(self.victim), signal.SIGCONT)
+            self.paused = False
+
+
+def test_a_reassignment_to_an_unreachable_broker_waits_and_can_be_cancelled(cluster):
+    """A move to a paused broker cannot finish: the learner never answers, so it is not
+    promoted and no voter is removed; the partition keeps taking acks=all writes on its
+    original replicas while Metadata lists the target then the leaving replicas. Cancelling
+    it (a null target) returns the target to the original replicas: the leader removes the
+    learner and the move ends with the original list; cancelling again answers
+    NO_REASSIGNMENT_IN_PROGRESS. The paused broker, once resumed, deletes the replica it had
+    opened."""
+    c = cluster
+    m = MoveToPaused(c, "cancel")
     try:
-        assert [code for code, _ in alter({(topic, 0): [victim, b]}).values()] == [0, 0]
         time.sleep(3)  # several rounds of the leader's reassignment loop
-        listed = {q: r for q, (_, r) in c.seen_by(a, topic).items()}
-        assert listed == {0: [victim, b, a]}, f"the move should still be under way: {listed}"
-        p = Producer({"bootstrap.servers": admin_bootstrap(c, victim), "enable.idempotence": True, "acks": "all"})
-        for i in range(100):
-            p.produce(topic, value=str(i).encode(), partition=0)
-        assert p.flush(30) == 0, "writes stalled while the learner is unreachable"
-        assert [code for code, _ in alter({(topic, 0): None}).values()] == [0, 0]
-        # Cancelling again is refused with NO_REASSIGNMENT_IN_PROGRESS (85) once it is over.
-        wait_for(lambda: alter({(topic, 0): None})[(topic, 0)][0] == 85, "the cancelled move to end", 30,
+        assert m.listed(m.a) == {0: [m.victim, m.b, m.a]}, "the move should still be under way"
+        m.write(range(100))
+        assert [code for code, _ in m.alter({(m.topic, 0): None}).values()] == [0, 0]
+        wait_for(lambda: m.alter({(m.topic, 0): None})[(m.topic, 0)][0] == 85, "the cancelled move to end", 30,
                  c.diagnostics)
-        assert {q: r for q, (_, r) in c.seen_by(a, topic).items()} == {0: [a, b]}
+        assert m.listed(m.a) == {0: [m.a, m.b]}
     finally:
-        os.kill(c.pid(victim), signal.SIGCONT)
-    wait_for(lambda: not (c.data_dir / f"broker-{victim}" / f"{topic}-0").exists(),
+        m.resume()
+    wait_for(lambda: not (c.data_dir / f"broker-{m.victim}" / f"{m.topic}-0").exists(),
              "the resumed broker to delete the replica it had opened", 30, c.diagnostics)
-    assert sorted(v for _, v in read_all(c, topic, 100)) == list(range(100))
+    assert sorted(v for _, v in read_all(c, m.topic, 100)) == list(range(100))
+
+
+def test_a_reassignment_survives_its_leader_being_killed(cluster):
+    """A move waits on a paused target broker; its leader is killed with kill -9 (runnel dev
+    starts it again, and it replays the move from the metadata log). Once the target broker
+    is resumed, the new leader finishes the move: every broker lists the target replicas,
+    every acknowledged record written before and after the kill is there, and the replica
+    that left is deleted."""
+    c = cluster
+    m = MoveToPaused(c, "movekill")
+    try:
+        m.write(range(100))
+        leader = c.leaders_seen_by(m.a, m.topic)[0]
+        assert leader in (m.a, m.b), leader
+        old_pid = c.pid(leader)
+        os.kill(old_pid, signal.SIGKILL)
+        wait_for(lambda: c.pid(leader) != old_pid, "the killed broker to be started again", 30, c.diagnostics)
+        wait_for(lambda: c.leaders_seen_by(m.a if leader == m.b else m.b, m.topic).get(0, -1) in (m.a, m.b),
+                 "a leader after the kill", 30, c.diagnostics)
+        m.write(range(100, 200))
+    finally:
+        m.resume()
+    wait_for(lambda: all(m.listed(x) == {0: [m.victim, m.b]} for x in range(BROKERS)),
+             "the move to finish after the leader's restart", 60, c.diagnostics)
+    wait_for(lambda: not (c.data_dir / f"broker-{m.a}" / f"{m.topic}-0").exists(),
+             "the replica that left to be deleted", 30, c.diagnostics)
+    assert sorted(v for _, v in read_all(c, m.topic, 200)) == list(range(200))
