@@ -927,8 +927,9 @@ def test_create_partitions_adds_replicated_partitions_that_every_broker_serves(c
 def test_a_topic_config_change_reaches_every_replica(tmp_path):
     """IncrementalAlterConfigs on a topic in cluster mode goes through the controller into
     the metadata log, so every broker applies it to its replicas: after retention.bytes is
-    lowered, all three replicas delete their oldest segments, and every broker describes the
-    new value."""
+    lowered, all three replicas delete their oldest segments. Two changes sent at once through
+    different brokers are both kept (the controller applies each to the current overrides),
+    and every broker describes all three values."""
     c = DevCluster(tmp_path, settings=["log.retention.check.interval.ms=300"])
     try:
         topic = unique_topic("reconf")
@@ -947,11 +948,31 @@ def test_a_topic_config_change_reaches_every_replica(tmp_path):
         c.admin.incremental_alter_configs([res])[res].result(timeout=30)
         wait_for(lambda: all(b > 0 for b in first_bases()), "every replica to apply the new retention", 30,
                  lambda: f"{first_bases()} {c.diagnostics()}")
+        # Two incremental changes at once, through different brokers: the controller applies
+        # each to the current overrides, so neither is lost.
+        failed = []
+
+        def set_one(broker, name, value):
+            res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+                ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+            one = admin_client(f"127.0.0.1:{c.port + broker}")  # kept alive until the answer
+            try:
+                one.incremental_alter_configs([res])[res].result(timeout=30)
+            except Exception as e:  # reported below, from the test's thread
+                failed.append((name, e))
+        both = [threading.Thread(target=set_one, args=(0, "max.message.bytes", "500000")),
+                threading.Thread(target=set_one, args=(1, "segment.ms", "3600000"))]
+        for t in both:
+            t.start()
+        for t in both:
+            t.join(timeout=60)
+        assert not failed, failed
+        expected = {"retention.bytes": "16384", "max.message.bytes": "500000", "segment.ms": "3600000"}
         for b in range(BROKERS):
             one = admin_client(f"127.0.0.1:{c.port + b}")
             described = one.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
             [entries] = [f.result(timeout=30) for f in described.values()]
-            assert entries["retention.bytes"].value == "16384", (b, entries["retention.bytes"])
+            assert {k: entries[k].value for k in expected} == expected, b
     finally:
         c.close()
 

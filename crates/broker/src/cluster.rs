@@ -10,7 +10,7 @@
 //! answers a forwarded creation with its outcome, so a broker whose copy of the metadata
 //! lags never decides on its own.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
@@ -34,6 +34,8 @@ pub const META_GROUP: u64 = 0;
 const META_DIR: &str = "__cluster_metadata-0";
 /// How long a metadata change may take to commit and apply before the request fails.
 const APPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Applied config change ids remembered, for the brokers waiting on them.
+const CONFIG_CHANGES_KEPT: usize = 1024;
 
 /// A broker as registered in the metadata log.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -96,11 +98,14 @@ enum Record {
         partition: i32,
         replicas: Vec<i32>,
     },
-    /// A topic's config overrides, whole (AlterConfigs, IncrementalAlterConfigs).
+    /// A topic's config overrides, whole (AlterConfigs, IncrementalAlterConfigs), and the
+    /// id of the change that produced them.
     TopicConfigs {
         name: String,
         id: Uuid,
         configs: BTreeMap<String, String>,
+        #[serde(default)]
+        change_id: Uuid,
     },
     /// The controller has not heard from the broker within `broker.session.timeout.ms`
     /// (fenced), or hears from it again (not fenced).
@@ -172,11 +177,12 @@ enum Call {
         partition: i32,
         replicas: Vec<i32>,
     },
-    /// Replaces a topic's config overrides (validated by the broker that received the
-    /// request).
+    /// A topic config change, applied by the controller to its copy of the overrides;
+    /// `change_id` tells the requesting broker when its change is applied.
     AlterTopicConfigs {
         name: String,
-        configs: BTreeMap<String, String>,
+        change: crate::handlers::alter_configs::TopicChange,
+        change_id: Uuid,
     },
     CreatePartitions {
         name: String,
@@ -227,6 +233,8 @@ struct State {
     fenced: BTreeSet<i32>,
     /// Partitions moving to new replicas, by (topic, partition).
     moving: BTreeMap<(String, i32), Moving>,
+    /// The latest config changes applied (ids, oldest first; bounded).
+    config_changes: VecDeque<Uuid>,
     topics: BTreeMap<String, TopicMeta>,
     next_seq: u64,
 }
@@ -413,6 +421,8 @@ pub struct Cluster {
     data_dir: PathBuf,
     /// Serializes the controller's topic creation (checks, then proposes).
     creating: Mutex<()>,
+    /// Serializes the controller's topic config changes (computed, proposed and applied).
+    configuring: tokio::sync::Mutex<()>,
     /// A creation of the offsets topic is under way (see `coordinators::locate`).
     pub offsets_creating: AtomicBool,
     /// Last topic sequence number handed out by this controller (proposed, maybe not yet
@@ -469,6 +479,7 @@ impl Cluster {
             broker: Arc::downgrade(broker),
             data_dir: c.data_dir.clone(),
             creating: Mutex::new(()),
+            configuring: tokio::sync::Mutex::new(()),
             offsets_creating: AtomicBool::new(false),
             last_seq: AtomicU64::new(0),
             applied: tokio::sync::Notify::new(),
@@ -736,16 +747,16 @@ impl Cluster {
                 let rec = Record::Reassigned { name: name.clone(), id, partition, replicas };
                 self.propose(&rec, |s| !s.moving.contains_key(&key)).await
             }
-            Call::AlterTopicConfigs { name, configs } => {
-                let Some(id) = self.read().topics.get(&name).map(|t| t.id) else {
+            Call::AlterTopicConfigs { name, change, change_id } => {
+                // One change at a time, each applied to the overrides the last one left.
+                let _one = self.configuring.lock().await;
+                let current = self.broker.upgrade().and_then(|b| b.catalog.topic(&name));
+                let (Some(id), Some(current)) = (self.read().topics.get(&name).map(|t| t.id), current) else {
                     return Err((ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")));
                 };
-                let rec = Record::TopicConfigs { name: name.clone(), id, configs: configs.clone() };
-                let broker = self.broker.clone();
-                self.propose(&rec, move |_| {
-                    broker.upgrade().and_then(|b| b.catalog.topic(&name)).is_none_or(|t| t.configs == configs)
-                })
-                .await
+                let configs = change.applied_to(&current.configs)?;
+                let rec = Record::TopicConfigs { name: name.clone(), id, configs, change_id };
+                self.propose(&rec, |s| s.config_changes.contains(&change_id)).await
             }
             Call::CreatePartitions { name, count, assignment, validate_only } => {
                 let (id, current, rf) =
@@ -923,18 +934,15 @@ impl Cluster {
 
     /// A topic's new config overrides, committed by the controller (forwarded when this
     /// broker is not it); returns once they are applied here.
-    pub async fn alter_topic_configs(
+    pub(crate) async fn alter_topic_configs(
         &self,
         name: &str,
-        configs: BTreeMap<String, String>,
+        change: crate::handlers::alter_configs::TopicChange,
     ) -> Result<(), (ResponseError, String)> {
-        self.run(Call::AlterTopicConfigs { name: name.to_string(), configs: configs.clone() }).await?;
-        let broker = self.broker.clone();
-        self.until_applied(
-            |_| broker.upgrade().and_then(|b| b.catalog.topic(name)).is_none_or(|t| t.configs == configs),
-            "the new configs were not applied here in time",
-        )
-        .await
+        let change_id = Uuid::new_v4();
+        self.run(Call::AlterTopicConfigs { name: name.to_string(), change, change_id }).await?;
+        self.until_applied(|s| s.config_changes.contains(&change_id), "the new configs were not applied here in time")
+            .await
     }
 
     /// CreatePartitions, decided by the controller (forwarded when this broker is not it);
@@ -1108,7 +1116,7 @@ impl Cluster {
                 let host = replicas.contains(&self.node_id);
                 self.reshape(&broker, &name, id, partition, replicas, host, &initial);
             }
-            Record::TopicConfigs { name, id, configs } => {
+            Record::TopicConfigs { name, id, configs, change_id } => {
                 let Some(broker) = self.broker.upgrade() else { return };
                 if broker.catalog.topic(&name).is_some_and(|t| t.id == id) {
                     if let Err(e) = broker.catalog.apply_topic_configs(&name, configs) {
@@ -1116,6 +1124,11 @@ impl Cluster {
                     }
                     info!(topic = %name, "topic configs applied from the metadata log");
                 }
+                let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+                if state.config_changes.len() == CONFIG_CHANGES_KEPT {
+                    state.config_changes.pop_front();
+                }
+                state.config_changes.push_back(change_id);
             }
             Record::FenceBroker { id, fenced } => {
                 let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());

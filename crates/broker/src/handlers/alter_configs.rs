@@ -97,8 +97,33 @@ type Decided = Result<Altered, (ResponseError, String)>;
 /// What became of a resource's change.
 enum Altered {
     Done,
-    /// Cluster mode: a topic's new overrides, for the controller to commit.
-    Topic(String, BTreeMap<String, String>),
+    /// Cluster mode: a topic's change, for the controller to apply to its copy and commit.
+    Topic(String, TopicChange),
+}
+
+/// A topic config change as the request states it, so that the controller applies it to
+/// the current overrides (two incremental changes sent to different brokers both count).
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone)]
+pub(crate) struct TopicChange {
+    /// AlterConfigs: the operations replace every override.
+    replace: bool,
+    /// (name, operation, value).
+    ops: Vec<(String, i8, Option<String>)>,
+}
+
+impl TopicChange {
+    /// The overrides after this change, validated.
+    pub(crate) fn applied_to(
+        &self,
+        current: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, (ResponseError, String)> {
+        let mut map = if self.replace { BTreeMap::new() } else { current.clone() };
+        for (name, op, value) in &self.ops {
+            apply(&mut map, RESOURCE_TOPIC, name, *op, value.as_deref())?;
+        }
+        validate(RESOURCE_TOPIC, &map)?;
+        Ok(map)
+    }
 }
 
 /// Computes the new override map for a resource with `change`, validates it and, unless
@@ -108,6 +133,7 @@ fn alter(
     resource_type: i8,
     name: &str,
     validate_only: bool,
+    stated: TopicChange,
     change: impl FnOnce(&mut BTreeMap<String, String>) -> Outcome,
 ) -> Decided {
     match resource_type {
@@ -123,7 +149,8 @@ fn alter(
                 return Ok(Altered::Done);
             }
             if b.cluster.get().is_some() {
-                return Ok(Altered::Topic(name.to_string(), map));
+                // Checked here against this broker's copy; applied by the controller to its own.
+                return Ok(Altered::Topic(name.to_string(), stated));
             }
             b.catalog.set_topic_configs(name, map).map_err(|e| (errors::catalog(&e), e.to_string()))?;
             Ok(Altered::Done)
@@ -148,7 +175,15 @@ pub fn incremental(b: &Arc<Broker>, r: IncrementalAlterConfigsRequest, _v: i16) 
         .resources
         .into_iter()
         .map(|res| {
-            let outcome = alter(b, res.resource_type, res.resource_name.as_str(), r.validate_only, |map| {
+            let stated = TopicChange {
+                replace: false,
+                ops: res
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.to_string(), c.config_operation, c.value.as_ref().map(|v| v.to_string())))
+                    .collect(),
+            };
+            let outcome = alter(b, res.resource_type, res.resource_name.as_str(), r.validate_only, stated, |map| {
                 for c in &res.configs {
                     apply(
                         map,
@@ -177,7 +212,15 @@ pub fn legacy(b: &Arc<Broker>, r: AlterConfigsRequest, _v: i16) -> Reply {
         .resources
         .into_iter()
         .map(|res| {
-            let outcome = alter(b, res.resource_type, res.resource_name.as_str(), r.validate_only, |map| {
+            let stated = TopicChange {
+                replace: true,
+                ops: res
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.to_string(), OP_SET, c.value.as_ref().map(|v| v.to_string())))
+                    .collect(),
+            };
+            let outcome = alter(b, res.resource_type, res.resource_name.as_str(), r.validate_only, stated, |map| {
                 map.clear();
                 for c in &res.configs {
                     apply(map, res.resource_type, c.name.as_str(), OP_SET, c.value.as_ref().map(|v| v.as_str()))?;
@@ -208,7 +251,7 @@ fn finish<R: Send + 'static>(
         let mut out = Vec::with_capacity(items.len());
         for (res, outcome) in items {
             let outcome = match (outcome, &cluster) {
-                (Ok(Altered::Topic(name, map)), Some(cl)) => cl.alter_topic_configs(&name, map).await,
+                (Ok(Altered::Topic(name, change)), Some(cl)) => cl.alter_topic_configs(&name, change).await,
                 (Ok(_), _) => Ok(()),
                 (Err(e), _) => Err(e),
             };
