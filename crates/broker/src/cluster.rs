@@ -243,6 +243,13 @@ fn yes() -> bool {
     true
 }
 
+impl State {
+    /// The registered brokers that are not fenced.
+    fn live(&self) -> Vec<BrokerInfo> {
+        self.brokers.values().filter(|b| !self.fenced.contains(&b.id)).cloned().collect()
+    }
+}
+
 /// Parses `controller.quorum.voters`: `id@host:port,...`.
 pub fn parse_voters(s: &str) -> Result<Vec<(i32, String)>> {
     let mut out = Vec::new();
@@ -557,8 +564,7 @@ impl Cluster {
     /// The registered brokers that are not fenced: what Metadata and DescribeCluster list,
     /// and where new replicas go.
     pub fn live_brokers(&self) -> Vec<BrokerInfo> {
-        let state = self.read();
-        state.brokers.values().filter(|b| !state.fenced.contains(&b.id)).cloned().collect()
+        self.read().live()
     }
 
     /// (leader, epoch) of a partition this broker does not host, as its leader announced.
@@ -896,20 +902,17 @@ impl Cluster {
             (None, false) => Partition::remote(topic.name.clone(), p, listed),
             (None, true) => {
                 let dir = partition_dir(&self.data_dir, name, p);
-                let opened = claim_dir(&dir, id).map_err(|e| anyhow::anyhow!(e)).and_then(|_| {
-                    let log_config = topic_config::log_config(&topic.configs, &broker.catalog.settings());
-                    let voters = initial.iter().map(|b| *b as u64 + 1).collect();
-                    let cfg = ReplicaConfig::new(self.node_id as u64 + 1, voters);
-                    Replica::open(&dir, log_config, &cfg, crate::now_ms()).map_err(|e| anyhow::anyhow!(e))
-                });
+                let log_config = topic_config::log_config(&topic.configs, &broker.catalog.settings());
+                let opened = claim_dir(&dir, id)
+                    .with_context(|| format!("claiming {}", dir.display()))
+                    .and_then(|_| self.open_replica(&dir, log_config, initial, group, false));
                 let replica = match opened {
-                    Ok(r) => Arc::new(Mutex::new(r)),
+                    Ok(r) => r,
                     Err(e) => {
                         tracing::error!(topic = name, partition = p, error = %e, "cannot open an added replica; stopping");
                         std::process::exit(70);
                     }
                 };
-                self.driver().add_group(group, replica.clone());
                 info!(topic = name, partition = p, "replica added here; catching up from the leader");
                 Partition::replicated(topic.name.clone(), p, listed, replica, group)
             }
@@ -972,8 +975,7 @@ impl Cluster {
         if state.topics.contains_key(name) {
             return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
         }
-        let brokers: Vec<BrokerInfo> =
-            state.brokers.values().filter(|b| !state.fenced.contains(&b.id)).cloned().collect();
+        let brokers = state.live();
         if rf < 1 || rf as usize > brokers.len() {
             return Err((
                 ResponseError::InvalidReplicationFactor,
@@ -1255,20 +1257,33 @@ impl Cluster {
                 parts.push(Arc::new(Partition::remote(topic.clone(), p, reps.clone())));
                 continue;
             }
-            let voters = reps.iter().map(|b| *b as u64 + 1).collect();
-            let cfg = ReplicaConfig::new(self.node_id as u64 + 1, voters);
-            let mut replica = Replica::open(&dir, log_config, &cfg, crate::now_ms())
-                .with_context(|| format!("opening {}", dir.display()))?;
-            if reps.first() == Some(&self.node_id) {
-                // The preferred leader stands at once instead of after an election timeout.
-                let _ = replica.campaign();
-            }
-            let replica = Arc::new(Mutex::new(replica));
             let group = group_id(seq, p);
-            self.driver().add_group(group, replica.clone());
+            // The preferred leader stands at once instead of after an election timeout.
+            let replica = self.open_replica(&dir, log_config, reps, group, reps.first() == Some(&self.node_id))?;
             parts.push(Arc::new(Partition::replicated(topic.clone(), p, reps.clone(), replica, group)));
         }
         Ok(parts)
+    }
+
+    /// Opens this broker's replica of a partition in `dir` (a new one starts with `voters`
+    /// as its group's configuration) and hands its Raft group to the driver.
+    fn open_replica(
+        &self,
+        dir: &std::path::Path,
+        log_config: runnel_storage::LogConfig,
+        voters: &[i32],
+        group: u64,
+        campaign: bool,
+    ) -> Result<SharedReplica> {
+        let cfg = ReplicaConfig::new(self.node_id as u64 + 1, voters.iter().map(|b| *b as u64 + 1).collect());
+        let mut replica = Replica::open(dir, log_config, &cfg, crate::now_ms())
+            .with_context(|| format!("opening {}", dir.display()))?;
+        if campaign {
+            let _ = replica.campaign();
+        }
+        let replica = Arc::new(Mutex::new(replica));
+        self.driver().add_group(group, replica.clone());
+        Ok(replica)
     }
 
     /// Controller: proposes a broker's registration unless it is already applied.
