@@ -101,6 +101,7 @@ pub fn validate_topic_name(name: &str) -> Result<(), CatalogError> {
 fn apply_faults(settings: &Settings) {
     let ms = settings.i64("fault.disk.sync.delay.ms").max(0) as u64;
     runnel_storage::fault::set_sync_delay(std::time::Duration::from_millis(ms));
+    runnel_storage::fault::set_sync_fails(settings.bool("fault.disk.sync.fail"));
 }
 
 fn now_ms() -> i64 {
@@ -121,6 +122,8 @@ impl Catalog {
             persisted.cluster_id = new_cluster_id();
         }
         let mut settings = settings;
+        // Injected faults last until healed or until the broker restarts (a replaced disk).
+        persisted.broker_configs.retain(|k, _| !k.starts_with("fault."));
         settings.set_dynamic(persisted.broker_configs.clone());
         apply_faults(&settings);
         // Directories of deleted topics that a crash left behind.

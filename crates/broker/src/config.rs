@@ -115,6 +115,7 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("group.consumer.assignors", Kind::List, "uniform,range"),
     // Fault hook (benchmarks, `runnel chaos`): every fsync round first sleeps this long.
     ("fault.disk.sync.delay.ms", Kind::Int, "0"),
+    ("fault.disk.sync.fail", Kind::Bool, "false"),
 ];
 
 pub fn setting(name: &str) -> Option<(Kind, &'static str)> {
@@ -154,6 +155,7 @@ pub struct Settings {
 /// Broker settings that can be changed while running (the rest need a restart).
 pub const DYNAMIC_SETTINGS: &[&str] = &[
     "fault.disk.sync.delay.ms",
+    "fault.disk.sync.fail",
     "auto.create.topics.enable",
     "log.retention.ms",
     "log.retention.bytes",

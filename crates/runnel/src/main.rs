@@ -3,7 +3,9 @@
 //! `runnel bench` measures any Kafka-compatible cluster.
 
 mod bench;
+mod chaos;
 mod decommission;
+mod local;
 mod verify;
 
 use std::path::PathBuf;
@@ -52,6 +54,10 @@ enum Command {
     /// Record a queue workload's history against a cluster (while faults are injected) and
     /// check it for lost, duplicated, inconsistent or reordered records.
     Verify(Box<verify::VerifyArgs>),
+    /// Start a local cluster, run the verify workload on it while injecting faults (kill -9,
+    /// pause, slow or failing disk, network isolation of a broker or a region, latency
+    /// between regions), heal everything, check the history and draw the availability chart.
+    Chaos(Box<chaos::ChaosArgs>),
     /// Move every partition replica off a broker (AlterPartitionReassignments) and wait
     /// until none is left, so that the broker can be stopped.
     Decommission(decommission::DecommissionArgs),
@@ -74,7 +80,7 @@ fn config(command: Command) -> Result<BrokerConfig> {
             apply_overrides(&mut s, &overrides)?;
             s
         }
-        Command::Bench(_) | Command::Verify(_) | Command::Decommission(_) => {
+        Command::Bench(_) | Command::Verify(_) | Command::Chaos(_) | Command::Decommission(_) => {
             unreachable!("only dev and serve configure a broker")
         }
         Command::Serve { config, settings: overrides } => {
@@ -103,60 +109,23 @@ async fn stop_signal() {
 /// broker's pid, so tools and tests can kill or pause one; a broker that dies is started
 /// again a second later (with its new pid printed). SIGINT or SIGTERM stops them all.
 async fn dev_cluster(port: u16, brokers: u16, data_dir: PathBuf, overrides: Vec<String>) -> Result<()> {
-    let exe = std::env::current_exe().context("locating the runnel binary")?;
-    let internal = |i: u16| port.checked_add(1000 + i).context("port out of range");
-    let mut voters = Vec::new();
-    for i in 0..brokers {
-        voters.push(format!("{i}@127.0.0.1:{}", internal(i)?));
-    }
-    let voters = voters.join(",");
-    let spawn = |i: u16| -> Result<tokio::process::Child> {
-        let client_port = port.checked_add(i).context("port out of range")?;
-        let mut cmd = tokio::process::Command::new(&exe);
-        cmd.arg("dev")
-            .arg("--port")
-            .arg(client_port.to_string())
-            .arg("--data-dir")
-            .arg(data_dir.join(format!("broker-{i}")))
-            .args(["--set", &format!("node.id={i}")])
-            .args(["--set", &format!("controller.quorum.voters={voters}")])
-            .args(["--set", &format!("default.replication.factor={}", brokers.min(3))])
-            .args(["--set", &format!("offsets.topic.replication.factor={}", brokers.min(3))])
-            .args(["--set", &format!("broker.location=zone=dev-{i}")]);
-        for o in &overrides {
-            cmd.args(["--set", o]);
-        }
-        let child = cmd.kill_on_drop(true).spawn().context("starting a broker")?;
-        println!("broker {i} pid {} listening on 127.0.0.1:{client_port}", child.id().unwrap_or(0));
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        Ok(child)
-    };
-    let mut children = (0..brokers).map(spawn).collect::<Result<Vec<_>>>()?;
+    let mut cluster =
+        local::LocalCluster::new(port, brokers, &data_dir, overrides, Vec::new(), local::Network::Loopback)?;
+    cluster.start_all()?;
     let stop = stop_signal();
     tokio::pin!(stop);
     loop {
         tokio::select! {
             _ = &mut stop => break,
             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
-                for (i, c) in children.iter_mut().enumerate() {
-                    if let Ok(Some(status)) = c.try_wait() {
-                        tracing::warn!(broker = i, %status, "broker exited; starting it again");
-                        *c = spawn(i as u16)?;
-                    }
+                for (i, status) in cluster.exited() {
+                    tracing::warn!(broker = i, %status, "broker exited; starting it again");
+                    cluster.start(i)?;
                 }
             }
         }
     }
-    for c in &children {
-        if let Some(pid) = c.id() {
-            // SAFETY: kill only sends a signal to a child this process started.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-        }
-    }
-    for mut c in children {
-        let _ = c.wait().await;
-    }
+    cluster.stop().await;
     Ok(())
 }
 
@@ -190,6 +159,7 @@ fn main() {
         }
         Command::Bench(args) => runtime().and_then(|rt| rt.block_on(bench::main(*args))),
         Command::Verify(args) => runtime().and_then(|rt| rt.block_on(verify::main(*args))),
+        Command::Chaos(args) => runtime().and_then(|rt| rt.block_on(chaos::main(*args))),
         Command::Decommission(args) => runtime().and_then(|rt| rt.block_on(decommission::main(args))),
         command => config(command).and_then(|config| {
             raise_open_files_limit();

@@ -2,11 +2,12 @@
 //! from outside, then check the history. Exits non-zero when the checker finds anything.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use runnel_verify::workload::{self, VerifyConfig};
+use runnel_verify::History;
 
 #[derive(Args)]
 pub struct VerifyArgs {
@@ -18,12 +19,20 @@ pub struct VerifyArgs {
     topic: Option<String>,
     #[arg(long, default_value_t = 3)]
     partitions: i32,
-    #[arg(long, default_value_t = 1)]
-    replication_factor: i16,
+    /// Replicas per partition (default: the cluster's default.replication.factor).
+    #[arg(long)]
+    replication_factor: Option<i16>,
     #[arg(long, default_value_t = 2)]
     producers: usize,
+    /// Consumers with assigned partitions (no group).
     #[arg(long, default_value_t = 2)]
     consumers: usize,
+    /// Consumers in one consumer group subscribed to the topic (0: none).
+    #[arg(long, default_value_t = 2)]
+    group_consumers: usize,
+    /// The group's id; default runnel-verify-<pid>.
+    #[arg(long)]
+    group: Option<String>,
     /// Values per produce request.
     #[arg(long, default_value_t = 5)]
     batch: usize,
@@ -36,6 +45,13 @@ pub struct VerifyArgs {
     /// Seconds a request is retried (same sequence numbers) before its outcome is unknown.
     #[arg(long, default_value_t = 30.0)]
     retry_for: f64,
+    /// Seconds one attempt waits for its answer before the connection is given up.
+    #[arg(long, default_value_t = 5.0)]
+    request_timeout: f64,
+    /// Draw the availability chart (operations per second and latency over time, faults
+    /// shaded) into this SVG file.
+    #[arg(long)]
+    chart: Option<PathBuf>,
     /// Write the checker's report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -47,37 +63,62 @@ pub struct VerifyArgs {
     check_history: Option<PathBuf>,
 }
 
+impl VerifyArgs {
+    pub fn config(&self, bootstrap: &str) -> VerifyConfig {
+        let pid = std::process::id();
+        VerifyConfig {
+            bootstrap: bootstrap.to_string(),
+            topic: self.topic.clone().unwrap_or_else(|| format!("runnel-verify-{pid}")),
+            partitions: self.partitions.max(1),
+            replication_factor: self.replication_factor.unwrap_or(-1),
+            producers: self.producers.max(1),
+            consumers: self.consumers,
+            group_consumers: self.group_consumers,
+            group: self.group.clone().unwrap_or_else(|| format!("runnel-verify-{pid}")),
+            batch: self.batch.max(1),
+            rate: self.rate,
+            duration: Duration::from_secs_f64(self.duration.max(0.0)),
+            retry_for: Duration::from_secs_f64(self.retry_for.max(0.0)),
+            request_timeout: Duration::from_secs_f64(self.request_timeout.max(0.1)),
+        }
+    }
+}
+
 pub async fn main(a: VerifyArgs) -> Result<()> {
-    let cfg = VerifyConfig {
-        bootstrap: a.bootstrap.clone(),
-        topic: a.topic.clone().unwrap_or_else(|| format!("runnel-verify-{}", std::process::id())),
-        partitions: a.partitions.max(1),
-        replication_factor: a.replication_factor,
-        producers: a.producers.max(1),
-        consumers: a.consumers,
-        batch: a.batch.max(1),
-        rate: a.rate,
-        duration: Duration::from_secs_f64(a.duration.max(0.0)),
-        retry_for: Duration::from_secs_f64(a.retry_for.max(0.0)),
-    };
     let history = match &a.check_history {
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?
         }
-        None => workload::run(cfg).await?,
+        None => workload::run(a.config(&a.bootstrap), Instant::now()).await?,
     };
+    report(&history, &a, "runnel verify")
+}
+
+/// Writes the history, the report and the chart where asked, prints the summary, and fails
+/// when the checker found anything.
+pub fn report(history: &History, a: &VerifyArgs, title: &str) -> Result<()> {
     if let Some(p) = &a.history {
-        std::fs::write(p, serde_json::to_string(&history)?).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(p, serde_json::to_string(history)?).with_context(|| format!("writing {}", p.display()))?;
     }
-    let report = runnel_verify::check(&history);
+    if let Some(p) = &a.chart {
+        std::fs::write(p, runnel_verify::chart::svg(history, title))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    let report = runnel_verify::check(history);
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
     println!(
-        "sends: {} ok, {} failed, {} unknown ({} of those found in the log); {} records read",
-        report.sends_ok, report.sends_failed, report.sends_unknown, report.unknown_present, report.records_read
+        "sends: {} ok, {} failed, {} unknown ({} of those found in the log); {} records read; \
+         {} acknowledged values not read while the workload ran",
+        report.sends_ok,
+        report.sends_failed,
+        report.sends_unknown,
+        report.unknown_present,
+        report.records_read,
+        report.unseen
     );
     if report.valid() {
         println!("no anomalies");

@@ -1,13 +1,14 @@
 //! Disk fault hooks for benchmarks and fault injection: compiled in, off unless enabled
-//! (the broker's `fault.disk.sync.delay.ms`, settable at runtime through
-//! IncrementalAlterConfigs on the broker resource).
+//! (the broker's `fault.disk.sync.delay.ms` and `fault.disk.sync.fail`, set at run time
+//! through IncrementalAlterConfigs on the broker resource).
 //!
 //! One setting per process, since a process is one broker with one disk.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 static SYNC_DELAY_MS: AtomicU64 = AtomicU64::new(0);
+static SYNC_FAILS: AtomicBool = AtomicBool::new(false);
 
 /// Every [`crate::sync_files`] call first sleeps this long (0 turns the fault off): a disk
 /// whose flushes are slow, as a saturated or failing device's are.
@@ -19,9 +20,20 @@ pub fn sync_delay() -> Duration {
     Duration::from_millis(SYNC_DELAY_MS.load(Ordering::Relaxed))
 }
 
-pub(crate) fn before_sync() {
+/// Every [`crate::sync_files`] call fails with EIO while this is on: a disk that has gone
+/// bad. What a replica does about it (stop, since what reached the disk is unknown) is the
+/// point of the fault.
+pub fn set_sync_fails(fail: bool) {
+    SYNC_FAILS.store(fail, Ordering::Relaxed);
+}
+
+pub(crate) fn before_sync() -> std::io::Result<()> {
     let delay = sync_delay();
     if !delay.is_zero() {
         std::thread::sleep(delay);
     }
+    if SYNC_FAILS.load(Ordering::Relaxed) {
+        return Err(std::io::Error::from_raw_os_error(libc::EIO));
+    }
+    Ok(())
 }

@@ -21,7 +21,7 @@ pub use producer::{ProducerError, ProducerTable};
 /// and there are two or more files (one journal commit for all of them), else an
 /// fdatasync per file. Since Linux 5.8 syncfs reports writeback errors as fsync does.
 pub fn sync_files(files: &[std::sync::Arc<std::fs::File>], syncfs: bool) -> std::io::Result<()> {
-    fault::before_sync();
+    fault::before_sync()?;
     if syncfs && files.len() >= 2 {
         use std::os::fd::AsRawFd;
         // SAFETY: syncfs only reads the descriptor, which `files[0]` keeps open.

@@ -31,6 +31,39 @@ pub struct Poll {
     pub records: Vec<(i32, i64, u64)>,
 }
 
+/// What a timed operation was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpKind {
+    /// One produce request (of `batch` values), retries included.
+    Send,
+    /// One fetch.
+    Poll,
+    /// One offset commit of a group consumer.
+    Commit,
+}
+
+/// One operation on the timeline: when it started, how long it took, how it ended. The
+/// availability chart is drawn from these.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Op {
+    pub kind: OpKind,
+    /// Who ran it: `producer-0`, `consumer-1`, `group-0`...
+    pub process: String,
+    /// Milliseconds from the start of the run.
+    pub start_ms: u64,
+    pub latency_ms: u64,
+    pub outcome: Outcome,
+}
+
+/// A fault that was in force from `start_ms` to `end_ms` (from the start of the run).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FaultWindow {
+    /// What was done, e.g. `kill -9 leader (broker 1)`.
+    pub fault: String,
+    pub start_ms: u64,
+    pub end_ms: u64,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct History {
     /// In the order each producer issued them (per producer, order matters).
@@ -40,6 +73,18 @@ pub struct History {
     /// Consumers whose reads cover every partition from the log start to its end after the
     /// workload stopped.
     pub final_readers: BTreeSet<usize>,
+    /// Consumer group → the consumer ids (one per member and assignment) that read for it.
+    #[serde(default)]
+    pub groups: BTreeMap<String, BTreeSet<usize>>,
+    /// Every timed operation (histories written before timing existed have none).
+    #[serde(default)]
+    pub ops: Vec<Op>,
+    /// Faults injected while the workload ran.
+    #[serde(default)]
+    pub faults: Vec<FaultWindow>,
+    /// How long the workload ran, in milliseconds.
+    #[serde(default)]
+    pub duration_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -62,6 +107,10 @@ pub enum Anomaly {
     NonMonotonicPoll { consumer: usize, partition: i32, offset: i64, previous: i64 },
     /// A consumer's reads of a partition jumped over offsets that hold records.
     SkippedOffsets { consumer: usize, partition: i32, from: i64, to: i64, skipped: usize },
+    /// A consumer group as a whole never delivered records below offsets it did deliver:
+    /// a member started past what the group had read (a commit ahead of the reads, or a
+    /// committed offset gone back to an older value and then forward).
+    GroupSkipped { group: String, partition: i32, first_skipped: i64, skipped: usize, read_up_to: i64 },
 }
 
 impl Anomaly {
@@ -76,6 +125,7 @@ impl Anomaly {
             Anomaly::NonMonotonicSend { .. } => "non-monotonic-send",
             Anomaly::NonMonotonicPoll { .. } => "non-monotonic-poll",
             Anomaly::SkippedOffsets { .. } => "skipped-offsets",
+            Anomaly::GroupSkipped { .. } => "group-skipped",
         }
     }
 }
@@ -91,6 +141,9 @@ pub struct Report {
     /// Unknown sends that turned out to be in the log.
     pub unknown_present: usize,
     pub records_read: usize,
+    /// Acknowledged values no consumer read while the workload ran (the final read is
+    /// what decides whether they were lost; these are only late).
+    pub unseen: usize,
     /// Count per kind of anomaly.
     pub counts: BTreeMap<&'static str, usize>,
     /// The first few of each kind.
@@ -180,6 +233,14 @@ pub fn check(h: &History) -> Report {
         }
     }
 
+    let live_seen: HashMap<u64, ()> = h
+        .polls
+        .iter()
+        .filter(|p| !h.final_readers.contains(&p.consumer))
+        .flat_map(|p| p.records.iter().map(|r| (r.2, ())))
+        .collect();
+    r.unseen = h.sends.iter().filter(|s| s.outcome == Outcome::Ok && !live_seen.contains_key(&s.value)).count();
+
     // Per producer and partition, acknowledged offsets grow in send order.
     let mut last_ack: HashMap<(usize, i32), i64> = HashMap::new();
     for s in h.sends.iter().filter(|s| s.outcome == Outcome::Ok) {
@@ -225,6 +286,30 @@ pub fn check(h: &History) -> Report {
             last_read.insert((p.consumer, partition), offset);
         }
     }
+
+    // A group delivers every record below the highest offset it delivered.
+    for (group, members) in &h.groups {
+        let mut read: BTreeMap<i32, BTreeSet<i64>> = BTreeMap::new();
+        for p in h.polls.iter().filter(|p| members.contains(&p.consumer)) {
+            for &(partition, offset, _) in &p.records {
+                read.entry(partition).or_default().insert(offset);
+            }
+        }
+        for (partition, offsets) in read {
+            let Some(&top) = offsets.last() else { continue };
+            let Some(all) = occupied.get(&partition) else { continue };
+            let missing: Vec<i64> = all.range(..top).filter(|o| !offsets.contains(o)).copied().collect();
+            if let Some(&first_skipped) = missing.first() {
+                r.add(Anomaly::GroupSkipped {
+                    group: group.clone(),
+                    partition,
+                    first_skipped,
+                    skipped: missing.len(),
+                    read_up_to: top,
+                });
+            }
+        }
+    }
     r
 }
 
@@ -252,6 +337,7 @@ mod tests {
             sends,
             polls: vec![Poll { consumer: 1, records: partial }, Poll { consumer: 9, records: all }],
             final_readers: [9].into_iter().collect(),
+            ..History::default()
         }
     }
 
@@ -301,6 +387,26 @@ mod tests {
         h.polls[1].records.push((0, 11, 102));
         let r = check(&h);
         assert_eq!(r.counts.get("failed-write-read"), Some(&1));
+    }
+
+    #[test]
+    fn a_group_that_skips_records_is_found() {
+        let mut h = clean();
+        // Group consumers 20 (first assignment) and 21 (second) read partition 1: 20 reads
+        // offsets 0..3, 21 starts at 5, so offsets 3 and 4 were never delivered to the group.
+        let p1: Vec<_> = h.polls[1].records.iter().copied().filter(|r| r.0 == 1).collect();
+        h.polls.push(Poll { consumer: 20, records: p1[..3].to_vec() });
+        h.polls.push(Poll { consumer: 21, records: p1[5..].to_vec() });
+        h.groups.insert("g".into(), [20, 21].into_iter().collect());
+        let r = check(&h);
+        assert_eq!(r.counts.get("group-skipped"), Some(&1), "{r:?}");
+        assert_eq!(
+            r.examples["group-skipped"][0],
+            Anomaly::GroupSkipped { group: "g".into(), partition: 1, first_skipped: 3, skipped: 2, read_up_to: 9 }
+        );
+        // The same reads with 21 starting at 3 (overlapping is fine: at least once).
+        h.polls.last_mut().expect("pushed above").records = p1[2..].to_vec();
+        assert!(check(&h).valid());
     }
 
     #[test]

@@ -10,7 +10,10 @@
 //! some offset on, and a `final_read` consumer reads every partition from the start to the
 //! end once the workload has stopped, so what it does not see is not in the log.
 
+pub mod chart;
 pub mod checker;
+mod group;
+pub mod router;
 pub mod workload;
 
-pub use checker::{check, Anomaly, History, Outcome, Poll, Report, Send};
+pub use checker::{check, Anomaly, FaultWindow, History, Op, OpKind, Outcome, Poll, Report, Send};

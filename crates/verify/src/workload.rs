@@ -9,19 +9,26 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{BrokerId, FetchRequest, ProduceRequest};
-use runnel_bench::client::Connection;
-use runnel_bench::cluster::{init_producer_id, topic_name, Cluster, FETCH_VERSION, PRODUCE_VERSION};
+use kafka_protocol::messages::{
+    BrokerId, CreateTopicsRequest, FetchRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest,
+};
+use runnel_bench::cluster::{
+    topic_name, CREATE_TOPICS_VERSION, FETCH_VERSION, INIT_PRODUCER_ID_VERSION, LIST_OFFSETS_VERSION, PRODUCE_VERSION,
+};
 use runnel_bench::consumer::{for_each_record, value_stamp};
 use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_NONE};
 use tokio::sync::watch;
 
-use crate::checker::{History, Outcome, Poll, Send};
+use crate::checker::{History, Op, OpKind, Outcome, Poll, Send};
+use crate::group;
+use crate::router::Router;
 
 #[derive(Debug, Clone)]
 pub struct VerifyConfig {
@@ -30,7 +37,12 @@ pub struct VerifyConfig {
     pub partitions: i32,
     pub replication_factor: i16,
     pub producers: usize,
+    /// Consumers with assigned partitions (no group).
     pub consumers: usize,
+    /// Consumers in one consumer group, subscribed to the topic.
+    pub group_consumers: usize,
+    /// The group's id.
+    pub group: String,
     /// Values per produce request.
     pub batch: usize,
     /// Requests per second per producer.
@@ -38,39 +50,19 @@ pub struct VerifyConfig {
     pub duration: Duration,
     /// How long one request is retried before its outcome is called unknown.
     pub retry_for: Duration,
+    /// How long one attempt waits for an answer before the connection is given up.
+    pub request_timeout: Duration,
 }
 
 /// The final reader's consumer id in the history.
 pub const FINAL_READER: usize = usize::MAX;
 
-/// Connects (retrying while the cluster is down) to `bootstrap`.
-async fn connect(bootstrap: &str, client_id: &str, until: Instant) -> Option<Arc<Connection>> {
-    loop {
-        match Connection::connect(bootstrap, client_id, 1).await {
-            Ok(c) => return Some(c),
-            Err(_) if Instant::now() < until => tokio::time::sleep(Duration::from_millis(200)).await,
-            Err(_) => return None,
-        }
-    }
+/// Milliseconds since `t0`, for the timeline.
+pub(crate) fn ms_since(t0: Instant) -> u64 {
+    t0.elapsed().as_millis() as u64
 }
 
-async fn call_with_timeout<R: kafka_protocol::protocol::Request>(
-    conn: &Connection,
-    req: &R,
-    version: i16,
-) -> Result<R::Response> {
-    tokio::time::timeout(Duration::from_secs(15), conn.call(req, version)).await.context("request timed out")?
-}
-
-async fn init_producer(conn: &Connection) -> Result<(i64, i16)> {
-    let answer = tokio::time::timeout(Duration::from_secs(15), init_producer_id(conn)).await;
-    match answer.context("request timed out")?? {
-        (0, id, epoch) => Ok((id, epoch)),
-        (code, _, _) => anyhow::bail!("InitProducerId: error code {code}"),
-    }
-}
-
-fn retriable(code: i16) -> bool {
+pub(crate) fn retriable(code: i16) -> bool {
     matches!(
         ResponseError::try_from_code(code),
         Some(
@@ -82,15 +74,22 @@ fn retriable(code: i16) -> bool {
                 | ResponseError::KafkaStorageError
                 | ResponseError::UnknownTopicOrPartition
                 | ResponseError::CoordinatorLoadInProgress
+                | ResponseError::NotCoordinator
+                | ResponseError::CoordinatorNotAvailable
+                | ResponseError::FencedLeaderEpoch
+                | ResponseError::UnknownLeaderEpoch
         )
     )
 }
 
-/// One producer: values `index << 40 | n`, partitions in turn, until the deadline.
-async fn produce(cfg: Arc<VerifyConfig>, index: usize, deadline: Instant) -> Vec<Send> {
-    let client_id = format!("runnel-verify-producer-{index}");
+/// One producer: values `index << 40 | n`, partitions in turn, until the deadline. Each
+/// request goes to its partition's leader and is retried, unchanged, until answered or
+/// `retry_for` has passed.
+async fn produce(cfg: Arc<VerifyConfig>, index: usize, t0: Instant, deadline: Instant) -> (Vec<Send>, Vec<Op>) {
+    let process = format!("producer-{index}");
+    let mut router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout);
     let mut sends = Vec::new();
-    let mut conn: Option<Arc<Connection>> = None;
+    let mut ops = Vec::new();
     let mut producer: Option<(i64, i16)> = None;
     let mut sequence: HashMap<i32, i32> = HashMap::new();
     let mut n: u64 = 0;
@@ -103,7 +102,8 @@ async fn produce(cfg: Arc<VerifyConfig>, index: usize, deadline: Instant) -> Vec
         let partition = (request % cfg.partitions as u64) as i32;
         let values: Vec<u64> = (0..cfg.batch as u64).map(|k| ((index as u64) << 40) | (n + k)).collect();
         n += cfg.batch as u64;
-        let give_up = Instant::now() + cfg.retry_for;
+        let began = Instant::now();
+        let give_up = began + cfg.retry_for;
         let mut outcome: Option<(Outcome, Option<i64>)> = None;
         // The batch is built once a producer id is known and then resent unchanged.
         let mut built: Option<ProduceRequest> = None;
@@ -112,26 +112,23 @@ async fn produce(cfg: Arc<VerifyConfig>, index: usize, deadline: Instant) -> Vec
                 outcome = Some((Outcome::Unknown, None));
                 break;
             }
-            if conn.is_none() {
-                conn = connect(&cfg.bootstrap, &client_id, give_up).await;
-                if conn.is_none() {
-                    continue;
-                }
-            }
-            let c = conn.clone().expect("connected above");
             if producer.is_none() {
-                match init_producer(&c).await {
-                    Ok(p) => {
-                        producer = Some(p);
+                let req = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(-1);
+                match router.call_any(&req, INIT_PRODUCER_ID_VERSION).await {
+                    Ok(r) if r.error_code == 0 => {
+                        producer = Some((r.producer_id.0, r.producer_epoch));
                         sequence.clear();
                     }
-                    Err(_) => {
-                        conn = None;
+                    _ => {
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         continue;
                     }
                 }
             }
+            let Some(leader) = router.leader(partition).await else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
             let (pid, epoch) = producer.expect("initialised above");
             let req = built.get_or_insert_with(|| {
                 let seq = *sequence.get(&partition).unwrap_or(&0);
@@ -147,16 +144,19 @@ async fn produce(cfg: Arc<VerifyConfig>, index: usize, deadline: Instant) -> Vec
                     ]),
                 ])
             });
-            match call_with_timeout(&c, req, PRODUCE_VERSION).await {
+            match router.call_at(&leader, req, PRODUCE_VERSION).await {
                 Err(_) => {
-                    conn = None;
+                    router.leader_moved(Some(&leader)).await;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Ok(resp) => {
                     let p = resp.responses.first().and_then(|t| t.partition_responses.first());
                     match p.map(|p| (p.error_code, p.base_offset)) {
                         Some((0, base)) => outcome = Some((Outcome::Ok, Some(base))),
-                        Some((code, _)) if retriable(code) => tokio::time::sleep(Duration::from_millis(100)).await,
+                        Some((code, _)) if retriable(code) => {
+                            router.leader_moved(None).await;
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
                         _ => outcome = Some((Outcome::Failed, None)),
                     }
                 }
@@ -170,11 +170,106 @@ async fn produce(cfg: Arc<VerifyConfig>, index: usize, deadline: Instant) -> Vec
             // The producer's sequence state is unknown now: start over with a new id.
             _ => producer = None,
         }
+        ops.push(Op {
+            kind: OpKind::Send,
+            process: process.clone(),
+            start_ms: began.duration_since(t0).as_millis() as u64,
+            latency_ms: began.elapsed().as_millis() as u64,
+            outcome: o,
+        });
         for (k, v) in values.iter().enumerate() {
             sends.push(Send { producer: index, partition, value: *v, outcome: o, offset: base.map(|b| b + k as i64) });
         }
     }
-    sends
+    (sends, ops)
+}
+
+/// One round of fetches for `position`'s partitions, one request per leader. Records read
+/// are appended to `records` and move `position` on; each request is one op on the
+/// timeline.
+pub(crate) async fn fetch_round(
+    router: &mut Router,
+    topic: &str,
+    position: &mut BTreeMap<i32, i64>,
+    records: &mut Vec<(i32, i64, u64)>,
+    process: &str,
+    t0: Instant,
+    ops: &mut Vec<Op>,
+) {
+    let mut by_leader: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for p in position.keys() {
+        match router.leader(*p).await {
+            Some(addr) => by_leader.entry(addr).or_default().push(*p),
+            None => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return;
+            }
+        }
+    }
+    for (addr, parts) in by_leader {
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(200)
+            .with_min_bytes(1)
+            .with_max_bytes(8 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default().with_topic(topic_name(topic)).with_partitions(
+                parts
+                    .iter()
+                    .map(|p| {
+                        FetchPartition::default()
+                            .with_partition(*p)
+                            .with_fetch_offset(position[p])
+                            .with_partition_max_bytes(1 << 20)
+                    })
+                    .collect(),
+            )]);
+        let began = Instant::now();
+        let answer = router.call_at(&addr, &req, FETCH_VERSION).await;
+        let mut outcome = Outcome::Ok;
+        match answer {
+            Err(_) => {
+                outcome = Outcome::Unknown;
+                router.leader_moved(Some(&addr)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(resp) => {
+                let mut moved = false;
+                for t in resp.responses {
+                    for p in t.partitions {
+                        if p.error_code != 0 {
+                            outcome = Outcome::Failed;
+                            moved |= retriable(p.error_code);
+                            continue;
+                        }
+                        let Some(data) = p.records else { continue };
+                        let partition = p.partition_index;
+                        let Some(&from) = position.get(&partition) else { continue };
+                        let mut got = Vec::new();
+                        let read = for_each_record(&data, from, |offset, v| {
+                            got.push((partition, offset, value_stamp(v).unwrap_or(u64::MAX)));
+                        });
+                        // A fetch with an undecodable batch is dropped whole and read again.
+                        if let Ok(Some(next)) = read {
+                            position.insert(partition, next);
+                            records.extend(got);
+                        }
+                    }
+                }
+                if moved {
+                    router.leader_moved(None).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        ops.push(Op {
+            kind: OpKind::Poll,
+            process: process.to_string(),
+            start_ms: began.duration_since(t0).as_millis() as u64,
+            latency_ms: began.elapsed().as_millis() as u64,
+            outcome,
+        });
+    }
 }
 
 /// Reads `partitions` from offset 0 until `stop` says to, or (with `ends`) until every
@@ -185,12 +280,14 @@ async fn consume(
     partitions: Vec<i32>,
     mut stop: watch::Receiver<bool>,
     ends: Option<BTreeMap<i32, i64>>,
+    t0: Instant,
     deadline: Instant,
-) -> Vec<Poll> {
-    let client_id = format!("runnel-verify-consumer-{id}");
+) -> (Vec<Poll>, Vec<Op>) {
+    let process = if id == FINAL_READER { "final-reader".to_string() } else { format!("consumer-{id}") };
+    let mut router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout);
     let mut polls = Vec::new();
+    let mut ops = Vec::new();
     let mut position: BTreeMap<i32, i64> = partitions.iter().map(|p| (*p, 0)).collect();
-    let mut conn: Option<Arc<Connection>> = None;
     loop {
         if let Some(ends) = &ends {
             if position.iter().all(|(p, o)| *o >= ends[p]) {
@@ -202,113 +299,141 @@ async fn consume(
         if Instant::now() > deadline {
             break;
         }
-        if conn.is_none() {
-            conn = connect(&cfg.bootstrap, &client_id, deadline).await;
-            continue;
-        }
-        let c = conn.clone().expect("connected above");
-        let req = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(200)
-            .with_min_bytes(1)
-            .with_max_bytes(8 << 20)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default().with_topic(topic_name(&cfg.topic)).with_partitions(
-                position
-                    .iter()
-                    .map(|(p, o)| {
-                        FetchPartition::default()
-                            .with_partition(*p)
-                            .with_fetch_offset(*o)
-                            .with_partition_max_bytes(1 << 20)
-                    })
-                    .collect(),
-            )]);
-        let resp = match call_with_timeout(&c, &req, FETCH_VERSION).await {
-            Ok(r) => r,
-            Err(_) => {
-                conn = None;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
         let mut records = Vec::new();
-        for t in resp.responses {
-            for p in t.partitions {
-                let Some(data) = p.records.filter(|_| p.error_code == 0) else { continue };
-                let partition = p.partition_index;
-                let mut got = Vec::new();
-                let read = for_each_record(&data, position[&partition], |offset, v| {
-                    got.push((partition, offset, value_stamp(v).unwrap_or(u64::MAX)));
-                });
-                // A fetch with an undecodable batch is dropped whole and read again.
-                if let Ok(Some(next)) = read {
-                    position.insert(partition, next);
-                    records.extend(got);
-                }
-            }
-        }
+        fetch_round(&mut router, &cfg.topic, &mut position, &mut records, &process, t0, &mut ops).await;
         if !records.is_empty() {
             polls.push(Poll { consumer: id, records });
         }
     }
-    polls
+    (polls, ops)
 }
 
-/// Runs the workload against the cluster and returns its history.
-pub async fn run(cfg: VerifyConfig) -> Result<History> {
+/// Creates the run's topic and waits until every partition has a leader.
+async fn create_topic(router: &mut Router, cfg: &VerifyConfig) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut attempts = 0;
+    loop {
+        let t = CreatableTopic::default()
+            .with_name(topic_name(&cfg.topic))
+            .with_num_partitions(cfg.partitions)
+            .with_replication_factor(cfg.replication_factor);
+        let req = CreateTopicsRequest::default().with_topics(vec![t]).with_timeout_ms(30_000);
+        attempts += 1;
+        let code = match router.call_any(&req, CREATE_TOPICS_VERSION).await {
+            Ok(r) => r.topics.first().map(|t| t.error_code).unwrap_or(-1),
+            Err(_) => -1,
+        };
+        let exists = ResponseError::TopicAlreadyExists.code();
+        // An earlier attempt that timed out may have created it.
+        if code == 0 || (code == exists && attempts > 1) {
+            break;
+        }
+        if code != -1 && !retriable(code) {
+            bail!("creating {}: error code {code}", cfg.topic);
+        }
+        if Instant::now() > deadline {
+            bail!("creating {}: no broker succeeded within 60 s", cfg.topic);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    loop {
+        let _ = router.refresh().await;
+        let mut all = true;
+        for p in 0..cfg.partitions {
+            all &= router.leader(p).await.is_some();
+        }
+        if all {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("topic {} has no leader for every partition", cfg.topic);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Each partition's log end offset, asked of its leader; retried for a minute.
+async fn end_offsets(router: &mut Router, partitions: i32) -> Result<BTreeMap<i32, i64>> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut ends = BTreeMap::new();
+    while (ends.len() as i32) < partitions {
+        if Instant::now() > deadline {
+            bail!("no end offset for every partition within 60 s");
+        }
+        for p in 0..partitions {
+            if ends.contains_key(&p) {
+                continue;
+            }
+            let Some(addr) = router.leader(p).await else { continue };
+            let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+                ListOffsetsTopic::default()
+                    .with_name(topic_name(router.topic()))
+                    .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(p).with_timestamp(-1)]),
+            ]);
+            let answer = router.call_at(&addr, &req, LIST_OFFSETS_VERSION).await;
+            match answer.ok().as_ref().and_then(|r| r.topics.first()).and_then(|t| t.partitions.first()) {
+                Some(r) if r.error_code == 0 => {
+                    ends.insert(p, r.offset);
+                }
+                _ => router.leader_moved(Some(&addr)).await,
+            }
+        }
+        if (ends.len() as i32) < partitions {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(ends)
+}
+
+/// Runs the workload against the cluster and returns its history. Times on the timeline
+/// count from `t0`.
+pub async fn run(cfg: VerifyConfig, t0: Instant) -> Result<History> {
     let cfg = Arc::new(cfg);
-    let mut cluster = Cluster::connect(&cfg.bootstrap).await?;
-    cluster
-        .create_topic(&cfg.topic, cfg.partitions, cfg.replication_factor, &BTreeMap::new())
-        .await
-        .with_context(|| format!("creating {}", cfg.topic))?;
-    let layout = cluster.layout(&cfg.topic).await?;
+    let mut router = Router::new(&cfg.bootstrap, &cfg.topic, "runnel-verify-admin", cfg.request_timeout);
+    create_topic(&mut router, &cfg).await?;
     let start = Instant::now();
     let deadline = start + cfg.duration;
+    // Live consumers stop with the producers; the bound covers a last retried request.
+    let bound = deadline + cfg.retry_for + Duration::from_secs(5);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut consumers = Vec::new();
     for c in 0..cfg.consumers {
         let mine: Vec<i32> = (0..cfg.partitions).filter(|p| *p as usize % cfg.consumers.max(1) == c).collect();
         if !mine.is_empty() {
-            // Live consumers stop with the producers; the bound covers a last retried request.
-            let bound = deadline + cfg.retry_for + Duration::from_secs(5);
-            consumers.push(tokio::spawn(consume(cfg.clone(), c, mine, stop_rx.clone(), None, bound)));
+            consumers.push(tokio::spawn(consume(cfg.clone(), c, mine, stop_rx.clone(), None, t0, bound)));
         }
     }
-    let producers: Vec<_> = (0..cfg.producers).map(|i| tokio::spawn(produce(cfg.clone(), i, deadline))).collect();
+    let members: Vec<_> = (0..cfg.group_consumers)
+        .map(|g| tokio::spawn(group::member(cfg.clone(), g, stop_rx.clone(), t0, bound)))
+        .collect();
+    let producers: Vec<_> = (0..cfg.producers).map(|i| tokio::spawn(produce(cfg.clone(), i, t0, deadline))).collect();
     let mut history = History::default();
     for p in producers {
-        history.sends.extend(p.await.context("producer task")?);
+        let (sends, ops) = p.await.context("producer task")?;
+        history.sends.extend(sends);
+        history.ops.extend(ops);
     }
+    history.duration_ms = ms_since(t0);
     let _ = stop_tx.send(true);
     for c in consumers {
-        history.polls.extend(c.await.context("consumer task")?);
+        let (polls, ops) = c.await.context("consumer task")?;
+        history.polls.extend(polls);
+        history.ops.extend(ops);
+    }
+    for m in members {
+        let (polls, ops, ids) = m.await.context("group consumer task")?;
+        history.polls.extend(polls);
+        history.ops.extend(ops);
+        history.groups.entry(cfg.group.clone()).or_default().extend(ids);
     }
     // The final read: every partition from the start to the end as it is now.
-    let ends_deadline = Instant::now() + Duration::from_secs(60);
-    let ends = loop {
-        let mut cluster = match Cluster::connect(&cfg.bootstrap).await {
-            Ok(c) => c,
-            Err(_) if Instant::now() < ends_deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let layout = cluster.layout(&cfg.topic).await.unwrap_or(layout.clone());
-        match cluster.end_offsets(&layout).await {
-            Ok(e) => break e,
-            Err(_) if Instant::now() < ends_deadline => tokio::time::sleep(Duration::from_millis(200)).await,
-            Err(e) => return Err(e),
-        }
-    };
-    let ends: BTreeMap<i32, i64> = ends.iter().enumerate().map(|(p, e)| (p as i32, *e)).collect();
+    let ends = end_offsets(&mut router, cfg.partitions).await?;
     let all: Vec<i32> = (0..cfg.partitions).collect();
     let (_tx, rx) = watch::channel(false);
-    let final_polls =
-        consume(cfg.clone(), FINAL_READER, all, rx, Some(ends), Instant::now() + Duration::from_secs(120)).await;
+    let (final_polls, _) =
+        consume(cfg.clone(), FINAL_READER, all, rx, Some(ends), t0, Instant::now() + Duration::from_secs(120)).await;
     history.polls.extend(final_polls);
     history.final_readers.insert(FINAL_READER);
+    history.ops.sort_by_key(|o| o.start_ms);
     Ok(history)
 }

@@ -1,0 +1,180 @@
+//! Where to send a request while brokers die, pause and move leaders: a client's view of
+//! the cluster (broker addresses and each partition's leader, from Metadata) and one
+//! connection per broker. Every network step has a deadline, so a paused or isolated broker
+//! costs a timeout, never a hang; a failed connection is dropped and the view refreshed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::MetadataRequest;
+use kafka_protocol::protocol::Request;
+use runnel_bench::client::Connection;
+use runnel_bench::cluster::{topic_name, METADATA_VERSION};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub struct Router {
+    client_id: String,
+    topic: String,
+    /// Addresses to ask for metadata when no known broker answers.
+    bootstrap: Vec<String>,
+    /// broker id → "host:port"
+    brokers: HashMap<i32, String>,
+    /// partition → leader broker id (-1: none known)
+    leaders: Vec<i32>,
+    conns: HashMap<String, Arc<Connection>>,
+    request_timeout: Duration,
+}
+
+impl Router {
+    pub fn new(bootstrap: &str, topic: &str, client_id: &str, request_timeout: Duration) -> Router {
+        Router {
+            client_id: client_id.to_string(),
+            topic: topic.to_string(),
+            bootstrap: bootstrap.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            brokers: HashMap::new(),
+            leaders: Vec::new(),
+            conns: HashMap::new(),
+            request_timeout,
+        }
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    async fn conn(&mut self, addr: &str) -> Option<Arc<Connection>> {
+        if let Some(c) = self.conns.get(addr) {
+            return Some(c.clone());
+        }
+        match tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(addr, &self.client_id, 4)).await {
+            Ok(Ok(c)) => {
+                self.conns.insert(addr.to_string(), c.clone());
+                Some(c)
+            }
+            _ => None,
+        }
+    }
+
+    /// Forgets the connection to `addr` (it failed or timed out): the next call dials again.
+    pub fn drop_conn(&mut self, addr: &str) {
+        self.conns.remove(addr);
+    }
+
+    /// Every address worth trying, known brokers first.
+    fn candidates(&self) -> Vec<String> {
+        let mut all: Vec<String> = self.brokers.values().cloned().collect();
+        all.sort();
+        for b in &self.bootstrap {
+            if !all.contains(b) {
+                all.push(b.clone());
+            }
+        }
+        all
+    }
+
+    /// Calls `req` on `addr` within the request timeout; a failure drops the connection.
+    pub async fn call_at<R: Request>(&mut self, addr: &str, req: &R, version: i16) -> Result<R::Response> {
+        let conn = self.conn(addr).await.ok_or_else(|| anyhow!("cannot connect to {addr}"))?;
+        match tokio::time::timeout(self.request_timeout, conn.call(req, version)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => {
+                self.drop_conn(addr);
+                Err(e)
+            }
+            Err(_) => {
+                self.drop_conn(addr);
+                Err(anyhow!("request to {addr} timed out"))
+            }
+        }
+    }
+
+    /// Calls `req` on the first broker that answers.
+    pub async fn call_any<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response> {
+        let mut last = anyhow!("no broker address known");
+        for addr in self.candidates() {
+            match self.call_at(&addr, req, version).await {
+                Ok(r) => return Ok(r),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Asks any broker for the brokers and the topic's leaders.
+    pub async fn refresh(&mut self) -> Result<()> {
+        let req = MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(topic_name(&self.topic)))]))
+            .with_allow_auto_topic_creation(false);
+        let resp = self.call_any(&req, METADATA_VERSION).await.context("metadata")?;
+        if !resp.brokers.is_empty() {
+            self.brokers =
+                resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
+        }
+        if let Some(t) = resp.topics.iter().find(|t| t.error_code == 0) {
+            let mut leaders = vec![-1; t.partitions.len()];
+            for p in &t.partitions {
+                if let Some(slot) = leaders.get_mut(p.partition_index as usize) {
+                    *slot = p.leader_id.0;
+                }
+            }
+            self.leaders = leaders;
+        }
+        Ok(())
+    }
+
+    /// Every partition of the topic: (leader, replicas), asked of any broker now.
+    pub async fn replicas(&mut self) -> Result<Vec<(i32, Vec<i32>)>> {
+        let req = MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(topic_name(&self.topic)))]))
+            .with_allow_auto_topic_creation(false);
+        let resp = self.call_any(&req, METADATA_VERSION).await.context("metadata")?;
+        let t = resp.topics.iter().find(|t| t.error_code == 0).ok_or_else(|| anyhow!("topic not found"))?;
+        let mut out: Vec<(i32, i32, Vec<i32>)> = t
+            .partitions
+            .iter()
+            .map(|p| (p.partition_index, p.leader_id.0, p.replica_nodes.iter().map(|b| b.0).collect()))
+            .collect();
+        out.sort_by_key(|p| p.0);
+        Ok(out.into_iter().map(|(_, l, r)| (l, r)).collect())
+    }
+
+    /// The address of `partition`'s leader as last seen, refreshing once if none is known.
+    pub async fn leader(&mut self, partition: i32) -> Option<String> {
+        if self.address_of_leader(partition).is_none() {
+            let _ = self.refresh().await;
+        }
+        self.address_of_leader(partition)
+    }
+
+    fn address_of_leader(&self, partition: i32) -> Option<String> {
+        let leader = *self.leaders.get(partition as usize)?;
+        self.brokers.get(&leader).cloned()
+    }
+
+    /// A leader is gone or moved: forget what we knew of it and look again.
+    pub async fn leader_moved(&mut self, addr: Option<&str>) {
+        if let Some(a) = addr {
+            self.drop_conn(a);
+        }
+        self.leaders.clear();
+        let _ = self.refresh().await;
+    }
+
+    /// How many brokers the last metadata listed.
+    pub fn broker_count(&self) -> usize {
+        self.brokers.len()
+    }
+
+    /// The broker with id `id`, as last seen.
+    pub fn broker_address(&self, id: i32) -> Option<String> {
+        self.brokers.get(&id).cloned()
+    }
+}
