@@ -202,13 +202,15 @@ struct Chaos {
 
 impl Chaos {
     /// A partition's leader and one of its followers, drawn at random from the topic.
-    async fn targets(&mut self) -> Option<(u16, u16)> {
-        let parts = self.router.replicas().await.ok()?;
+    async fn targets(&mut self) -> Result<(u16, u16)> {
+        let parts = self.router.replicas().await?;
         let usable: Vec<&(i32, Vec<i32>)> = parts.iter().filter(|(l, r)| *l >= 0 && r.len() > 1).collect();
-        let (leader, replicas) = usable.get(self.rng.below(usable.len()))?;
+        let Some((leader, replicas)) = usable.get(self.rng.below(usable.len())) else {
+            bail!("no partition has a leader and a follower now: {parts:?}");
+        };
         let followers: Vec<i32> = replicas.iter().copied().filter(|r| r != leader).collect();
         let follower = followers[self.rng.below(followers.len())];
-        Some((*leader as u16, follower as u16))
+        Ok((*leader as u16, follower as u16))
     }
 
     fn region_of(&self, broker: u16) -> u16 {
@@ -216,7 +218,7 @@ impl Chaos {
     }
 
     async fn apply(&mut self, fault: Fault) -> Result<(String, Applied)> {
-        let (leader, follower) = self.targets().await.context("no partition with a leader and a follower")?;
+        let (leader, follower) = self.targets().await?;
         let (role, target) = match fault {
             Fault::KillLeader | Fault::PauseLeader | Fault::SlowDiskLeader | Fault::IsolateLeader => ("leader", leader),
             _ => ("follower", follower),

@@ -46,7 +46,7 @@ pub struct VerifyArgs {
     #[arg(long, default_value_t = 30.0)]
     retry_for: f64,
     /// Seconds one attempt waits for its answer before the connection is given up.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 2.0)]
     request_timeout: f64,
     /// Draw the availability chart (operations per second and latency over time, faults
     /// shaded) into this SVG file.

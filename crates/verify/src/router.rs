@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::MetadataRequest;
 use kafka_protocol::protocol::Request;
@@ -26,8 +26,13 @@ pub struct Router {
     /// partition → leader broker id (-1: none known)
     leaders: Vec<i32>,
     conns: HashMap<String, Arc<Connection>>,
+    /// When each address last failed us: asked last while the failure is recent.
+    failed: HashMap<String, Instant>,
     request_timeout: Duration,
 }
+
+/// How long an address that failed is asked after the others.
+const SUSPECT_FOR: Duration = Duration::from_secs(10);
 
 impl Router {
     pub fn new(bootstrap: &str, topic: &str, client_id: &str, request_timeout: Duration) -> Router {
@@ -38,6 +43,7 @@ impl Router {
             brokers: HashMap::new(),
             leaders: Vec::new(),
             conns: HashMap::new(),
+            failed: HashMap::new(),
             request_timeout,
         }
     }
@@ -66,9 +72,10 @@ impl Router {
     /// Forgets the connection to `addr` (it failed or timed out): the next call dials again.
     pub fn drop_conn(&mut self, addr: &str) {
         self.conns.remove(addr);
+        self.failed.insert(addr.to_string(), Instant::now());
     }
 
-    /// Every address worth trying, known brokers first.
+    /// Every address worth trying: known brokers first, and those that failed recently last.
     fn candidates(&self) -> Vec<String> {
         let mut all: Vec<String> = self.brokers.values().cloned().collect();
         all.sort();
@@ -77,12 +84,17 @@ impl Router {
                 all.push(b.clone());
             }
         }
+        let suspect = |a: &String| self.failed.get(a).is_some_and(|t| t.elapsed() < SUSPECT_FOR);
+        all.sort_by_key(suspect);
         all
     }
 
     /// Calls `req` on `addr` within the request timeout; a failure drops the connection.
     pub async fn call_at<R: Request>(&mut self, addr: &str, req: &R, version: i16) -> Result<R::Response> {
-        let conn = self.conn(addr).await.ok_or_else(|| anyhow!("cannot connect to {addr}"))?;
+        let Some(conn) = self.conn(addr).await else {
+            self.failed.insert(addr.to_string(), Instant::now());
+            bail!("cannot connect to {addr}");
+        };
         match tokio::time::timeout(self.request_timeout, conn.call(req, version)).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => {

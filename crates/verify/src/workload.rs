@@ -5,7 +5,7 @@
 //! every partition from the start to the end. Faults (kill -9, pause, ...) are injected
 //! from outside while it runs; every connection error is survived by reconnecting.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,25 +82,39 @@ pub(crate) fn retriable(code: i16) -> bool {
     )
 }
 
-/// One producer: values `index << 40 | n`, partitions in turn, until the deadline. Each
-/// request goes to its partition's leader and is retried, unchanged, until answered or
-/// `retry_for` has passed.
-async fn produce(cfg: Arc<VerifyConfig>, index: usize, t0: Instant, deadline: Instant) -> (Vec<Send>, Vec<Op>) {
+/// One producer's sends to one partition: values `index << 40 | partition << 32 | n`, at
+/// `rate / partitions` requests a second, until the deadline. Each request goes to the
+/// partition's leader and is retried, unchanged, until answered or `retry_for` has passed.
+/// Partitions are produced to independently (as a Kafka producer batches per partition),
+/// so a partition without a leader stalls only its own sends.
+async fn produce(
+    cfg: Arc<VerifyConfig>,
+    index: usize,
+    partition: i32,
+    t0: Instant,
+    deadline: Instant,
+) -> (Vec<Send>, Vec<Op>) {
     let process = format!("producer-{index}");
-    let mut router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout);
+    let client_id = format!("runnel-verify-{process}-{partition}");
+    let mut router = Router::new(&cfg.bootstrap, &cfg.topic, &client_id, cfg.request_timeout);
     let mut sends = Vec::new();
     let mut ops = Vec::new();
     let mut producer: Option<(i64, i16)> = None;
-    let mut sequence: HashMap<i32, i32> = HashMap::new();
+    let mut sequence: i32 = 0;
     let mut n: u64 = 0;
     let start = Instant::now();
+    let rate = (cfg.rate / cfg.partitions.max(1) as f64).max(0.01);
     let mut request = 0u64;
     while Instant::now() < deadline {
-        let due = start + Duration::from_secs_f64(request as f64 / cfg.rate.max(0.1));
+        // Partitions start spread over the first interval rather than all at once.
+        let due = start + Duration::from_secs_f64((request as f64 + partition as f64 / cfg.partitions as f64) / rate);
         tokio::time::sleep_until(due.into()).await;
+        if Instant::now() >= deadline {
+            break;
+        }
         request += 1;
-        let partition = (request % cfg.partitions as u64) as i32;
-        let values: Vec<u64> = (0..cfg.batch as u64).map(|k| ((index as u64) << 40) | (n + k)).collect();
+        let values: Vec<u64> =
+            (0..cfg.batch as u64).map(|k| ((index as u64) << 40) | ((partition as u64) << 32) | (n + k)).collect();
         n += cfg.batch as u64;
         let began = Instant::now();
         let give_up = began + cfg.retry_for;
@@ -117,7 +131,7 @@ async fn produce(cfg: Arc<VerifyConfig>, index: usize, t0: Instant, deadline: In
                 match router.call_any(&req, INIT_PRODUCER_ID_VERSION).await {
                     Ok(r) if r.error_code == 0 => {
                         producer = Some((r.producer_id.0, r.producer_epoch));
-                        sequence.clear();
+                        sequence = 0;
                     }
                     _ => {
                         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -131,7 +145,7 @@ async fn produce(cfg: Arc<VerifyConfig>, index: usize, t0: Instant, deadline: In
             };
             let (pid, epoch) = producer.expect("initialised above");
             let req = built.get_or_insert_with(|| {
-                let seq = *sequence.get(&partition).unwrap_or(&0);
+                let seq = sequence;
                 let mut b = BatchBuilder::new(0);
                 for v in &values {
                     b.push(0, None, Some(&v.to_be_bytes()));
@@ -165,7 +179,7 @@ async fn produce(cfg: Arc<VerifyConfig>, index: usize, t0: Instant, deadline: In
         let (o, base) = outcome.expect("loop ends with an outcome");
         match o {
             Outcome::Ok => {
-                *sequence.entry(partition).or_default() += cfg.batch as i32;
+                sequence += cfg.batch as i32;
             }
             // The producer's sequence state is unknown now: start over with a new id.
             _ => producer = None,
@@ -406,7 +420,10 @@ pub async fn run(cfg: VerifyConfig, t0: Instant) -> Result<History> {
     let members: Vec<_> = (0..cfg.group_consumers)
         .map(|g| tokio::spawn(group::member(cfg.clone(), g, stop_rx.clone(), t0, bound)))
         .collect();
-    let producers: Vec<_> = (0..cfg.producers).map(|i| tokio::spawn(produce(cfg.clone(), i, t0, deadline))).collect();
+    let producers: Vec<_> = (0..cfg.producers)
+        .flat_map(|i| (0..cfg.partitions).map(move |p| (i, p)))
+        .map(|(i, p)| tokio::spawn(produce(cfg.clone(), i, p, t0, deadline)))
+        .collect();
     let mut history = History::default();
     for p in producers {
         let (sends, ops) = p.await.context("producer task")?;
