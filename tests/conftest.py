@@ -11,6 +11,7 @@ which always starts our binary.
 
 import os
 import pathlib
+import random
 import signal
 import socket
 import subprocess
@@ -27,6 +28,22 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def cluster_port(brokers=3):
+    """A base port P with P..P+N-1 (clients) and P+1000..P+1000+N-1 (Raft) all free, below the
+    kernel's ephemeral range so that client sockets cannot take them meanwhile."""
+    rng = random.Random()
+    for _ in range(200):
+        p = rng.randrange(20000, 28000)
+        try:
+            for port in [p + i for i in range(brokers)] + [p + 1000 + i for i in range(brokers)]:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port range for a cluster")
 
 
 def wait_for(predicate, what, timeout_s, diagnostics=lambda: "", interval_s=0.5):

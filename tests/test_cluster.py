@@ -8,10 +8,8 @@ holds two different records)."""
 import json
 import os
 import pathlib
-import random
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -21,26 +19,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 import kafka_wire as kw
-from conftest import RUNNEL_BIN, admin_client, unique_topic, wait_for, wait_for_port, wait_for_topic
+from conftest import RUNNEL_BIN, admin_client, cluster_port, unique_topic, wait_for, wait_for_port, wait_for_topic
 from test_java_client import java_build  # noqa: F401  (session fixture: builds .cache/java)
 
 BROKERS = 3
-
-
-def cluster_port(brokers=BROKERS):
-    """A base port P with P..P+2 (clients) and P+1000..P+1002 (Raft) all free, below the
-    kernel's ephemeral range so that client sockets cannot take them meanwhile."""
-    rng = random.Random()
-    for _ in range(200):
-        p = rng.randrange(20000, 28000)
-        try:
-            for port in [p + i for i in range(brokers)] + [p + 1000 + i for i in range(brokers)]:
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no free port range for a cluster")
 
 
 class DevCluster:

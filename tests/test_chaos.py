@@ -1,0 +1,93 @@
+"""`runnel chaos` on a 3-broker cluster that it starts itself: the verify workload
+(idempotent acks=all producers, assigned consumers and a consumer group) runs while
+leaders and followers are killed (-9) and paused, then, in network namespaces, a leader
+and a whole region are cut off. Every acknowledged value must be read back once, where it
+was acknowledged; the availability chart must show each fault. The checker must fail
+loudly on a history with a planted loss or a group that skipped records.
+"""
+
+import json
+import re
+import subprocess
+
+from conftest import RUNNEL_BIN, cluster_port
+
+
+def chaos(tmp_path, *args, timeout=300):
+    port = cluster_port(3)
+    report, history, chart = tmp_path / "report.json", tmp_path / "history.json", tmp_path / "chart.svg"
+    logs = tmp_path / "logs"
+    cmd = [RUNNEL_BIN, "chaos", "--port", port, "--data-dir", tmp_path / "data", "--logs", logs, "--json", report,
+           "--history", history, "--chart", chart, *args]
+    p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL)
+    tails = "\n".join(f"--- {f.name}\n" + "\n".join(f.read_text().splitlines()[-15:])
+                      for f in sorted(logs.glob("*.log"))) if logs.exists() else ""
+    assert p.returncode == 0, f"chaos exited {p.returncode}\n{p.stdout}\n{p.stderr}\n{tails}"
+    assert "no anomalies" in p.stdout, p.stdout
+    return p.stdout, json.loads(report.read_text()), json.loads(history.read_text()), chart.read_text()
+
+
+def verify_check(path):
+    return subprocess.run([RUNNEL_BIN, "verify", "--check-history", str(path)], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+
+
+def test_kill_and_pause_of_leaders_and_followers_lose_nothing(tmp_path):
+    schedule = "5:kill-leader:3,14:pause-leader:4,24:kill-follower:3,33:pause-follower:4"
+    out, report, history, chart = chaos(
+        tmp_path, "--duration", 45, "--partitions", 3, "--producers", 2, "--rate", 60, "--schedule", schedule)
+    assert report["counts"] == {} and report["sends_failed"] == 0, report
+    assert report["sends_ok"] >= 2 * 60 * 5 * 45 * 0.8, report
+    faults = [f["fault"] for f in history["faults"]]
+    assert [f.split(" ")[0] for f in faults] == ["kill-leader", "pause-leader", "kill-follower", "pause-follower"], out
+    assert all(f["end_ms"] > f["start_ms"] for f in history["faults"])
+    # Assigned consumers, the group and the final reader all read.
+    [(group, members)] = history["groups"].items()
+    assert members, history["groups"]
+    kinds = {(o["kind"], o["outcome"]) for o in history["ops"]}
+    assert {("Send", "Ok"), ("Poll", "Ok"), ("Commit", "Ok")} <= kinds, kinds
+    # Each fault is on the chart, shaded and labelled.
+    assert chart.lstrip().startswith("<svg") and chart.rstrip().endswith("</svg>")
+    for f in faults:
+        assert f in chart, f
+
+    # The checker is handed the same history with a planted loss: an acknowledged value
+    # removed from every read.
+    lost = json.loads(json.dumps(history))
+    acked = next(s for s in lost["sends"] if s["outcome"] == "Ok")
+    for p in lost["polls"]:
+        p["records"] = [r for r in p["records"] if r[2] != acked["value"]]
+    (tmp_path / "lost.json").write_text(json.dumps(lost))
+    p = verify_check(tmp_path / "lost.json")
+    assert p.returncode != 0 and "lost-write: 1" in p.stdout, p.stdout + p.stderr
+
+    # ... and with the group never having delivered one record below others it delivered.
+    skipped = json.loads(json.dumps(history))
+    ids = set(members)
+    group_reads = [(p, r) for p in skipped["polls"] if p["consumer"] in ids for r in p["records"]]
+    partition, offset, _ = group_reads[len(group_reads) // 2][1]
+    for p in skipped["polls"]:
+        if p["consumer"] in ids:
+            p["records"] = [r for r in p["records"] if (r[0], r[1]) != (partition, offset)]
+    (tmp_path / "skipped.json").write_text(json.dumps(skipped))
+    p = verify_check(tmp_path / "skipped.json")
+    assert p.returncode != 0 and "group-skipped: 1" in p.stdout, p.stdout + p.stderr
+
+    p = verify_check(tmp_path / "history.json")
+    assert p.returncode == 0 and "no anomalies" in p.stdout, p.stdout + p.stderr
+
+
+def test_isolated_leader_and_region_in_network_namespaces_lose_nothing(tmp_path):
+    """Each broker in its own network namespace, one per region; the links of a leader,
+    then of a whole region, are taken down and brought back."""
+    schedule = "5:isolate-leader:4,16:isolate-region:5"
+    out, report, history, chart = chaos(
+        tmp_path, "--duration", 30, "--regions", 3, "--partitions", 3, "--rate", 60, "--schedule", schedule)
+    assert report["counts"] == {} and report["sends_failed"] == 0, report
+    faults = [f["fault"] for f in history["faults"]]
+    assert [f.split(" ")[0] for f in faults] == ["isolate-leader", "isolate-region"], out
+    assert re.search(r"listening on 10\.231\.\d+\.\d+:", out), "brokers ran in namespaces"
+    # Service resumed: sends were acknowledged in the last seconds of the run.
+    end = history["duration_ms"]
+    assert any(o["kind"] == "Send" and o["outcome"] == "Ok" and o["start_ms"] > end - 3000 for o in history["ops"])
