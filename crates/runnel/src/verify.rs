@@ -120,6 +120,26 @@ pub fn report(history: &History, a: &VerifyArgs, title: &str) -> Result<()> {
         report.records_read,
         report.unseen
     );
+    if !report.faults.is_empty() {
+        let (p50, p99) = report.baseline_send_ms;
+        println!("sends away from faults: p50 {p50} ms, p99 {p99} ms");
+    }
+    for f in &report.faults {
+        println!(
+            "{:>7.1}s-{:.1}s {}: sends p50 {} ms, p99 {} ms; acknowledged sends stalled {:.2} s at most ({}); \
+             slowest send {:.2} s; {} unknown and {} failed operations",
+            f.start_ms as f64 / 1000.0,
+            f.end_ms as f64 / 1000.0,
+            f.fault,
+            f.p50_send_ms,
+            f.p99_send_ms,
+            f.longest_stall_ms as f64 / 1000.0,
+            f.stalled_stream,
+            f.slowest_send_ms as f64 / 1000.0,
+            f.unknown,
+            f.failed
+        );
+    }
     if report.valid() {
         println!("no anomalies");
         return Ok(());

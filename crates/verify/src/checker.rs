@@ -148,6 +148,10 @@ pub struct Report {
     pub counts: BTreeMap<&'static str, usize>,
     /// The first few of each kind.
     pub examples: BTreeMap<&'static str, Vec<Anomaly>>,
+    /// What each injected fault cost the clients (not judged: figures for people).
+    pub faults: Vec<crate::impact::FaultImpact>,
+    /// Median and 99th percentile send latency away from any fault, in ms.
+    pub baseline_send_ms: (u64, u64),
 }
 
 impl Report {
@@ -166,7 +170,8 @@ impl Report {
 }
 
 pub fn check(h: &History) -> Report {
-    let mut r = Report::default();
+    let mut r =
+        Report { faults: crate::impact::impact(h), baseline_send_ms: crate::impact::baseline(h), ..Report::default() };
     let sent: HashMap<u64, &Send> = h.sends.iter().map(|s| (s.value, s)).collect();
     for s in &h.sends {
         match s.outcome {

@@ -13,6 +13,7 @@
 pub mod chart;
 pub mod checker;
 mod group;
+pub mod impact;
 pub mod router;
 pub mod workload;
 

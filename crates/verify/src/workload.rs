@@ -94,8 +94,8 @@ async fn produce(
     t0: Instant,
     deadline: Instant,
 ) -> (Vec<Send>, Vec<Op>) {
-    let process = format!("producer-{index}");
-    let client_id = format!("runnel-verify-{process}-{partition}");
+    let process = format!("producer-{index}-p{partition}");
+    let client_id = format!("runnel-verify-{process}");
     let mut router = Router::new(&cfg.bootstrap, &cfg.topic, &client_id, cfg.request_timeout);
     let mut sends = Vec::new();
     let mut ops = Vec::new();

@@ -1,0 +1,128 @@
+//! What each injected fault cost the clients, from the timeline: how long acknowledged
+//! sends stopped (the unavailability window operators ask about), the slowest send, and
+//! how many operations ended unknown or failed while it lasted.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::checker::{History, OpKind, Outcome};
+
+/// After a fault is healed, effects still count for this long (a re-election, a client's
+/// reconnect).
+const AFTERMATH_MS: u64 = 10_000;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FaultImpact {
+    pub fault: String,
+    pub start_ms: u64,
+    pub end_ms: u64,
+    /// The longest time one send stream (a producer's sends to one partition) went without
+    /// an acknowledgement, over gaps that overlap the fault or its aftermath.
+    pub longest_stall_ms: u64,
+    /// The stream that stalled longest.
+    pub stalled_stream: String,
+    /// The slowest send that started during the fault or its aftermath.
+    pub slowest_send_ms: u64,
+    /// Median and 99th percentile of the sends that started while the fault was in force.
+    pub p50_send_ms: u64,
+    pub p99_send_ms: u64,
+    /// Operations that started then and ended unknown, or failed.
+    pub unknown: usize,
+    pub failed: usize,
+}
+
+/// The `q` quantile (0..=1) of `v`, which it sorts; 0 when empty.
+fn quantile(v: &mut [u64], q: f64) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Median and 99th percentile latency of the sends that started in no fault window and no
+/// aftermath: what the faults are compared with.
+pub fn baseline(h: &History) -> (u64, u64) {
+    let quiet = |t: u64| h.faults.iter().all(|f| t < f.start_ms || t > f.end_ms + AFTERMATH_MS);
+    let mut v: Vec<u64> =
+        h.ops.iter().filter(|o| o.kind == OpKind::Send && quiet(o.start_ms)).map(|o| o.latency_ms).collect();
+    (quantile(&mut v, 0.5), quantile(&mut v, 0.99))
+}
+
+pub fn impact(h: &History) -> Vec<FaultImpact> {
+    // Per send stream, the times its acknowledgements arrived, in order.
+    let mut acks: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for o in h.ops.iter().filter(|o| o.kind == OpKind::Send && o.outcome == Outcome::Ok) {
+        acks.entry(o.process.as_str()).or_default().push(o.start_ms + o.latency_ms);
+    }
+    for times in acks.values_mut() {
+        times.sort_unstable();
+    }
+    h.faults
+        .iter()
+        .map(|f| {
+            let (from, to) = (f.start_ms, f.end_ms + AFTERMATH_MS);
+            let mut longest = (0, String::new());
+            for (stream, times) in &acks {
+                for pair in times.windows(2) {
+                    let (a, b) = (pair[0], pair[1]);
+                    if b >= from && a <= to && b - a > longest.0 {
+                        longest = (b - a, stream.to_string());
+                    }
+                }
+            }
+            let during = || h.ops.iter().filter(|o| o.start_ms >= from && o.start_ms <= to);
+            let mut held: Vec<u64> = h
+                .ops
+                .iter()
+                .filter(|o| o.kind == OpKind::Send && o.start_ms >= f.start_ms && o.start_ms <= f.end_ms)
+                .map(|o| o.latency_ms)
+                .collect();
+            FaultImpact {
+                fault: f.fault.clone(),
+                start_ms: f.start_ms,
+                end_ms: f.end_ms,
+                longest_stall_ms: longest.0,
+                stalled_stream: longest.1,
+                p50_send_ms: quantile(&mut held, 0.5),
+                p99_send_ms: quantile(&mut held, 0.99),
+                slowest_send_ms: during().filter(|o| o.kind == OpKind::Send).map(|o| o.latency_ms).max().unwrap_or(0),
+                unknown: during().filter(|o| o.outcome == Outcome::Unknown).count(),
+                failed: during().filter(|o| o.outcome == Outcome::Failed).count(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::{FaultWindow, Op};
+
+    fn send(process: &str, start_ms: u64, latency_ms: u64, outcome: Outcome) -> Op {
+        Op { kind: OpKind::Send, process: process.into(), start_ms, latency_ms, outcome }
+    }
+
+    #[test]
+    fn the_longest_gap_between_acknowledgements_overlapping_a_fault_is_its_stall() {
+        let mut h = History::default();
+        // Stream a: acks every 100 ms, except one send at 5000 that took 1500 ms.
+        for t in (0..30_000).step_by(100) {
+            if !(5000..6500).contains(&t) {
+                h.ops.push(send("a", t, 1, Outcome::Ok));
+            }
+        }
+        h.ops.push(send("a", 5000, 1500, Outcome::Ok));
+        // Stream b: a 3 s gap long before the fault does not count.
+        h.ops.push(send("b", 0, 1, Outcome::Ok));
+        h.ops.push(send("b", 3000, 1, Outcome::Ok));
+        h.ops.push(send("b", 4000, 2000, Outcome::Unknown));
+        h.faults.push(FaultWindow { fault: "kill-leader (broker 1)".into(), start_ms: 5000, end_ms: 8000 });
+        let [i] = &impact(&h)[..] else { panic!("one fault, one impact") };
+        assert_eq!((i.longest_stall_ms, i.stalled_stream.as_str()), (1599, "a"), "acks at 4901 and then 6500");
+        assert_eq!((i.slowest_send_ms, i.unknown, i.failed), (1500, 0, 0));
+        assert_eq!((i.p50_send_ms, i.p99_send_ms), (1, 1500));
+        assert_eq!(baseline(&h), (1, 1), "the quiet sends, before 5 s and after 18 s");
+    }
+}
