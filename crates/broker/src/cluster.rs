@@ -496,8 +496,14 @@ impl Cluster {
             hints: RwLock::new(HashMap::new()),
             heard: Mutex::new(HashMap::new()),
         });
-        let peers: HashMap<u64, String> =
+        let mut peers: HashMap<u64, String> =
             voters.iter().filter(|(id, _)| *id != node_id).map(|(id, a)| (*id as u64 + 1, a.clone())).collect();
+        // Fault injection: reach some peers through another address (a delaying proxy).
+        for (id, addr) in parse_voters(c.settings.get("fault.raft.dial"))? {
+            if let Some(a) = peers.get_mut(&(id as u64 + 1)) {
+                *a = addr;
+            }
+        }
         let syncfs = c.settings.get("log.fsync.scope") == "filesystem";
         let driver = Driver::start(node_id as u64 + 1, listen, peers, cluster.clone(), syncfs, crate::now_ms)
             .await

@@ -116,6 +116,9 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // Fault hook (benchmarks, `runnel chaos`): every fsync round first sleeps this long.
     ("fault.disk.sync.delay.ms", Kind::Int, "0"),
     ("fault.disk.sync.fail", Kind::Bool, "false"),
+    // `id@host:port,...`: dial these peers there instead of at their voter address (a proxy
+    // that adds latency between regions, for fault injection). Read at start.
+    ("fault.raft.dial", Kind::List, ""),
 ];
 
 pub fn setting(name: &str) -> Option<(Kind, &'static str)> {

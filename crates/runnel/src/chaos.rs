@@ -6,6 +6,8 @@
 //! before the next. Every run is bounded: the workload's duration, then its final read.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -38,6 +40,9 @@ pub enum Fault {
     IsolateFollower,
     /// Take down the links of every broker in the region of a partition leader.
     IsolateRegion,
+    /// Add --latency-ms each way to all traffic between brokers of different regions
+    /// (through a delaying proxy between them).
+    RegionLatency,
 }
 
 impl Fault {
@@ -90,6 +95,9 @@ pub struct ChaosArgs {
     /// What a slow disk adds to every fsync, in milliseconds.
     #[arg(long, default_value_t = 500)]
     disk_delay_ms: u64,
+    /// What region-latency adds to each direction between regions, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    latency_ms: u64,
     /// Run every broker in its own network namespace even if no fault needs it.
     #[arg(long)]
     netns: bool,
@@ -186,6 +194,7 @@ enum Applied {
     /// The disk fails: the broker stops by itself, or is healed through the setting.
     FailingDisk(u16),
     Isolated(Vec<u16>),
+    Latency,
 }
 
 struct Chaos {
@@ -194,6 +203,9 @@ struct Chaos {
     rng: Rng,
     regions: u16,
     disk_delay_ms: u64,
+    latency_ms: u64,
+    /// The delay of every proxy between regions (none without region-latency).
+    cross_region_delay: Option<Arc<AtomicU64>>,
     /// Brokers whose exit is the fault's expected effect.
     may_exit: Vec<u16>,
     /// Brokers that exited on their own, outside any fault that explains it.
@@ -247,6 +259,12 @@ impl Chaos {
             Fault::IsolateLeader | Fault::IsolateFollower => {
                 self.links(&[target], false)?;
                 Applied::Isolated(vec![target])
+            }
+            Fault::RegionLatency => {
+                let delay = self.cross_region_delay.as_ref().context("no proxies between regions")?;
+                delay.store(self.latency_ms, Ordering::Relaxed);
+                let what = format!("region-latency {} ms each way", self.latency_ms);
+                return Ok((what, Applied::Latency));
             }
             Fault::IsolateRegion => {
                 let region = self.region_of(leader);
@@ -302,6 +320,11 @@ impl Chaos {
                 self.may_exit.retain(|x| *x != b);
             }
             Applied::Isolated(brokers) => self.links(&brokers, true)?,
+            Applied::Latency => {
+                if let Some(d) = &self.cross_region_delay {
+                    d.store(0, Ordering::Relaxed);
+                }
+            }
         }
         Ok(())
     }
@@ -351,8 +374,9 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
         Some(s) => parse_schedule(s)?,
         None => draw_schedule(&a, &mut rng, cfg.duration),
     };
-    if schedule.iter().any(|p| p.fault == Fault::IsolateRegion) && a.regions < 2 {
-        bail!("isolate-region needs --regions 2 or more");
+    let by_region = [Fault::IsolateRegion, Fault::RegionLatency];
+    if schedule.iter().any(|p| by_region.contains(&p.fault)) && a.regions < 2 {
+        bail!("isolate-region and region-latency need --regions 2 or more");
     }
     let netns = a.netns || schedule.iter().any(|p| p.fault.needs_namespaces());
     let network = if netns { Network::Namespaces(Namespaces::create(a.brokers)?) } else { Network::Loopback };
@@ -366,6 +390,11 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
     let mut cluster =
         LocalCluster::new(a.port, a.brokers, &data_dir, a.settings.clone(), locations(a.brokers, a.regions), network)?;
     cluster.log_to(&logs);
+    let cross_region_delay = if schedule.iter().any(|p| p.fault == Fault::RegionLatency) {
+        Some(proxy_regions(&mut cluster, a.regions).await?)
+    } else {
+        None
+    };
     println!(
         "runnel chaos: seed {seed}, {} brokers, {} faults planned: {}",
         a.brokers,
@@ -377,14 +406,39 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
             .join(", ")
     );
     cluster.start_all()?;
-    let result = run(cluster, &a, schedule, rng).await;
+    let result = run(cluster, &a, schedule, rng, cross_region_delay).await;
     if temporary && result.is_ok() {
         let _ = std::fs::remove_dir_all(&data_dir);
     }
     result
 }
 
-async fn run(cluster: LocalCluster, a: &ChaosArgs, schedule: Vec<Planned>, rng: Rng) -> Result<()> {
+/// Puts a delaying proxy on every path from a broker to a peer in another region; returns
+/// the one delay they all follow (0 until region-latency sets it).
+async fn proxy_regions(cluster: &mut LocalCluster, regions: u16) -> Result<Arc<AtomicU64>> {
+    let delay = Arc::new(AtomicU64::new(0));
+    let n = cluster.brokers();
+    for i in 0..n {
+        let mut dial = Vec::new();
+        for j in (0..n).filter(|j| j % regions != i % regions) {
+            let listen = format!("{}:0", cluster.host_side());
+            let addr = crate::proxy::start(&listen, cluster.raft_address(j), delay.clone()).await?;
+            dial.push(format!("{j}@{addr}"));
+        }
+        if !dial.is_empty() {
+            cluster.set_own(i, format!("fault.raft.dial={}", dial.join(",")));
+        }
+    }
+    Ok(delay)
+}
+
+async fn run(
+    cluster: LocalCluster,
+    a: &ChaosArgs,
+    schedule: Vec<Planned>,
+    rng: Rng,
+    cross_region_delay: Option<Arc<AtomicU64>>,
+) -> Result<()> {
     for i in 0..cluster.brokers() {
         cluster.wait_listening(i, Duration::from_secs(30)).await?;
     }
@@ -401,6 +455,8 @@ async fn run(cluster: LocalCluster, a: &ChaosArgs, schedule: Vec<Planned>, rng: 
         rng,
         regions: a.regions,
         disk_delay_ms: a.disk_delay_ms,
+        latency_ms: a.latency_ms,
+        cross_region_delay,
         may_exit: Vec::new(),
         unexpected_exits: Vec::new(),
     };

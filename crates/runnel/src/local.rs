@@ -51,6 +51,11 @@ impl Namespaces {
         format!("runnel-chaos-{}-{i}", self.tag)
     }
 
+    /// The host's address on the bridge: what the brokers reach the host at.
+    pub fn host_address(&self) -> String {
+        format!("10.231.{}.1", self.tag)
+    }
+
     /// Broker `i`'s address inside its namespace.
     pub fn address(&self, i: u16) -> String {
         format!("10.231.{}.{}", self.tag, 10 + i)
@@ -109,6 +114,8 @@ pub struct LocalCluster {
     port: u16,
     data_dir: PathBuf,
     overrides: Vec<String>,
+    /// Settings for one broker only (after `overrides`).
+    own: Vec<Vec<String>>,
     /// broker → `broker.location` (`region=...,zone=...`)
     locations: Vec<String>,
     network: Network,
@@ -137,6 +144,7 @@ impl LocalCluster {
             port,
             data_dir: data_dir.to_path_buf(),
             overrides,
+            own: (0..brokers).map(|_| Vec::new()).collect(),
             locations,
             network,
             children: (0..brokers).map(|_| None).collect(),
@@ -164,6 +172,26 @@ impl LocalCluster {
         }
     }
 
+    /// Adds a setting for broker `i` alone, from its next start on.
+    pub fn set_own(&mut self, i: u16, setting: String) {
+        if let Some(o) = self.own.get_mut(i as usize) {
+            o.push(setting);
+        }
+    }
+
+    /// Where the host (this process) can listen so that every broker reaches it.
+    pub fn host_side(&self) -> String {
+        match &self.network {
+            Network::Loopback => "127.0.0.1".to_string(),
+            Network::Namespaces(n) => n.host_address(),
+        }
+    }
+
+    /// Broker `i`'s Raft address.
+    pub fn raft_address(&self, i: u16) -> String {
+        format!("{}:{}", self.host(i), self.port + 1000 + i)
+    }
+
     /// Broker `i`'s client address.
     pub fn address(&self, i: u16) -> String {
         format!("{}:{}", self.host(i), self.port + i)
@@ -176,7 +204,7 @@ impl LocalCluster {
 
     fn command(&self, i: u16) -> Result<Command> {
         let n = self.brokers();
-        let voters: Vec<String> = (0..n).map(|j| format!("{j}@{}:{}", self.host(j), self.port + 1000 + j)).collect();
+        let voters: Vec<String> = (0..n).map(|j| format!("{j}@{}", self.raft_address(j))).collect();
         let mut cmd = match &self.network {
             Network::Loopback => Command::new(&self.exe),
             Network::Namespaces(ns) => {
@@ -197,7 +225,7 @@ impl LocalCluster {
             .args(["--set", &format!("default.replication.factor={}", n.min(3))])
             .args(["--set", &format!("offsets.topic.replication.factor={}", n.min(3))])
             .args(["--set", &format!("broker.location={location}")]);
-        for o in &self.overrides {
+        for o in self.overrides.iter().chain(self.own.get(i as usize).into_iter().flatten()) {
             cmd.args(["--set", o]);
         }
         cmd.stdin(Stdio::null());

@@ -6,6 +6,7 @@ mod bench;
 mod chaos;
 mod decommission;
 mod local;
+mod proxy;
 mod verify;
 
 use std::path::PathBuf;

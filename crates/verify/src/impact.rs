@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::checker::{History, OpKind, Outcome};
 
 /// After a fault is healed, effects still count for this long (a re-election, a client's
-/// reconnect).
+/// reconnect), unless the next fault starts sooner.
 const AFTERMATH_MS: u64 = 10_000;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -18,7 +18,8 @@ pub struct FaultImpact {
     pub start_ms: u64,
     pub end_ms: u64,
     /// The longest time one send stream (a producer's sends to one partition) went without
-    /// an acknowledgement, over gaps that overlap the fault or its aftermath.
+    /// an acknowledgement, over gaps that began before the fault's aftermath ended and ended
+    /// after the fault started (and before the next one did).
     pub longest_stall_ms: u64,
     /// The stream that stalled longest.
     pub stalled_stream: String,
@@ -61,13 +62,17 @@ pub fn impact(h: &History) -> Vec<FaultImpact> {
     }
     h.faults
         .iter()
-        .map(|f| {
-            let (from, to) = (f.start_ms, f.end_ms + AFTERMATH_MS);
+        .enumerate()
+        .map(|(k, f)| {
+            // The aftermath ends early where the next fault starts: that one's effects are its
+            // own, and a gap belongs to the last fault that started before it ended.
+            let next = h.faults.get(k + 1).map_or(u64::MAX, |n| n.start_ms);
+            let (from, to) = (f.start_ms, (f.end_ms + AFTERMATH_MS).min(next.saturating_sub(1)));
             let mut longest = (0, String::new());
             for (stream, times) in &acks {
                 for pair in times.windows(2) {
                     let (a, b) = (pair[0], pair[1]);
-                    if b >= from && a <= to && b - a > longest.0 {
+                    if b > from && b <= next && a < to && b - a > longest.0 {
                         longest = (b - a, stream.to_string());
                     }
                 }
@@ -119,7 +124,12 @@ mod tests {
         h.ops.push(send("b", 3000, 1, Outcome::Ok));
         h.ops.push(send("b", 4000, 2000, Outcome::Unknown));
         h.faults.push(FaultWindow { fault: "kill-leader (broker 1)".into(), start_ms: 5000, end_ms: 8000 });
-        let [i] = &impact(&h)[..] else { panic!("one fault, one impact") };
+        // A second fault soon after: the 2 s stall of stream c is its own, not the first's.
+        h.ops.push(send("c", 17_900, 1, Outcome::Ok));
+        h.ops.push(send("c", 19_900, 1, Outcome::Ok));
+        h.faults.push(FaultWindow { fault: "pause-leader (broker 2)".into(), start_ms: 18_500, end_ms: 19_000 });
+        let [i, second] = &impact(&h)[..] else { panic!("two faults, two impacts") };
+        assert_eq!((second.longest_stall_ms, second.stalled_stream.as_str()), (2000, "c"));
         assert_eq!((i.longest_stall_ms, i.stalled_stream.as_str()), (1599, "a"), "acks at 4901 and then 6500");
         assert_eq!((i.slowest_send_ms, i.unknown, i.failed), (1500, 0, 0));
         assert_eq!((i.p50_send_ms, i.p99_send_ms), (1, 1500));
