@@ -10,7 +10,7 @@ import json
 import re
 import subprocess
 
-from conftest import RUNNEL_BIN, cluster_port
+from conftest import RUNNEL_BIN, cluster_port, wait_for_port
 
 
 def chaos(tmp_path, *args, timeout=300):
@@ -91,3 +91,31 @@ def test_isolated_leader_and_region_in_network_namespaces_lose_nothing(tmp_path)
     # Service resumed: sends were acknowledged in the last seconds of the run.
     end = history["duration_ms"]
     assert any(o["kind"] == "Send" and o["outcome"] == "Ok" and o["start_ms"] > end - 3000 for o in history["ops"])
+
+
+def test_attached_to_a_dev_cluster(tmp_path):
+    """`runnel chaos --attach` breaks a cluster that `runnel dev --brokers 3` runs: it finds
+    each broker's process by its port, and dev starts a killed broker again."""
+    port = cluster_port(3)
+    log = open(tmp_path / "dev.log", "w")
+    dev = subprocess.Popen([RUNNEL_BIN, "dev", "--brokers", "3", "--port", str(port), "--data-dir",
+                            str(tmp_path / "data")], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        for i in range(3):
+            wait_for_port(port + i, proc=dev)
+        report = tmp_path / "report.json"
+        p = subprocess.run([RUNNEL_BIN, "chaos", "--attach", "--bootstrap", f"127.0.0.1:{port}", "--duration", "20",
+                            "--schedule", "4:kill-leader:2,11:pause-follower:3", "--json", str(report)],
+                           capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+        log.flush()
+        assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{(tmp_path / 'dev.log').read_text()[-3000:]}"
+        assert "no anomalies" in p.stdout and "faults injected: 2 (0 skipped)" in p.stdout, p.stdout
+        r = json.loads(report.read_text())
+        assert r["counts"] == {} and r["sends_failed"] == 0, r
+        assert [f["fault"].split(" ")[0] for f in r["faults"]] == ["kill-leader", "pause-follower"], r["faults"]
+        # dev started the killed broker again: four brokers started in all.
+        assert len(re.findall(r"broker \d pid \d+", (tmp_path / "dev.log").read_text())) == 4
+    finally:
+        dev.terminate()
+        dev.wait(timeout=30)
+        log.close()

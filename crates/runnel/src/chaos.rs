@@ -59,7 +59,7 @@ impl Fault {
 pub struct ChaosArgs {
     #[command(flatten)]
     workload: VerifyArgs,
-    /// Brokers of the cluster to start.
+    /// Brokers of the cluster to start (with --attach: that the cluster has).
     #[arg(long, default_value_t = 3)]
     brokers: u16,
     /// First broker's client port (Raft on PORT+1000+i).
@@ -107,6 +107,11 @@ pub struct ChaosArgs {
     /// Write each broker's output to DIR/broker-I.log (default: the data dir).
     #[arg(long)]
     logs: Option<PathBuf>,
+    /// Start no cluster: break the one at --bootstrap, which `runnel dev --brokers N`
+    /// started on this machine (it starts a killed broker again). Process and disk faults
+    /// only.
+    #[arg(long)]
+    attach: bool,
 }
 
 /// One planned fault: from `start` (since the run began) for `hold`.
@@ -378,6 +383,22 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
     if schedule.iter().any(|p| by_region.contains(&p.fault)) && a.regions < 2 {
         bail!("isolate-region and region-latency need --regions 2 or more");
     }
+    if a.attach {
+        if schedule.iter().any(|p| p.fault.needs_namespaces() || p.fault == Fault::RegionLatency) {
+            bail!("--attach: network faults need a cluster that runnel chaos starts itself");
+        }
+        let mut router = Router::new(&a.workload.bootstrap, "", "runnel-chaos", Duration::from_secs(3));
+        wait_registered(&mut router, a.brokers).await.context("--attach: waiting for --brokers brokers")?;
+        let addresses = (0..router.broker_count() as i32)
+            .map(|i| router.broker_address(i).with_context(|| format!("--attach: broker ids are 0..N, no broker {i}")))
+            .collect::<Result<Vec<_>>>()?;
+        println!(
+            "runnel chaos: seed {seed}, attached to {} brokers, {} faults planned",
+            addresses.len(),
+            schedule.len()
+        );
+        return run(LocalCluster::attach(addresses)?, &a, schedule, rng, None).await;
+    }
     let netns = a.netns || schedule.iter().any(|p| p.fault.needs_namespaces());
     let network = if netns { Network::Namespaces(Namespaces::create(a.brokers)?) } else { Network::Loopback };
     let (data_dir, temporary) = match &a.data_dir {
@@ -443,8 +464,7 @@ async fn run(
         cluster.wait_listening(i, Duration::from_secs(30)).await?;
     }
     let bootstrap = cluster.bootstrap();
-    let mut cfg = a.workload.config(&bootstrap);
-    cfg.bootstrap = bootstrap.clone();
+    let cfg = a.workload.config(&bootstrap);
     let mut router = Router::new(&bootstrap, &cfg.topic, "runnel-chaos", Duration::from_secs(3));
     wait_registered(&mut router, cluster.brokers()).await?;
     let t0 = Instant::now();

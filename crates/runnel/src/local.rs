@@ -122,6 +122,9 @@ pub struct LocalCluster {
     children: Vec<Option<Child>>,
     /// Where each broker's output goes (inherited when `None`).
     log_dir: Option<PathBuf>,
+    /// Brokers some other process started (`runnel dev --brokers N`): broker → client
+    /// address. Found by the port they listen on; that process restarts one that dies.
+    attached: Option<Vec<String>>,
 }
 
 impl LocalCluster {
@@ -149,6 +152,24 @@ impl LocalCluster {
             network,
             children: (0..brokers).map(|_| None).collect(),
             log_dir: None,
+            attached: None,
+        })
+    }
+
+    /// The brokers at `addresses` (broker i at `addresses[i]`), started by someone else
+    /// that starts a broker again when it dies, as `runnel dev --brokers N` does.
+    pub fn attach(addresses: Vec<String>) -> Result<LocalCluster> {
+        Ok(LocalCluster {
+            exe: PathBuf::new(),
+            port: 0,
+            data_dir: PathBuf::new(),
+            overrides: Vec::new(),
+            own: Vec::new(),
+            locations: Vec::new(),
+            network: Network::Loopback,
+            children: addresses.iter().map(|_| None).collect(),
+            log_dir: None,
+            attached: Some(addresses),
         })
     }
 
@@ -194,6 +215,9 @@ impl LocalCluster {
 
     /// Broker `i`'s client address.
     pub fn address(&self, i: u16) -> String {
+        if let Some(a) = self.attached.as_ref().and_then(|a| a.get(i as usize)) {
+            return a.clone();
+        }
         format!("{}:{}", self.host(i), self.port + i)
     }
 
@@ -249,8 +273,11 @@ impl LocalCluster {
         Ok(cmd)
     }
 
-    /// Starts broker `i` (again); prints its pid.
+    /// Starts broker `i` (again); prints its pid. Attached: its own supervisor does that.
     pub fn start(&mut self, i: u16) -> Result<u32> {
+        if self.attached.is_some() {
+            return Ok(0);
+        }
         let child = self.command(i)?.kill_on_drop(true).spawn().context("starting a broker")?;
         let pid = child.id().unwrap_or(0);
         println!("broker {i} pid {pid} listening on {}", self.address(i));
@@ -284,6 +311,10 @@ impl LocalCluster {
     }
 
     pub fn pid(&self, i: u16) -> Option<u32> {
+        if self.attached.is_some() {
+            let port = self.address(i).rsplit_once(':')?.1.parse().ok()?;
+            return listening_pid(port);
+        }
         self.children.get(i as usize)?.as_ref()?.id()
     }
 
@@ -296,9 +327,15 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// kill -9, and reaps it.
+    /// kill -9, and reaps it (attached: waits until its port is free).
     pub async fn kill(&mut self, i: u16) -> Result<()> {
         self.signal(i, libc::SIGKILL)?;
+        if self.attached.is_some() {
+            let until = Instant::now() + Duration::from_secs(5);
+            while self.pid(i).is_some() && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         if let Some(mut c) = self.children[i as usize].take() {
             let _ = c.wait().await;
         }
@@ -313,7 +350,8 @@ impl LocalCluster {
         self.signal(i, libc::SIGCONT)
     }
 
-    /// Brokers that died by themselves since the last look (status and index).
+    /// Brokers that died by themselves since the last look (status and index). Attached
+    /// brokers are watched by whoever started them.
     pub fn exited(&mut self) -> Vec<(u16, std::process::ExitStatus)> {
         let mut out = Vec::new();
         for (i, c) in self.children.iter_mut().enumerate() {
@@ -328,11 +366,18 @@ impl LocalCluster {
     }
 
     pub fn running(&self, i: u16) -> bool {
+        if self.attached.is_some() {
+            return self.pid(i).is_some();
+        }
         self.children.get(i as usize).is_some_and(|c| c.is_some())
     }
 
-    /// SIGCONT (a paused broker cannot stop), SIGTERM, and waits for every broker.
+    /// SIGCONT (a paused broker cannot stop), SIGTERM, and waits for every broker. Attached
+    /// brokers are left running.
     pub async fn stop(&mut self) {
+        if self.attached.is_some() {
+            return;
+        }
         for i in 0..self.brokers() {
             let _ = self.resume(i);
             let _ = self.signal(i, libc::SIGTERM);
@@ -345,6 +390,39 @@ impl LocalCluster {
             }
         }
     }
+}
+
+/// The process listening on TCP `port` (IPv4 or IPv6), from /proc.
+fn listening_pid(port: u16) -> Option<u32> {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // local_address is HEXIP:HEXPORT; state 0A is LISTEN; column 9 the inode.
+            let (Some(local), Some(state), Some(inode)) = (cols.get(1), cols.get(3), cols.get(9)) else { continue };
+            let listening_here =
+                local.rsplit_once(':').and_then(|(_, p)| u16::from_str_radix(p, 16).ok()).is_some_and(|p| p == port);
+            if listening_here && *state == "0A" {
+                inodes.push(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return None;
+    }
+    for proc_entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = proc_entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(fds) = std::fs::read_dir(proc_entry.path().join("fd")) else { continue };
+        for fd in fds.flatten() {
+            if let Ok(link) = std::fs::read_link(fd.path()) {
+                if inodes.iter().any(|i| link.as_os_str() == i.as_str()) {
+                    return Some(pid);
+                }
+            }
+        }
+    }
+    None
 }
 
 impl Drop for LocalCluster {

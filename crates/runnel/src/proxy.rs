@@ -77,6 +77,15 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Arc<Atomic
 mod tests {
     use super::*;
 
+    async fn round_trip(c: &mut TcpStream) -> Duration {
+        let t = std::time::Instant::now();
+        c.write_all(b"hello").await.expect("write");
+        let mut buf = [0u8; 5];
+        c.read_exact(&mut buf).await.expect("read");
+        assert_eq!(&buf, b"hello");
+        t.elapsed()
+    }
+
     #[tokio::test]
     async fn forwards_both_ways_with_the_delay_set_at_the_time() {
         let echo = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -96,17 +105,6 @@ mod tests {
         let delay = Arc::new(AtomicU64::new(0));
         let proxy = start("127.0.0.1:0", target, delay.clone()).await.expect("proxy");
         let mut c = TcpStream::connect(&proxy).await.expect("connect");
-        let mut buf = [0u8; 5];
-        let round_trip = |c: &mut TcpStream| {
-            let c = &mut *c;
-            async move {
-                let t = std::time::Instant::now();
-                c.write_all(b"hello").await.expect("write");
-                c.read_exact(&mut buf).await.expect("read");
-                assert_eq!(&buf, b"hello");
-                t.elapsed()
-            }
-        };
         round_trip(&mut c).await;
         delay.store(150, Ordering::Relaxed);
         // Each direction is delayed: a round trip takes at least twice the delay.

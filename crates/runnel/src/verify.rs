@@ -13,7 +13,7 @@ use runnel_verify::History;
 pub struct VerifyArgs {
     /// Any Kafka-compatible bootstrap address.
     #[arg(long, default_value = "127.0.0.1:9092")]
-    bootstrap: String,
+    pub(crate) bootstrap: String,
     /// Topic to create for the run; default runnel-verify-<pid>.
     #[arg(long)]
     topic: Option<String>,
