@@ -7,10 +7,14 @@ loudly on a history with a planted loss or a group that skipped records.
 """
 
 import json
+import os
+import pathlib
 import re
+import signal
 import subprocess
 
 from conftest import RUNNEL_BIN, cluster_port, wait_for_port
+from test_java_client import java_build  # noqa: F401  (session fixture: builds .cache/java)
 
 
 def chaos(tmp_path, *args, timeout=300):
@@ -119,3 +123,93 @@ def test_attached_to_a_dev_cluster(tmp_path):
         dev.terminate()
         dev.wait(timeout=30)
         log.close()
+
+
+class ApacheKafka:
+    """A 3-node Apache Kafka cluster in KRaft mode (each node broker and controller), run from
+    the jars tests/java/build.sh put in .cache/java/lib: clients on P..P+2, controllers on
+    P+1000..P+1002, node ids 1..3. Every node is a JVM of its own session, as Kafka's scripts
+    start them, so `runnel chaos --attach` has to find and restart them through /proc."""
+
+    def __init__(self, lib_dir, tmp_path):
+        self.port = cluster_port(3)
+        self.dir = tmp_path / "kafka"
+        self.dir.mkdir()
+        self.classpath = f"{lib_dir}/*"
+        self.bootstrap = ",".join(f"127.0.0.1:{self.port + i}" for i in range(3))
+
+    def java(self, main, *args):
+        return ["java", "-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", f"-Dkafka.logs.dir={self.dir}",
+                "-cp", self.classpath, main, *map(str, args)]
+
+    def start(self):
+        voters = ",".join(f"{i + 1}@127.0.0.1:{self.port + 1000 + i}" for i in range(3))
+        cluster_id = subprocess.run(self.java("kafka.tools.StorageTool", "random-uuid"), capture_output=True,
+                                    text=True, timeout=60, check=True).stdout.strip().splitlines()[-1]
+        for i in range(3):
+            props = self.dir / f"node{i + 1}.properties"
+            props.write_text("\n".join([
+                "process.roles=broker,controller", f"node.id={i + 1}", f"controller.quorum.voters={voters}",
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port + i},CONTROLLER://127.0.0.1:{self.port + 1000 + i}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port + i}",
+                "inter.broker.listener.name=PLAINTEXT", "controller.listener.names=CONTROLLER",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"log.dirs={self.dir / f'data{i + 1}'}", "offsets.topic.replication.factor=3",
+                "transaction.state.log.replication.factor=3", "share.coordinator.state.topic.replication.factor=3",
+                "group.initial.rebalance.delay.ms=0", "num.io.threads=2", "num.network.threads=2", ""]))
+            subprocess.run(self.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", props),
+                           capture_output=True, text=True, timeout=60, check=True)
+        for i in range(3):
+            out = open(self.dir / f"node{i + 1}.out", "a")
+            subprocess.Popen(self.java("kafka.Kafka", self.dir / f"node{i + 1}.properties"), stdout=out,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        for i in range(3):
+            wait_for_port(self.port + i, timeout_s=90)
+
+    def pids(self):
+        """Every live process of this cluster (also those started again by someone else)."""
+        mine = str(self.dir).encode()
+        out = []
+        for d in pathlib.Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and mine in (d / "cmdline").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                continue
+        return out
+
+    def stop(self):
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def tail(self):
+        return "\n".join(f"--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-20:])
+                         for f in sorted(self.dir.glob("node*.out")))
+
+
+def test_attached_to_apache_kafka_the_same_workload_and_faults(tmp_path, java_build):
+    """The workload, the checker and the process faults are not Runnel's alone: `runnel chaos
+    --attach` kills a leader and pauses a follower of a 3-node Apache Kafka cluster, starts
+    the killed JVM again from its /proc command line (nobody supervises it), finds no
+    anomaly, and skips the disk fault (Kafka has no fault hooks) instead of pretending."""
+    kafka = ApacheKafka(java_build / "lib", tmp_path)
+    try:
+        kafka.start()
+        report = tmp_path / "report.json"
+        p = subprocess.run([RUNNEL_BIN, "chaos", "--attach", "--bootstrap", kafka.bootstrap, "--duration", "30",
+                            "--partitions", "3", "--replication-factor", "3", "--rate", "60", "--json", str(report),
+                            "--schedule", "4:kill-leader:3,20:pause-follower:3,26:slow-disk-follower:2"],
+                           capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{kafka.tail()}"
+        assert "no anomalies" in p.stdout and "faults injected: 2 (1 skipped)" in p.stdout, p.stdout
+        assert re.search(r"slow-disk-follower skipped: broker \d has no fault.disk.sync.delay.ms", p.stdout), p.stdout
+        assert re.search(r"broker \d pid \d+ started again", p.stdout), p.stdout
+        r = json.loads(report.read_text())
+        assert r["counts"] == {} and r["sends_failed"] == 0 and r["sends_ok"] > 0, r
+        assert [f["fault"].split(" ")[0] for f in r["faults"]] == ["kill-leader", "pause-follower"], r["faults"]
+        assert len(kafka.pids()) == 3, "the killed node runs again"
+    finally:
+        kafka.stop()

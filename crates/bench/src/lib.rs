@@ -99,6 +99,7 @@ pub fn codec(name: &str) -> Option<i16> {
     })
 }
 
-pub(crate) fn wall_ms() -> i64 {
+/// Milliseconds since the Unix epoch: a record's CreateTime.
+pub fn wall_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

@@ -6,19 +6,21 @@
 //! before the next. Every run is bounded: the workload's duration, then its final read.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
-use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+use kafka_protocol::messages::{DescribeConfigsRequest, IncrementalAlterConfigsRequest};
 use kafka_protocol::protocol::StrBytes;
 use runnel_verify::router::Router;
 use runnel_verify::{workload, FaultWindow};
 
-use crate::local::{LocalCluster, Namespaces, Network};
+use crate::attach::Attached;
+use crate::local::{Brokers, LocalCluster, Namespaces, Network};
 use crate::verify::VerifyArgs;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -191,6 +193,17 @@ async fn set_broker_config(router: &mut Router, addr: &str, id: u16, key: &str, 
     }
 }
 
+/// Whether broker `id` has the setting `key`: a disk fault needs Runnel's fault hooks
+/// (Apache Kafka would accept `fault.disk.*` as a custom setting and do nothing with it).
+async fn has_broker_setting(router: &mut Router, addr: &str, id: u16, key: &str) -> Result<bool> {
+    let req = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+        .with_resource_type(4)
+        .with_resource_name(StrBytes::from_string(id.to_string()))
+        .with_configuration_keys(Some(vec![StrBytes::from_string(key.to_string())]))]);
+    let resp = router.call_at(addr, &req, 1).await?;
+    Ok(resp.results.iter().any(|r| r.error_code == 0 && r.configs.iter().any(|c| c.name.as_str() == key)))
+}
+
 /// The brokers a fault hits and how to heal it.
 enum Applied {
     Killed(Vec<u16>),
@@ -202,8 +215,8 @@ enum Applied {
     Latency,
 }
 
-struct Chaos {
-    cluster: LocalCluster,
+struct Chaos<C: Brokers> {
+    cluster: C,
     router: Router,
     rng: Rng,
     regions: u16,
@@ -215,9 +228,11 @@ struct Chaos {
     may_exit: Vec<u16>,
     /// Brokers that exited on their own, outside any fault that explains it.
     unexpected_exits: Vec<String>,
+    /// Set by SIGINT or SIGTERM: heal the fault in force and stop.
+    interrupt: Arc<AtomicBool>,
 }
 
-impl Chaos {
+impl<C: Brokers> Chaos<C> {
     /// A partition's leader and one of its followers, drawn at random from the topic.
     async fn targets(&mut self) -> Result<(u16, u16)> {
         let parts = self.router.replicas().await?;
@@ -230,18 +245,32 @@ impl Chaos {
         Ok((*leader as u16, follower as u16))
     }
 
+    fn interrupted(&self) -> bool {
+        self.interrupt.load(Ordering::Relaxed)
+    }
+
     fn region_of(&self, broker: u16) -> u16 {
         broker % self.regions.max(1)
     }
 
     async fn apply(&mut self, fault: Fault) -> Result<(String, Applied)> {
         let (leader, follower) = self.targets().await?;
-        let (role, target) = match fault {
-            Fault::KillLeader | Fault::PauseLeader | Fault::SlowDiskLeader | Fault::IsolateLeader => ("leader", leader),
-            _ => ("follower", follower),
+        let target = match fault {
+            Fault::KillLeader | Fault::PauseLeader | Fault::SlowDiskLeader | Fault::IsolateLeader => leader,
+            _ => follower,
         };
         let what = format!("{} (broker {target})", fault.name());
         let addr = self.cluster.address(target);
+        let disk_key = match fault {
+            Fault::SlowDiskLeader | Fault::SlowDiskFollower => Some("fault.disk.sync.delay.ms"),
+            Fault::FailDiskFollower => Some("fault.disk.sync.fail"),
+            _ => None,
+        };
+        if let Some(key) = disk_key {
+            if !has_broker_setting(&mut self.router, &addr, target, key).await? {
+                bail!("broker {target} has no {key}: disk faults need Runnel's fault hooks");
+            }
+        }
         let applied = match fault {
             Fault::KillLeader | Fault::KillFollower => {
                 self.cluster.kill(target).await?;
@@ -273,18 +302,18 @@ impl Chaos {
             }
             Fault::IsolateRegion => {
                 let region = self.region_of(leader);
-                let members: Vec<u16> = (0..self.cluster.brokers()).filter(|b| self.region_of(*b) == region).collect();
+                let members: Vec<u16> =
+                    self.cluster.ids().into_iter().filter(|b| self.region_of(*b) == region).collect();
                 self.links(&members, false)?;
                 let what = format!("isolate-region r{region} (brokers {members:?}, leader {leader})");
                 return Ok((what, Applied::Isolated(members)));
             }
         };
-        let _ = role;
         Ok((what, applied))
     }
 
     fn links(&self, brokers: &[u16], up: bool) -> Result<()> {
-        let Network::Namespaces(ns) = self.cluster.network() else {
+        let Some(ns) = self.cluster.namespaces() else {
             bail!("network faults need network namespaces");
         };
         for b in brokers {
@@ -297,7 +326,7 @@ impl Chaos {
         match applied {
             Applied::Killed(brokers) => {
                 for b in brokers {
-                    self.cluster.start(b)?;
+                    self.cluster.start(b).await?;
                     self.cluster.wait_listening(b, Duration::from_secs(30)).await?;
                 }
             }
@@ -311,15 +340,15 @@ impl Chaos {
                 set_broker_config(&mut self.router, &addr, b, key, None).await?;
             }
             Applied::FailingDisk(b) => {
-                self.check_exits();
+                self.check_exits().await;
                 if self.cluster.running(b) {
                     let addr = self.cluster.address(b);
                     // It may die between the look and the call; then it is started below.
                     let _ = set_broker_config(&mut self.router, &addr, b, "fault.disk.sync.fail", None).await;
-                    self.check_exits();
+                    self.check_exits().await;
                 }
                 if !self.cluster.running(b) {
-                    self.cluster.start(b)?;
+                    self.cluster.start(b).await?;
                     self.cluster.wait_listening(b, Duration::from_secs(30)).await?;
                 }
                 self.may_exit.retain(|x| *x != b);
@@ -335,22 +364,23 @@ impl Chaos {
     }
 
     /// Restarts brokers that exited by themselves; an exit no fault explains is recorded.
-    fn check_exits(&mut self) {
+    async fn check_exits(&mut self) {
         for (b, status) in self.cluster.exited() {
             if !self.may_exit.contains(&b) {
                 let msg = format!("broker {b} exited on its own ({status}); started again");
                 eprintln!("runnel chaos: {msg}");
                 self.unexpected_exits.push(msg);
-                let _ = self.cluster.start(b);
+                let _ = self.cluster.start(b).await;
             }
         }
     }
 
-    /// Holds for `d`, looking for brokers that died by themselves meanwhile.
+    /// Holds for `d`, looking for brokers that died by themselves meanwhile; returns early
+    /// when the run is interrupted.
     async fn hold(&mut self, d: Duration) {
         let until = Instant::now() + d;
-        while Instant::now() < until {
-            self.check_exits();
+        while Instant::now() < until && !self.interrupted() {
+            self.check_exits().await;
             tokio::time::sleep(until.saturating_duration_since(Instant::now()).min(Duration::from_millis(200))).await;
         }
     }
@@ -383,21 +413,24 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
     if schedule.iter().any(|p| by_region.contains(&p.fault)) && a.regions < 2 {
         bail!("isolate-region and region-latency need --regions 2 or more");
     }
+    let planned = schedule
+        .iter()
+        .map(|p| format!("{:.1}s {} {:.1}s", p.start.as_secs_f64(), p.fault.name(), p.hold.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(", ");
     if a.attach {
         if schedule.iter().any(|p| p.fault.needs_namespaces() || p.fault == Fault::RegionLatency) {
             bail!("--attach: network faults need a cluster that runnel chaos starts itself");
         }
         let mut router = Router::new(&a.workload.bootstrap, "", "runnel-chaos", Duration::from_secs(3));
         wait_registered(&mut router, a.brokers).await.context("--attach: waiting for --brokers brokers")?;
-        let addresses = (0..router.broker_count() as i32)
-            .map(|i| router.broker_address(i).with_context(|| format!("--attach: broker ids are 0..N, no broker {i}")))
-            .collect::<Result<Vec<_>>>()?;
+        let cluster = Attached::new(router.brokers()).context("--attach")?;
         println!(
-            "runnel chaos: seed {seed}, attached to {} brokers, {} faults planned",
-            addresses.len(),
+            "runnel chaos: seed {seed}, attached to {} brokers, {} faults planned: {planned}",
+            a.brokers,
             schedule.len()
         );
-        return run(LocalCluster::attach(addresses)?, &a, schedule, rng, None).await;
+        return run(cluster, &a, schedule, rng, None).await;
     }
     let netns = a.netns || schedule.iter().any(|p| p.fault.needs_namespaces());
     let network = if netns { Network::Namespaces(Namespaces::create(a.brokers)?) } else { Network::Loopback };
@@ -416,17 +449,8 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
     } else {
         None
     };
-    println!(
-        "runnel chaos: seed {seed}, {} brokers, {} faults planned: {}",
-        a.brokers,
-        schedule.len(),
-        schedule
-            .iter()
-            .map(|p| format!("{:.1}s {} {:.1}s", p.start.as_secs_f64(), p.fault.name(), p.hold.as_secs_f64()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    cluster.start_all()?;
+    println!("runnel chaos: seed {seed}, {} brokers, {} faults planned: {planned}", a.brokers, schedule.len());
+    cluster.start_all().await?;
     let result = run(cluster, &a, schedule, rng, cross_region_delay).await;
     if temporary && result.is_ok() {
         let _ = std::fs::remove_dir_all(&data_dir);
@@ -453,20 +477,32 @@ async fn proxy_regions(cluster: &mut LocalCluster, regions: u16) -> Result<Arc<A
     Ok(delay)
 }
 
-async fn run(
-    cluster: LocalCluster,
+async fn run<C: Brokers>(
+    cluster: C,
     a: &ChaosArgs,
     schedule: Vec<Planned>,
     rng: Rng,
     cross_region_delay: Option<Arc<AtomicU64>>,
 ) -> Result<()> {
-    for i in 0..cluster.brokers() {
-        cluster.wait_listening(i, Duration::from_secs(30)).await?;
+    let brokers = cluster.ids();
+    for i in &brokers {
+        cluster.wait_listening(*i, Duration::from_secs(30)).await?;
     }
     let bootstrap = cluster.bootstrap();
     let cfg = a.workload.config(&bootstrap);
     let mut router = Router::new(&bootstrap, &cfg.topic, "runnel-chaos", Duration::from_secs(3));
-    wait_registered(&mut router, cluster.brokers()).await?;
+    wait_registered(&mut router, brokers.len() as u16).await?;
+    // The first SIGINT or SIGTERM heals the fault in force and stops the run; a second one
+    // ends the process at once.
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let on_signal = interrupt.clone();
+    tokio::spawn(async move {
+        crate::stop_signal().await;
+        eprintln!("runnel chaos: interrupted; healing the fault in force (again to quit at once)");
+        on_signal.store(true, Ordering::Relaxed);
+        crate::stop_signal().await;
+        std::process::exit(130);
+    });
     let t0 = Instant::now();
     let workload = tokio::spawn(workload::run(cfg, t0));
     let mut chaos = Chaos {
@@ -479,13 +515,14 @@ async fn run(
         cross_region_delay,
         may_exit: Vec::new(),
         unexpected_exits: Vec::new(),
+        interrupt,
     };
     let mut windows = Vec::new();
     let mut skipped = Vec::new();
     for p in &schedule {
         let due = t0 + p.start;
         chaos.hold(due.saturating_duration_since(Instant::now())).await;
-        if workload.is_finished() {
+        if workload.is_finished() || chaos.interrupted() {
             break;
         }
         let started = Instant::now();
@@ -509,13 +546,18 @@ async fn run(
     }
     // Keep restarting brokers that die on their own until the workload (and its final
     // read) is over.
-    while !workload.is_finished() {
+    while !workload.is_finished() && !chaos.interrupted() {
         chaos.hold(Duration::from_millis(200)).await;
+    }
+    if chaos.interrupted() {
+        workload.abort();
+        chaos.cluster.stop().await;
+        bail!("interrupted after {} faults, each healed; the history was not checked", windows.len());
     }
     let mut history = workload.await.context("workload task")??;
     history.faults = windows;
     chaos.cluster.stop().await;
-    let title = format!("runnel chaos: {} brokers, {} faults", chaos.cluster.brokers(), history.faults.len());
+    let title = format!("runnel chaos: {} brokers, {} faults", brokers.len(), history.faults.len());
     println!("faults injected: {} ({} skipped)", history.faults.len(), skipped.len());
     let checked = crate::verify::report(&history, &a.workload, &title);
     if !chaos.unexpected_exits.is_empty() {

@@ -122,9 +122,6 @@ pub struct LocalCluster {
     children: Vec<Option<Child>>,
     /// Where each broker's output goes (inherited when `None`).
     log_dir: Option<PathBuf>,
-    /// Brokers some other process started (`runnel dev --brokers N`): broker → client
-    /// address. Found by the port they listen on; that process restarts one that dies.
-    attached: Option<Vec<String>>,
 }
 
 impl LocalCluster {
@@ -152,24 +149,6 @@ impl LocalCluster {
             network,
             children: (0..brokers).map(|_| None).collect(),
             log_dir: None,
-            attached: None,
-        })
-    }
-
-    /// The brokers at `addresses` (broker i at `addresses[i]`), started by someone else
-    /// that starts a broker again when it dies, as `runnel dev --brokers N` does.
-    pub fn attach(addresses: Vec<String>) -> Result<LocalCluster> {
-        Ok(LocalCluster {
-            exe: PathBuf::new(),
-            port: 0,
-            data_dir: PathBuf::new(),
-            overrides: Vec::new(),
-            own: Vec::new(),
-            locations: Vec::new(),
-            network: Network::Loopback,
-            children: addresses.iter().map(|_| None).collect(),
-            log_dir: None,
-            attached: Some(addresses),
         })
     }
 
@@ -180,10 +159,6 @@ impl LocalCluster {
 
     pub fn brokers(&self) -> u16 {
         self.children.len() as u16
-    }
-
-    pub fn network(&self) -> &Network {
-        &self.network
     }
 
     fn host(&self, i: u16) -> String {
@@ -211,19 +186,6 @@ impl LocalCluster {
     /// Broker `i`'s Raft address.
     pub fn raft_address(&self, i: u16) -> String {
         format!("{}:{}", self.host(i), self.port + 1000 + i)
-    }
-
-    /// Broker `i`'s client address.
-    pub fn address(&self, i: u16) -> String {
-        if let Some(a) = self.attached.as_ref().and_then(|a| a.get(i as usize)) {
-            return a.clone();
-        }
-        format!("{}:{}", self.host(i), self.port + i)
-    }
-
-    /// Every broker's client address, comma-separated.
-    pub fn bootstrap(&self) -> String {
-        (0..self.brokers()).map(|i| self.address(i)).collect::<Vec<_>>().join(",")
     }
 
     fn command(&self, i: u16) -> Result<Command> {
@@ -273,86 +235,121 @@ impl LocalCluster {
         Ok(cmd)
     }
 
-    /// Starts broker `i` (again); prints its pid. Attached: its own supervisor does that.
-    pub fn start(&mut self, i: u16) -> Result<u32> {
-        if self.attached.is_some() {
-            return Ok(0);
-        }
-        let child = self.command(i)?.kill_on_drop(true).spawn().context("starting a broker")?;
-        let pid = child.id().unwrap_or(0);
-        println!("broker {i} pid {pid} listening on {}", self.address(i));
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        self.children[i as usize] = Some(child);
-        Ok(pid)
-    }
-
-    pub fn start_all(&mut self) -> Result<()> {
+    pub async fn start_all(&mut self) -> Result<()> {
         for i in 0..self.brokers() {
-            self.start(i)?;
+            self.start(i).await?;
         }
         Ok(())
     }
 
-    /// Waits until broker `i` accepts connections.
-    pub async fn wait_listening(&self, i: u16, within: Duration) -> Result<()> {
+    fn signal(&self, i: u16, sig: i32) -> Result<()> {
+        let pid = self.children.get(i as usize).and_then(|c| c.as_ref()?.id());
+        send_signal(pid.with_context(|| format!("broker {i} is not running"))?, sig)
+    }
+}
+
+/// What `runnel chaos` needs of a cluster's brokers, each named by its broker id: a cluster
+/// it started itself ([`LocalCluster`]) or one it attached to ([`crate::attach::Attached`]).
+pub(crate) trait Brokers {
+    /// Every broker's id.
+    fn ids(&self) -> Vec<u16>;
+
+    /// Broker `id`'s client address.
+    fn address(&self, id: u16) -> String;
+
+    /// The network namespaces the brokers run in, if they do.
+    fn namespaces(&self) -> Option<&Namespaces>;
+
+    /// kill -9; returns once the process is gone.
+    async fn kill(&mut self, id: u16) -> Result<()>;
+
+    /// SIGSTOP.
+    fn pause(&self, id: u16) -> Result<()>;
+
+    /// SIGCONT.
+    fn resume(&self, id: u16) -> Result<()>;
+
+    /// Starts broker `id` again, after a kill or an exit.
+    async fn start(&mut self, id: u16) -> Result<()>;
+
+    fn running(&self, id: u16) -> bool;
+
+    /// Brokers that exited by themselves since the last look (id and status).
+    fn exited(&mut self) -> Vec<(u16, std::process::ExitStatus)>;
+
+    /// The end of a run: what was started is stopped, what was found is left running.
+    async fn stop(&mut self);
+
+    /// Every broker's client address, comma-separated.
+    fn bootstrap(&self) -> String {
+        self.ids().into_iter().map(|i| self.address(i)).collect::<Vec<_>>().join(",")
+    }
+
+    /// Waits until broker `id` accepts connections.
+    async fn wait_listening(&self, id: u16, within: Duration) -> Result<()> {
         let deadline = Instant::now() + within;
-        let addr = self.address(i);
+        let addr = self.address(id);
         loop {
             let attempt = tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(&addr)).await;
             if let Ok(Ok(_)) = attempt {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("broker {i} is not listening on {addr} after {within:?}");
+                bail!("broker {id} is not listening on {addr} after {within:?}");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
 
-    pub fn pid(&self, i: u16) -> Option<u32> {
-        if self.attached.is_some() {
-            let port = self.address(i).rsplit_once(':')?.1.parse().ok()?;
-            return listening_pid(port);
-        }
-        self.children.get(i as usize)?.as_ref()?.id()
+impl Brokers for LocalCluster {
+    fn ids(&self) -> Vec<u16> {
+        (0..self.brokers()).collect()
     }
 
-    fn signal(&self, i: u16, sig: i32) -> Result<()> {
-        let pid = self.pid(i).with_context(|| format!("broker {i} is not running"))?;
-        // SAFETY: kill only sends a signal, to a child this process started.
-        if unsafe { libc::kill(pid as i32, sig) } != 0 {
-            bail!("signal {sig} to broker {i}: {}", std::io::Error::last_os_error());
-        }
-        Ok(())
+    fn address(&self, i: u16) -> String {
+        format!("{}:{}", self.host(i), self.port + i)
     }
 
-    /// kill -9, and reaps it (attached: waits until its port is free).
-    pub async fn kill(&mut self, i: u16) -> Result<()> {
+    fn namespaces(&self) -> Option<&Namespaces> {
+        match &self.network {
+            Network::Loopback => None,
+            Network::Namespaces(n) => Some(n),
+        }
+    }
+
+    /// kill -9, and reaps it.
+    async fn kill(&mut self, i: u16) -> Result<()> {
         self.signal(i, libc::SIGKILL)?;
-        if self.attached.is_some() {
-            let until = Instant::now() + Duration::from_secs(5);
-            while self.pid(i).is_some() && Instant::now() < until {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
         if let Some(mut c) = self.children[i as usize].take() {
             let _ = c.wait().await;
         }
         Ok(())
     }
 
-    pub fn pause(&self, i: u16) -> Result<()> {
+    fn pause(&self, i: u16) -> Result<()> {
         self.signal(i, libc::SIGSTOP)
     }
 
-    pub fn resume(&self, i: u16) -> Result<()> {
+    fn resume(&self, i: u16) -> Result<()> {
         self.signal(i, libc::SIGCONT)
     }
 
-    /// Brokers that died by themselves since the last look (status and index). Attached
-    /// brokers are watched by whoever started them.
-    pub fn exited(&mut self) -> Vec<(u16, std::process::ExitStatus)> {
+    /// Starts broker `i` (again); prints its pid.
+    async fn start(&mut self, i: u16) -> Result<()> {
+        let child = self.command(i)?.kill_on_drop(true).spawn().context("starting a broker")?;
+        println!("broker {i} pid {} listening on {}", child.id().unwrap_or(0), self.address(i));
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        self.children[i as usize] = Some(child);
+        Ok(())
+    }
+
+    fn running(&self, i: u16) -> bool {
+        self.children.get(i as usize).is_some_and(|c| c.is_some())
+    }
+
+    fn exited(&mut self) -> Vec<(u16, std::process::ExitStatus)> {
         let mut out = Vec::new();
         for (i, c) in self.children.iter_mut().enumerate() {
             if let Some(child) = c {
@@ -365,19 +362,8 @@ impl LocalCluster {
         out
     }
 
-    pub fn running(&self, i: u16) -> bool {
-        if self.attached.is_some() {
-            return self.pid(i).is_some();
-        }
-        self.children.get(i as usize).is_some_and(|c| c.is_some())
-    }
-
-    /// SIGCONT (a paused broker cannot stop), SIGTERM, and waits for every broker. Attached
-    /// brokers are left running.
-    pub async fn stop(&mut self) {
-        if self.attached.is_some() {
-            return;
-        }
+    /// SIGCONT (a paused broker cannot stop), SIGTERM, and waits for every broker.
+    async fn stop(&mut self) {
         for i in 0..self.brokers() {
             let _ = self.resume(i);
             let _ = self.signal(i, libc::SIGTERM);
@@ -392,37 +378,13 @@ impl LocalCluster {
     }
 }
 
-/// The process listening on TCP `port` (IPv4 or IPv6), from /proc.
-fn listening_pid(port: u16) -> Option<u32> {
-    let mut inodes = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else { continue };
-        for line in text.lines().skip(1) {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            // local_address is HEXIP:HEXPORT; state 0A is LISTEN; column 9 the inode.
-            let (Some(local), Some(state), Some(inode)) = (cols.get(1), cols.get(3), cols.get(9)) else { continue };
-            let listening_here =
-                local.rsplit_once(':').and_then(|(_, p)| u16::from_str_radix(p, 16).ok()).is_some_and(|p| p == port);
-            if listening_here && *state == "0A" {
-                inodes.push(format!("socket:[{inode}]"));
-            }
-        }
+/// Sends `sig` to process `pid`.
+pub(crate) fn send_signal(pid: u32, sig: i32) -> Result<()> {
+    // SAFETY: kill only sends a signal.
+    if unsafe { libc::kill(pid as i32, sig) } != 0 {
+        bail!("signal {sig} to pid {pid}: {}", std::io::Error::last_os_error());
     }
-    if inodes.is_empty() {
-        return None;
-    }
-    for proc_entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = proc_entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(fds) = std::fs::read_dir(proc_entry.path().join("fd")) else { continue };
-        for fd in fds.flatten() {
-            if let Ok(link) = std::fs::read_link(fd.path()) {
-                if inodes.iter().any(|i| link.as_os_str() == i.as_str()) {
-                    return Some(pid);
-                }
-            }
-        }
-    }
-    None
+    Ok(())
 }
 
 impl Drop for LocalCluster {

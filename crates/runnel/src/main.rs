@@ -2,6 +2,7 @@
 //! local folder; `runnel serve --config server.properties` runs a configured broker;
 //! `runnel bench` measures any Kafka-compatible cluster.
 
+mod attach;
 mod bench;
 mod chaos;
 mod decommission;
@@ -94,7 +95,7 @@ fn config(command: Command) -> Result<BrokerConfig> {
     BrokerConfig::from_settings(settings)
 }
 
-async fn stop_signal() {
+pub(crate) async fn stop_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         // Without signal handlers the broker still runs; it just cannot stop cleanly.
@@ -110,9 +111,10 @@ async fn stop_signal() {
 /// broker's pid, so tools and tests can kill or pause one; a broker that dies is started
 /// again a second later (with its new pid printed). SIGINT or SIGTERM stops them all.
 async fn dev_cluster(port: u16, brokers: u16, data_dir: PathBuf, overrides: Vec<String>) -> Result<()> {
+    use local::Brokers;
     let mut cluster =
         local::LocalCluster::new(port, brokers, &data_dir, overrides, Vec::new(), local::Network::Loopback)?;
-    cluster.start_all()?;
+    cluster.start_all().await?;
     let stop = stop_signal();
     tokio::pin!(stop);
     loop {
@@ -121,7 +123,7 @@ async fn dev_cluster(port: u16, brokers: u16, data_dir: PathBuf, overrides: Vec<
             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
                 for (i, status) in cluster.exited() {
                     tracing::warn!(broker = i, %status, "broker exited; starting it again");
-                    cluster.start(i)?;
+                    cluster.start(i).await?;
                 }
             }
         }

@@ -185,8 +185,10 @@ impl Router {
         self.brokers.len()
     }
 
-    /// The broker with id `id`, as last seen.
-    pub fn broker_address(&self, id: i32) -> Option<String> {
-        self.brokers.get(&id).cloned()
+    /// Every broker the last metadata listed: id and address, by id.
+    pub fn brokers(&self) -> Vec<(i32, String)> {
+        let mut all: Vec<(i32, String)> = self.brokers.iter().map(|(id, a)| (*id, a.clone())).collect();
+        all.sort();
+        all
     }
 }

@@ -146,9 +146,12 @@ async fn produce(
             let (pid, epoch) = producer.expect("initialised above");
             let req = built.get_or_insert_with(|| {
                 let seq = sequence;
-                let mut b = BatchBuilder::new(0);
+                // CreateTime now: a record stamped 0 is past any time retention, and a
+                // broker that applies it (Apache Kafka does) deletes the history under test.
+                let now = runnel_bench::wall_ms();
+                let mut b = BatchBuilder::new(now);
                 for v in &values {
-                    b.push(0, None, Some(&v.to_be_bytes()));
+                    b.push(now, None, Some(&v.to_be_bytes()));
                 }
                 let fields = ProducerFields { producer_id: pid, producer_epoch: epoch, base_sequence: seq };
                 let records = b.finish(CODEC_NONE, fields).expect("an uncompressed batch always encodes");
