@@ -23,6 +23,10 @@ use crate::attach::Attached;
 use crate::local::{Brokers, LocalCluster, Namespaces, Network};
 use crate::verify::VerifyArgs;
 
+/// The storage layer's fault hooks, as dynamic broker settings.
+const SYNC_DELAY: &str = "fault.disk.sync.delay.ms";
+const SYNC_FAIL: &str = "fault.disk.sync.fail";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Fault {
     /// kill -9 a partition leader; started again when the fault ends.
@@ -50,6 +54,15 @@ pub enum Fault {
 impl Fault {
     fn name(self) -> String {
         self.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
+    }
+
+    /// The broker setting (a storage fault hook) a disk fault works through.
+    fn disk_setting(self) -> Option<&'static str> {
+        match self {
+            Fault::SlowDiskLeader | Fault::SlowDiskFollower => Some(SYNC_DELAY),
+            Fault::FailDiskFollower => Some(SYNC_FAIL),
+            _ => None,
+        }
     }
 
     fn needs_namespaces(self) -> bool {
@@ -261,12 +274,7 @@ impl<C: Brokers> Chaos<C> {
         };
         let what = format!("{} (broker {target})", fault.name());
         let addr = self.cluster.address(target);
-        let disk_key = match fault {
-            Fault::SlowDiskLeader | Fault::SlowDiskFollower => Some("fault.disk.sync.delay.ms"),
-            Fault::FailDiskFollower => Some("fault.disk.sync.fail"),
-            _ => None,
-        };
-        if let Some(key) = disk_key {
+        if let Some(key) = fault.disk_setting() {
             if !has_broker_setting(&mut self.router, &addr, target, key).await? {
                 bail!("broker {target} has no {key}: disk faults need Runnel's fault hooks");
             }
@@ -282,12 +290,12 @@ impl<C: Brokers> Chaos<C> {
             }
             Fault::SlowDiskLeader | Fault::SlowDiskFollower => {
                 let delay = self.disk_delay_ms.to_string();
-                set_broker_config(&mut self.router, &addr, target, "fault.disk.sync.delay.ms", Some(&delay)).await?;
-                Applied::Config(target, "fault.disk.sync.delay.ms")
+                set_broker_config(&mut self.router, &addr, target, SYNC_DELAY, Some(&delay)).await?;
+                Applied::Config(target, SYNC_DELAY)
             }
             Fault::FailDiskFollower => {
                 self.may_exit.push(target);
-                set_broker_config(&mut self.router, &addr, target, "fault.disk.sync.fail", Some("true")).await?;
+                set_broker_config(&mut self.router, &addr, target, SYNC_FAIL, Some("true")).await?;
                 Applied::FailingDisk(target)
             }
             Fault::IsolateLeader | Fault::IsolateFollower => {
@@ -344,7 +352,7 @@ impl<C: Brokers> Chaos<C> {
                 if self.cluster.running(b) {
                     let addr = self.cluster.address(b);
                     // It may die between the look and the call; then it is started below.
-                    let _ = set_broker_config(&mut self.router, &addr, b, "fault.disk.sync.fail", None).await;
+                    let _ = set_broker_config(&mut self.router, &addr, b, SYNC_FAIL, None).await;
                     self.check_exits().await;
                 }
                 if !self.cluster.running(b) {
