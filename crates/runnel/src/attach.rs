@@ -43,14 +43,6 @@ impl Attached {
         }
         Ok(Attached { brokers: by_id, killed: HashMap::new(), started: Vec::new() })
     }
-
-    fn pid(&self, id: u16) -> Option<u32> {
-        listening_pid(port_of(self.brokers.get(&id)?).ok()?)
-    }
-
-    fn signal(&self, id: u16, sig: i32) -> Result<()> {
-        send_signal(self.pid(id).with_context(|| format!("broker {id} is not running"))?, sig)
-    }
 }
 
 impl Brokers for Attached {
@@ -78,12 +70,8 @@ impl Brokers for Attached {
         Ok(())
     }
 
-    fn pause(&self, id: u16) -> Result<()> {
-        self.signal(id, libc::SIGSTOP)
-    }
-
-    fn resume(&self, id: u16) -> Result<()> {
-        self.signal(id, libc::SIGCONT)
+    fn pid(&self, id: u16) -> Option<u32> {
+        listening_pid(port_of(self.brokers.get(&id)?).ok()?)
     }
 
     /// Starts a broker we killed again, unless its supervisor did (a process with its

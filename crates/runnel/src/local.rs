@@ -241,11 +241,6 @@ impl LocalCluster {
         }
         Ok(())
     }
-
-    fn signal(&self, i: u16, sig: i32) -> Result<()> {
-        let pid = self.children.get(i as usize).and_then(|c| c.as_ref()?.id());
-        send_signal(pid.with_context(|| format!("broker {i} is not running"))?, sig)
-    }
 }
 
 /// What `runnel chaos` needs of a cluster's brokers, each named by its broker id: a cluster
@@ -260,14 +255,11 @@ pub(crate) trait Brokers {
     /// The network namespaces the brokers run in, if they do.
     fn namespaces(&self) -> Option<&Namespaces>;
 
+    /// The process of broker `id`, while it runs.
+    fn pid(&self, id: u16) -> Option<u32>;
+
     /// kill -9; returns once the process is gone.
     async fn kill(&mut self, id: u16) -> Result<()>;
-
-    /// SIGSTOP.
-    fn pause(&self, id: u16) -> Result<()>;
-
-    /// SIGCONT.
-    fn resume(&self, id: u16) -> Result<()>;
 
     /// Starts broker `id` again, after a kill or an exit.
     async fn start(&mut self, id: u16) -> Result<()>;
@@ -279,6 +271,20 @@ pub(crate) trait Brokers {
 
     /// The end of a run: what was started is stopped, what was found is left running.
     async fn stop(&mut self);
+
+    fn signal(&self, id: u16, sig: i32) -> Result<()> {
+        send_signal(self.pid(id).with_context(|| format!("broker {id} is not running"))?, sig)
+    }
+
+    /// SIGSTOP.
+    fn pause(&self, id: u16) -> Result<()> {
+        self.signal(id, libc::SIGSTOP)
+    }
+
+    /// SIGCONT.
+    fn resume(&self, id: u16) -> Result<()> {
+        self.signal(id, libc::SIGCONT)
+    }
 
     /// Every broker's client address, comma-separated.
     fn bootstrap(&self) -> String {
@@ -327,12 +333,8 @@ impl Brokers for LocalCluster {
         Ok(())
     }
 
-    fn pause(&self, i: u16) -> Result<()> {
-        self.signal(i, libc::SIGSTOP)
-    }
-
-    fn resume(&self, i: u16) -> Result<()> {
-        self.signal(i, libc::SIGCONT)
+    fn pid(&self, i: u16) -> Option<u32> {
+        self.children.get(i as usize)?.as_ref()?.id()
     }
 
     /// Starts broker `i` (again); prints its pid.
