@@ -8,38 +8,34 @@ use tokio::sync::Notify;
 
 use runnel_coordinator::{Coordinator, CoordinatorConfig};
 
-use crate::catalog::{Catalog, Topic};
+use crate::catalog::Catalog;
+use crate::cluster::Cluster;
 use crate::config::BrokerConfig;
 use crate::fetch_session::FetchSessions;
-use crate::flusher::Flusher;
 use crate::offsets_log::OffsetsLog;
 use crate::partition::Partition;
 
 pub struct Broker {
     pub config: BrokerConfig,
     pub catalog: Catalog,
-    /// None when `log.fsync.policy=never`: the high watermark follows the log end.
-    pub flusher: Option<Flusher>,
     /// Woken whenever a high watermark moves; long-polling fetches wait on it.
     pub data_arrived: Arc<Notify>,
     pub fetch_sessions: FetchSessions,
     /// Consumer groups and committed offsets, kept in `__consumer_offsets`.
     pub groups: Coordinator,
     pub shutting_down: AtomicBool,
-    /// Cluster mode (`controller.quorum.voters` set): metadata quorum and Raft driver.
-    pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    /// The metadata quorum and the Raft driver (set by [`Broker::start`]); a broker without
+    /// `controller.quorum.voters` is a cluster of one.
+    cluster: std::sync::OnceLock<Arc<Cluster>>,
 }
 
 impl Broker {
-    /// Opens the data directory (recovering every partition) and starts group commit.
-    /// Must run inside a Tokio runtime.
-    pub fn open(config: BrokerConfig) -> Result<Arc<Broker>> {
+    /// Opens the data directory and joins the metadata quorum (the one-voter quorum of a
+    /// cluster of one when `controller.quorum.voters` is empty), which replays the metadata
+    /// log and opens this broker's replicas. Must run inside a Tokio runtime.
+    pub async fn start(config: BrokerConfig) -> Result<Arc<Broker>> {
         let catalog = Catalog::open(&config.data_dir, config.settings.clone())?;
         let data_arrived = Arc::new(Notify::new());
-        let flusher = match config.settings.get("log.fsync.policy") {
-            "never" => None,
-            _ => Some(Flusher::start(data_arrived.clone(), config.settings.get("log.fsync.scope") == "filesystem")),
-        };
         let sessions = FetchSessions::new(config.settings.usize("max.incremental.fetch.session.cache.slots"));
         let s = &config.settings;
         let group_config = CoordinatorConfig {
@@ -66,21 +62,20 @@ impl Broker {
             ),
             config,
             catalog,
-            flusher,
             data_arrived,
             fetch_sessions: sessions,
             shutting_down: AtomicBool::new(false),
             cluster: std::sync::OnceLock::new(),
         });
-        // In a cluster, each partition of the offsets log is read back by the broker that
-        // leads it, when it starts leading (`cluster::coordinate`).
-        if broker.config.settings.get("controller.quorum.voters").is_empty() {
-            let records = broker.groups.load().map_err(|e| anyhow::anyhow!("loading consumer groups: {e}"))?;
-            if records > 0 {
-                tracing::info!(records, groups = broker.groups.list().len(), "consumer groups loaded");
-            }
-        }
+        // Each partition of the offsets log is read back by the broker that leads it, when
+        // it starts leading (`coordinators::follow_leaders`).
+        let cluster = Cluster::start(&broker).await?;
+        let _ = broker.cluster.set(cluster);
         Ok(broker)
+    }
+
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        self.cluster.get().expect("Broker::start sets the cluster before the broker is shared")
     }
 
     pub fn node_id(&self) -> i32 {
@@ -88,40 +83,35 @@ impl Broker {
     }
 
     /// (leader, epoch) of a partition as this broker knows them: from its own replica, or,
-    /// in a cluster when it holds none, from the leader's announcement; (-1, -1) if unknown.
+    /// when it holds none, from the leader's announcement; (-1, -1) if unknown.
     pub fn partition_leader(&self, p: &Partition) -> (i32, i32) {
-        match self.cluster.get() {
-            Some(c) if p.is_remote() => c.leader_hint(&p.topic, p.index).unwrap_or((-1, -1)),
-            _ => p.leader(self.node_id()),
+        if p.is_remote() {
+            return self.cluster().leader_hint(&p.topic, p.index).unwrap_or((-1, -1));
         }
+        p.leader()
     }
 
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
     }
 
-    /// Creates a topic the way Kafka's auto-creation does: broker defaults for partitions.
-    pub fn auto_create(&self, name: &str) -> Option<Arc<Topic>> {
-        let (enabled, partitions) = {
+    /// Starts creating a topic the way Kafka's auto-creation does (broker defaults for
+    /// partitions and replication), through the controller; the caller answers "not yet"
+    /// and the client retries. False when auto-creation is off.
+    pub fn auto_create(&self, name: &str) -> bool {
+        let (enabled, partitions, rf) = {
             let s = self.catalog.settings();
-            (s.bool("auto.create.topics.enable"), s.i64("num.partitions") as i32)
+            (
+                s.bool("auto.create.topics.enable"),
+                s.i64("num.partitions") as i32,
+                s.i64("default.replication.factor") as i16,
+            )
         };
-        if !enabled {
-            return None;
-        }
-        if let Some(cluster) = self.cluster.get() {
-            // The controller creates it; the caller answers "not yet" and the client retries.
-            let (cluster, name) = (cluster.clone(), name.to_string());
-            let rf = self.catalog.settings().i64("default.replication.factor") as i16;
+        if enabled {
+            let (cluster, name) = (self.cluster().clone(), name.to_string());
             tokio::spawn(async move { cluster.auto_create(&name, partitions, rf).await });
-            return None;
         }
-        match self.catalog.create_topic(name, partitions, Default::default()) {
-            Ok(t) => Some(t),
-            // Another request created it first.
-            Err(crate::catalog::CatalogError::TopicExists(_)) => self.catalog.topic(name),
-            Err(_) => None,
-        }
+        enabled
     }
 
     /// Closes every log cleanly: fsync and checkpoint, so the next start skips recovery.

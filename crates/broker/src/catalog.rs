@@ -1,18 +1,20 @@
-//! The topic catalog of a single broker: which topics exist, their ids, partition counts
-//! and config overrides, the cluster id and the producer-id allocator, persisted in
-//! `<data dir>/meta/cluster.json` (written to a temporary file, fsynced, renamed).
+//! The broker's view of the topics (applied from the metadata log by `cluster`, which
+//! opens and closes the replicas), and the little state that is this broker's own,
+//! persisted in `<data dir>/meta/cluster.json` (written to a temporary file, fsynced,
+//! renamed): the cluster id of a cluster of one, the producer-id block, and dynamic broker
+//! configs.
 //!
-//! With replication this state moves into the Raft metadata log; the catalog's interface
-//! (create, delete, add partitions, alter configs, look up) is what the broker uses either way.
+//! Topics are not stored here: every broker, a single one included, keeps them in the
+//! Raft metadata log. A data directory from before that (a `cluster.json` listing topics)
+//! is refused with what to do (docs/cluster.md).
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
-use anyhow::{Context, Result};
-use runnel_storage::Log;
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 use uuid::Uuid;
@@ -32,21 +34,15 @@ pub struct Topic {
     pub configs: BTreeMap<String, String>,
 }
 
-#[derive(Serialize, Deserialize, Default)]
+#[derive(Serialize, Deserialize, Default, Clone)]
 struct Persisted {
     cluster_id: String,
     next_producer_id_block: i64,
     #[serde(default)]
     broker_configs: BTreeMap<String, String>,
-    topics: Vec<PersistedTopic>,
-}
-
-#[derive(Serialize, Deserialize, Clone)]
-struct PersistedTopic {
-    name: String,
-    id: Uuid,
-    partitions: i32,
-    configs: BTreeMap<String, String>,
+    /// Only in data directories of the single-broker format that kept topics here.
+    #[serde(default, skip_serializing)]
+    topics: Vec<serde_json::Value>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -65,17 +61,17 @@ pub enum CatalogError {
     Storage(#[from] anyhow::Error),
 }
 
-struct ProducerIds {
-    next: i64,
-    block_end: i64,
+/// This broker's own persisted state and the producer-id allocator, with one owner: an
+/// async lock, so that writing the file (off the async workers) never blocks one.
+struct Local {
+    persisted: Persisted,
+    next_producer_id: i64,
 }
 
 pub struct Catalog {
     data_dir: PathBuf,
     topics: RwLock<BTreeMap<Arc<str>, Arc<Topic>>>,
-    /// Serializes changes, so persisting always writes a consistent snapshot.
-    change: Mutex<()>,
-    producer_ids: Mutex<ProducerIds>,
+    local: tokio::sync::Mutex<Local>,
     pub cluster_id: String,
     pub settings: RwLock<Settings>,
 }
@@ -104,10 +100,6 @@ fn apply_faults(settings: &Settings) {
     runnel_storage::fault::set_sync_fails(settings.bool("fault.disk.sync.fail"));
 }
 
-fn now_ms() -> i64 {
-    crate::now_ms()
-}
-
 impl Catalog {
     pub fn open(data_dir: &Path, settings: Settings) -> Result<Catalog> {
         let meta = data_dir.join("meta");
@@ -118,6 +110,16 @@ impl Catalog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Persisted::default(),
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         };
+        if !persisted.topics.is_empty() {
+            bail!(
+                "{} holds {} topic(s) in the single-broker format of earlier Runnel releases, which kept topics \
+                 outside the Raft metadata log; this release cannot read it. Keep running the earlier release on \
+                 this directory, or start this one on a new --data-dir (log.dirs) and copy the topics over with a \
+                 Kafka client (MirrorMaker, or a consumer and producer). See docs/cluster.md.",
+                data_dir.display(),
+                persisted.topics.len()
+            );
+        }
         if persisted.cluster_id.is_empty() {
             persisted.cluster_id = new_cluster_id();
         }
@@ -126,37 +128,22 @@ impl Catalog {
         persisted.broker_configs.retain(|k, _| !k.starts_with("fault."));
         settings.set_dynamic(persisted.broker_configs.clone());
         apply_faults(&settings);
+        write_persisted(data_dir, &persisted)?;
         // Directories of deleted topics that a crash left behind.
         for entry in fs::read_dir(data_dir)?.flatten() {
             if entry.file_name().to_string_lossy().ends_with("-delete") {
                 let _ = fs::remove_dir_all(entry.path());
             }
         }
-        let mut topics = BTreeMap::new();
-        for t in &persisted.topics {
-            let name: Arc<str> = Arc::from(t.name.as_str());
-            let log_config = topic_config::log_config(&t.configs, &settings);
-            let mut partitions = Vec::with_capacity(t.partitions as usize);
-            for i in 0..t.partitions {
-                let dir = partition_dir(data_dir, &t.name, i);
-                let log =
-                    Log::open(&dir, log_config, now_ms()).with_context(|| format!("opening {}", dir.display()))?;
-                partitions.push(Arc::new(Partition::new(name.clone(), i, log)));
-            }
-            topics.insert(name.clone(), Arc::new(Topic { name, id: t.id, partitions, configs: t.configs.clone() }));
-        }
         let block = persisted.next_producer_id_block;
-        let catalog = Catalog {
+        info!(cluster_id = %persisted.cluster_id, "broker state loaded");
+        Ok(Catalog {
             data_dir: data_dir.to_path_buf(),
-            topics: RwLock::new(topics),
-            change: Mutex::new(()),
-            producer_ids: Mutex::new(ProducerIds { next: block, block_end: block }),
+            topics: RwLock::new(BTreeMap::new()),
             cluster_id: persisted.cluster_id.clone(),
+            local: tokio::sync::Mutex::new(Local { persisted, next_producer_id: block }),
             settings: RwLock::new(settings),
-        };
-        catalog.persist(&catalog.topics_snapshot(), block)?;
-        info!(topics = persisted.topics.len(), cluster_id = %catalog.cluster_id, "catalog loaded");
-        Ok(catalog)
+        })
     }
 
     pub fn data_dir(&self) -> &Path {
@@ -187,11 +174,8 @@ impl Catalog {
         self.settings.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock_change(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.change.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Checks a create request without doing it (CreateTopics validate_only uses this too).
+    /// Checks what this broker can check of a new topic before the controller decides
+    /// (CreateTopics): name, partition count, configs, and that it is not known here.
     pub fn check_create(
         &self,
         name: &str,
@@ -211,50 +195,16 @@ impl Catalog {
         Ok(())
     }
 
-    pub fn create_topic(
-        &self,
-        name: &str,
-        partitions: i32,
-        configs: BTreeMap<String, String>,
-    ) -> Result<Arc<Topic>, CatalogError> {
-        let _g = self.lock_change();
-        self.check_create(name, partitions, &configs)?;
-        let name: Arc<str> = Arc::from(name);
-        let log_config = topic_config::log_config(&configs, &self.settings());
-        let mut parts = Vec::with_capacity(partitions as usize);
-        for i in 0..partitions {
-            let dir = partition_dir(&self.data_dir, &name, i);
-            // A leftover directory of a topic with the same name that was deleted is stale.
-            if dir.exists() {
-                let _ = fs::remove_dir_all(&dir);
-            }
-            let log = Log::open(&dir, log_config, now_ms()).with_context(|| format!("creating {}", dir.display()))?;
-            parts.push(Arc::new(Partition::new(name.clone(), i, log)));
-        }
-        let topic = Arc::new(Topic { name: name.clone(), id: Uuid::new_v4(), partitions: parts, configs });
-        let mut all = self.topics_snapshot();
-        all.push(topic.clone());
-        self.persist(&all, self.producer_block_end())?;
-        self.write_topics().insert(name.clone(), topic.clone());
-        info!(topic = %name, partitions, "created topic");
-        Ok(topic)
-    }
-
-    /// Adds a topic the metadata log defines (cluster mode); it is not written to
-    /// `cluster.json`, since the metadata log already holds it.
+    /// Puts a topic as the metadata log defines it (new, or with new partitions).
     pub fn insert_topic(&self, topic: Topic) {
-        let _g = self.lock_change();
         self.write_topics().insert(topic.name.clone(), Arc::new(topic));
     }
 
+    /// Forgets a deleted topic and removes the directories of the replicas held here
+    /// (their Raft groups are stopped and their logs closed already).
     pub fn delete_topic(&self, name: &str) -> Result<Arc<Topic>, CatalogError> {
-        let _g = self.lock_change();
-        let topic = self.topic(name).ok_or_else(|| CatalogError::UnknownTopic(name.to_string()))?;
-        let rest: Vec<_> = self.topics_snapshot().into_iter().filter(|t| &*t.name != name).collect();
-        self.persist(&rest, self.producer_block_end())?;
-        self.write_topics().remove(name);
-        // Rename first so a crash mid-delete cannot resurrect half a topic. Only the
-        // replicas this broker holds have a directory of this topic.
+        let topic = self.write_topics().remove(name).ok_or_else(|| CatalogError::UnknownTopic(name.to_string()))?;
+        // Rename first so a crash mid-delete cannot resurrect half a topic.
         for p in topic.partitions.iter().filter(|p| !p.is_remote()) {
             let dir = partition_dir(&self.data_dir, name, p.index);
             let gone = self.data_dir.join(format!("{name}-{}.{}-delete", p.index, topic.id.simple()));
@@ -266,143 +216,74 @@ impl Catalog {
         Ok(topic)
     }
 
-    pub fn check_add_partitions(&self, name: &str, count: i32) -> Result<Arc<Topic>, CatalogError> {
-        let topic = self.topic(name).ok_or_else(|| CatalogError::UnknownTopic(name.to_string()))?;
-        let have = topic.partitions.len() as i32;
-        if count <= have {
-            return Err(CatalogError::InvalidPartitions(format!(
-                "Topic currently has {have} partitions, which is higher than the requested {count}."
-            )));
-        }
-        Ok(topic)
-    }
-
-    pub fn add_partitions(&self, name: &str, count: i32) -> Result<(), CatalogError> {
-        let _g = self.lock_change();
-        let topic = self.check_add_partitions(name, count)?;
-        let log_config = topic_config::log_config(&topic.configs, &self.settings());
-        let mut parts = topic.partitions.clone();
-        for i in parts.len() as i32..count {
-            let dir = partition_dir(&self.data_dir, name, i);
-            let log = Log::open(&dir, log_config, now_ms()).with_context(|| format!("creating {}", dir.display()))?;
-            parts.push(Arc::new(Partition::new(topic.name.clone(), i, log)));
-        }
-        self.replace(Topic {
-            name: topic.name.clone(),
-            id: topic.id,
-            partitions: parts,
-            configs: topic.configs.clone(),
-        })
-    }
-
-    /// Replaces a topic's config overrides (validated by the caller) and applies them.
-    pub fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<(), CatalogError> {
-        self.configure_topic(name, configs, true)
-    }
-
-    /// Cluster mode: a topic's new configs as the metadata log holds them (nothing is
-    /// persisted here).
+    /// A topic's new config overrides as the metadata log holds them.
     pub fn apply_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<(), CatalogError> {
-        self.configure_topic(name, configs, false)
-    }
-
-    fn configure_topic(
-        &self,
-        name: &str,
-        configs: BTreeMap<String, String>,
-        persist: bool,
-    ) -> Result<(), CatalogError> {
-        let _g = self.lock_change();
         let topic = self.topic(name).ok_or_else(|| CatalogError::UnknownTopic(name.to_string()))?;
         let log_config = topic_config::log_config(&configs, &self.settings());
         for p in &topic.partitions {
-            if let Some(mut log) = p.log() {
-                log.set_config(log_config);
-            }
+            p.configure_log(log_config);
         }
-        let topic = Topic { name: topic.name.clone(), id: topic.id, partitions: topic.partitions.clone(), configs };
-        if persist {
-            return self.replace(topic);
-        }
-        self.write_topics().insert(topic.name.clone(), Arc::new(topic));
+        self.insert_topic(Topic {
+            name: topic.name.clone(),
+            id: topic.id,
+            partitions: topic.partitions.clone(),
+            configs,
+        });
         Ok(())
     }
 
-    /// Replaces the broker's dynamic settings (validated by the caller) and re-derives
-    /// every partition's log config, since topics inherit from the broker.
-    pub fn set_broker_configs(&self, dynamic: BTreeMap<String, String>) -> Result<(), CatalogError> {
-        let _g = self.lock_change();
-        let old = self.settings().dynamic().clone();
-        self.settings.write().unwrap_or_else(|p| p.into_inner()).set_dynamic(dynamic);
-        if let Err(e) = self.persist(&self.topics_snapshot(), self.producer_block_end()) {
-            self.settings.write().unwrap_or_else(|p| p.into_inner()).set_dynamic(old);
-            return Err(e.into());
+    /// Replaces the broker's dynamic settings (validated by the caller), persists them and
+    /// re-derives every partition's log config, since topics inherit from the broker.
+    pub async fn set_broker_configs(&self, dynamic: BTreeMap<String, String>) -> Result<(), CatalogError> {
+        {
+            let mut local = self.local.lock().await;
+            let mut next = local.persisted.clone();
+            next.broker_configs = dynamic.clone();
+            self.persist(next.clone()).await?;
+            local.persisted = next;
         }
+        self.settings.write().unwrap_or_else(|p| p.into_inner()).set_dynamic(dynamic);
         let settings = self.settings().clone();
         apply_faults(&settings);
         for t in self.topics_snapshot() {
             let cfg = topic_config::log_config(&t.configs, &settings);
             for p in &t.partitions {
-                if let Some(mut log) = p.log() {
-                    log.set_config(cfg);
-                }
+                p.configure_log(cfg);
             }
         }
         Ok(())
     }
 
-    fn replace(&self, topic: Topic) -> Result<(), CatalogError> {
-        let topic = Arc::new(topic);
-        let all: Vec<_> =
-            self.topics_snapshot().into_iter().map(|t| if t.name == topic.name { topic.clone() } else { t }).collect();
-        self.persist(&all, self.producer_block_end())?;
-        self.write_topics().insert(topic.name.clone(), topic);
-        Ok(())
-    }
-
-    fn producer_block_end(&self) -> i64 {
-        self.producer_ids.lock().unwrap_or_else(|p| p.into_inner()).block_end
-    }
-
     /// A new producer id, unique for the life of this data directory.
-    pub fn allocate_producer_id(&self) -> Result<i64> {
-        let mut ids = self.producer_ids.lock().unwrap_or_else(|p| p.into_inner());
-        if ids.next >= ids.block_end {
-            let _g = self.lock_change();
-            let end = ids.block_end + PRODUCER_ID_BLOCK;
-            self.persist(&self.topics_snapshot(), end)?;
-            ids.block_end = end;
+    pub async fn allocate_producer_id(&self) -> Result<i64> {
+        let mut local = self.local.lock().await;
+        if local.next_producer_id >= local.persisted.next_producer_id_block {
+            let mut next = local.persisted.clone();
+            next.next_producer_id_block += PRODUCER_ID_BLOCK;
+            self.persist(next.clone()).await?;
+            local.persisted = next;
         }
-        let id = ids.next;
-        ids.next += 1;
+        let id = local.next_producer_id;
+        local.next_producer_id += 1;
         Ok(id)
     }
 
-    fn persist(&self, topics: &[Arc<Topic>], producer_block_end: i64) -> Result<()> {
-        let p = Persisted {
-            cluster_id: self.cluster_id.clone(),
-            next_producer_id_block: producer_block_end,
-            broker_configs: self.settings().dynamic().clone(),
-            topics: topics
-                .iter()
-                .filter(|t| t.partitions.iter().all(|p| p.is_local()))
-                .map(|t| PersistedTopic {
-                    name: t.name.to_string(),
-                    id: t.id,
-                    partitions: t.partitions.len() as i32,
-                    configs: t.configs.clone(),
-                })
-                .collect(),
-        };
-        let meta = self.data_dir.join("meta");
-        let tmp = meta.join("cluster.json.tmp");
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(&serde_json::to_vec_pretty(&p)?)?;
-        f.sync_all()?;
-        fs::rename(&tmp, meta.join("cluster.json"))?;
-        fs::File::open(&meta)?.sync_all()?;
-        Ok(())
+    /// Writes the broker's own state off the async workers.
+    async fn persist(&self, p: Persisted) -> Result<()> {
+        let dir = self.data_dir.clone();
+        tokio::task::spawn_blocking(move || write_persisted(&dir, &p)).await.context("persisting broker state")?
     }
+}
+
+fn write_persisted(data_dir: &Path, p: &Persisted) -> Result<()> {
+    let meta = data_dir.join("meta");
+    let tmp = meta.join("cluster.json.tmp");
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(&serde_json::to_vec_pretty(p)?)?;
+    f.sync_all()?;
+    fs::rename(&tmp, meta.join("cluster.json"))?;
+    fs::File::open(&meta)?.sync_all()?;
+    Ok(())
 }
 
 pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {

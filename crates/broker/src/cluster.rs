@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use kafka_protocol::error::ResponseError;
 use runnel_raft::driver::lock;
-use runnel_raft::{Driver, Durability, Hooks, ProposeError, Replica, ReplicaConfig, SharedReplica};
+use runnel_raft::{Driver, Durability, Hooks, ProposeError, Replica, ReplicaConfig, SharedReplica, SyncPolicy};
 use runnel_wire::Batches;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -113,6 +113,15 @@ enum Record {
         id: i32,
         fenced: bool,
     },
+    /// DeleteRecords: every replica of the partition moves its log start to `offset` (at
+    /// most the high watermark when it was asked). Kept out of the partition's own log,
+    /// where an entry would take an offset that Kafka's DeleteRecords does not.
+    DeleteRecords {
+        name: String,
+        id: Uuid,
+        partition: i32,
+        offset: i64,
+    },
 }
 
 /// What brokers send each other over the Raft transport besides Raft messages: requests
@@ -192,6 +201,12 @@ enum Call {
         assignment: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     },
+    /// DeleteRecords, from the partition's leader, which checked the offset.
+    DeleteRecords {
+        name: String,
+        partition: i32,
+        offset: i64,
+    },
 }
 
 type Outcome = Result<(), (ResponseError, String)>;
@@ -235,6 +250,8 @@ struct State {
     moving: BTreeMap<(String, i32), Moving>,
     /// The latest config changes applied (ids, oldest first; bounded).
     config_changes: VecDeque<Uuid>,
+    /// Log starts DeleteRecords set, by (topic, partition).
+    log_starts: BTreeMap<(String, i32), i64>,
     topics: BTreeMap<String, TopicMeta>,
     next_seq: u64,
 }
@@ -419,6 +436,8 @@ fn check_assignment(a: &[Vec<i32>], brokers: &[BrokerInfo]) -> Result<(), (Respo
 
 pub struct Cluster {
     pub node_id: i32,
+    /// A cluster of one: no `controller.quorum.voters`, this broker is the only voter.
+    pub single: bool,
     pub me: BrokerInfo,
     pub cluster_id: String,
     meta: SharedReplica,
@@ -451,35 +470,49 @@ pub struct Cluster {
 
 impl Cluster {
     /// Opens the metadata replica, starts the Raft driver and this broker's registration.
-    pub async fn start(broker: &Arc<Broker>, voters: &str, location: &str) -> Result<Arc<Cluster>> {
-        let voters = parse_voters(voters)?;
+    /// Without `controller.quorum.voters` the broker is a cluster of one: the only voter of
+    /// the metadata group and of every partition's group, with no Raft listener.
+    pub async fn start(broker: &Arc<Broker>) -> Result<Arc<Cluster>> {
+        let c = &broker.config;
         let node_id = broker.node_id();
+        let configured = c.settings.get("controller.quorum.voters");
+        let single = configured.is_empty();
+        let voters = if single { vec![(node_id, String::new())] } else { parse_voters(configured)? };
         let Some((_, listen)) = voters.iter().find(|(id, _)| *id == node_id) else {
             bail!("node.id {node_id} is not among controller.quorum.voters");
         };
-        let c = &broker.config;
         let me = BrokerInfo {
             id: node_id,
             host: c.advertised_host.clone(),
             port: c.advertised_port,
-            location: parse_location(location)?,
+            location: parse_location(c.settings.get("broker.location"))?,
             incarnation: Uuid::new_v4().as_u64_pair().0,
         };
         let raft_ids: Vec<u64> = voters.iter().map(|(id, _)| *id as u64 + 1).collect();
         let mut cfg = ReplicaConfig::new(node_id as u64 + 1, raft_ids);
         cfg.deliver_committed = true;
         let dir = c.data_dir.join(META_DIR);
-        let meta = Replica::open(&dir, Default::default(), &cfg, crate::now_ms())
+        let mut meta = Replica::open(&dir, Default::default(), &cfg, crate::now_ms())
             .with_context(|| format!("opening {}", dir.display()))?;
+        if single {
+            // The only voter stands at once instead of after an election timeout.
+            let _ = meta.campaign();
+        }
         let meta = Arc::new(Mutex::new(meta));
         // Same voters, same cluster id on every broker.
         let digest = voters.iter().fold(0xcbf29ce484222325u64, |h, (id, a)| {
             format!("{id}@{a}").bytes().fold(h, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
         });
+        let cluster_id = if single {
+            broker.catalog.cluster_id.clone()
+        } else {
+            Uuid::from_u64_pair(digest, digest.rotate_left(17)).simple().to_string()[..22].to_string()
+        };
         let cluster = Arc::new(Cluster {
             node_id,
+            single,
             me,
-            cluster_id: Uuid::from_u64_pair(digest, digest.rotate_left(17)).simple().to_string()[..22].to_string(),
+            cluster_id,
             meta: meta.clone(),
             driver: OnceLock::new(),
             state: RwLock::new(State::default()),
@@ -504,10 +537,15 @@ impl Cluster {
                 *a = addr;
             }
         }
-        let syncfs = c.settings.get("log.fsync.scope") == "filesystem";
-        let driver = Driver::start(node_id as u64 + 1, listen, peers, cluster.clone(), syncfs, crate::now_ms)
+        let sync = match (c.settings.get("log.fsync.policy"), c.settings.get("log.fsync.scope")) {
+            ("never", _) => SyncPolicy::Never,
+            (_, "file") => SyncPolicy::File,
+            _ => SyncPolicy::Filesystem,
+        };
+        let listen = Some(listen.as_str()).filter(|_| !single);
+        let driver = Driver::start(node_id as u64 + 1, listen, peers, cluster.clone(), sync, crate::now_ms)
             .await
-            .with_context(|| format!("listening for peers on {listen}"))?;
+            .with_context(|| format!("listening for peers on {}", listen.unwrap_or_default()))?;
         let _ = cluster.driver.set(driver.clone());
         driver.add_group(META_GROUP, meta);
         tokio::spawn(register_loop(cluster.clone()));
@@ -517,7 +555,7 @@ impl Cluster {
         tokio::spawn(crate::coordinators::follow_leaders(cluster.clone()));
         tokio::spawn(crate::rebalance::preferred_leaders(cluster.clone()));
         tokio::spawn(crate::reassign::carry_out(cluster.clone()));
-        info!(node_id, %listen, voters = voters.len(), "cluster mode: metadata quorum started");
+        info!(node_id, listen = listen.unwrap_or("none"), voters = voters.len(), "metadata quorum started");
         Ok(cluster)
     }
 
@@ -676,7 +714,9 @@ impl Cluster {
                 if let Some(a) = &assignment {
                     check_assignment(a, &brokers)?;
                 }
+                self.check_capacity(partitions.max(0) as usize * rf.max(0) as usize, None)?;
                 let placed = assignment.clone().unwrap_or_else(|| place(&brokers, partitions, rf as usize));
+                self.check_capacity(0, Some(&placed))?;
                 self.check_placement(&name, &brokers, &placed, &configs)?;
                 if validate_only {
                     return Ok(());
@@ -770,6 +810,17 @@ impl Cluster {
                 let rec = Record::TopicConfigs { name: name.clone(), id, configs, change_id };
                 self.propose(&rec, |s| s.config_changes.contains(&change_id)).await
             }
+            Call::DeleteRecords { name, partition, offset } => {
+                let key = (name.clone(), partition);
+                let Some(id) = self.read().topics.get(&name).map(|t| t.id) else {
+                    return Err((ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")));
+                };
+                if self.read().log_starts.get(&key).is_some_and(|s| *s >= offset) {
+                    return Ok(());
+                }
+                let rec = Record::DeleteRecords { name: name.clone(), id, partition, offset };
+                self.propose(&rec, |s| s.log_starts.get(&key).is_some_and(|s| *s >= offset)).await
+            }
             Call::CreatePartitions { name, count, assignment, validate_only } => {
                 let (id, current, rf) =
                     self.read().topics.get(&name).map(|t| (t.id, t.partitions, t.rf)).ok_or_else(|| {
@@ -785,6 +836,7 @@ impl Cluster {
                     ));
                 }
                 let brokers = self.live_brokers();
+                self.check_capacity((count as usize - current) * rf, None)?;
                 let placed = match assignment {
                     Some(a) => {
                         if a.len() != count as usize - current {
@@ -814,6 +866,7 @@ impl Cluster {
                     }
                     None => place(&brokers, count, rf).split_off(current),
                 };
+                self.check_capacity(0, Some(&placed))?;
                 let configs = self.broker.upgrade().and_then(|b| b.catalog.topic(&name)).map(|t| t.configs.clone());
                 self.check_placement(&name, &brokers, &placed, &configs.unwrap_or_default())?;
                 if validate_only {
@@ -824,6 +877,40 @@ impl Cluster {
                     .await
             }
         }
+    }
+
+    /// Refuses new replicas past `max.broker.partitions` on any broker: `replicas` more in
+    /// all (checked before placing, so a huge request is never placed), or `placed` on the
+    /// brokers it names. Raft group ids leave 24 bits to a topic's partitions, a bound too.
+    fn check_capacity(&self, replicas: usize, placed: Option<&[Vec<i32>]>) -> Result<(), (ResponseError, String)> {
+        let max =
+            self.broker.upgrade().map_or(0, |b| b.catalog.settings().i64("max.broker.partitions")).clamp(0, 1 << 24)
+                as usize;
+        let state = self.read();
+        let mut held: HashMap<i32, usize> = HashMap::new();
+        for reps in state.topics.values().flat_map(|t| t.initial.iter()) {
+            for b in reps {
+                *held.entry(*b).or_default() += 1;
+            }
+        }
+        let refuse = |what: String| {
+            Err((
+                ResponseError::InvalidPartitions,
+                format!("{what}: more than max.broker.partitions={max} on a broker"),
+            ))
+        };
+        let brokers = state.live().len().max(1);
+        if replicas > max.saturating_mul(brokers) {
+            return refuse(format!("{replicas} new partition replicas over {brokers} broker(s)"));
+        }
+        for b in placed.unwrap_or_default().iter().flatten() {
+            let n = held.entry(*b).or_default();
+            *n += 1;
+            if *n > max {
+                return refuse(format!("broker {b} would hold {n} partition replicas"));
+            }
+        }
+        Ok(())
     }
 
     /// Refuses a placement that losing one failure domain would break, unless the topic
@@ -902,9 +989,7 @@ impl Cluster {
         let seq = self.read().topics.get(name).map(|t| t.seq).unwrap_or_default();
         let group = group_id(seq, p);
         let part = match (current.replica(), host) {
-            (Some((replica, group)), true) => {
-                Partition::replicated(topic.name.clone(), p, listed, replica.clone(), group)
-            }
+            (Some(_), true) => current.relisted(listed),
             (None, false) => Partition::remote(topic.name.clone(), p, listed),
             (None, true) => {
                 let dir = partition_dir(&self.data_dir, name, p);
@@ -920,7 +1005,7 @@ impl Cluster {
                     }
                 };
                 info!(topic = name, partition = p, "replica added here; catching up from the leader");
-                Partition::replicated(topic.name.clone(), p, listed, replica, group)
+                Partition::hosted(topic.name.clone(), p, listed, replica, group, self.driver().clone())
             }
             (Some((_, group)), false) => {
                 self.driver().remove_group(group);
@@ -952,6 +1037,18 @@ impl Cluster {
         self.run(Call::AlterTopicConfigs { name: name.to_string(), change, change_id }).await?;
         self.until_applied(|s| s.config_changes.contains(&change_id), "the new configs were not applied here in time")
             .await
+    }
+
+    /// DeleteRecords below `offset` (checked by the partition's leader), committed through
+    /// the controller; returns once applied here, where the leader's log start has moved.
+    pub async fn delete_records(&self, name: &str, partition: i32, offset: i64) -> Result<(), (ResponseError, String)> {
+        let key = (name.to_string(), partition);
+        self.run(Call::DeleteRecords { name: name.to_string(), partition, offset }).await?;
+        self.until_applied(
+            |s| s.log_starts.get(&key).is_some_and(|s| *s >= offset),
+            "the deletion was not applied here in time",
+        )
+        .await
     }
 
     /// CreatePartitions, decided by the controller (forwarded when this broker is not it);
@@ -1138,6 +1235,20 @@ impl Cluster {
                 }
                 state.config_changes.push_back(change_id);
             }
+            Record::DeleteRecords { name, id, partition, offset } => {
+                let Some(broker) = self.broker.upgrade() else { return };
+                let Some(topic) = broker.catalog.topic(&name).filter(|t| t.id == id) else { return };
+                if let Some(p) = topic.partitions.get(partition as usize) {
+                    match p.raise_log_start(offset) {
+                        Ok(Some(start)) => info!(topic = %name, partition, log_start_offset = start, "records deleted"),
+                        Ok(None) => {}
+                        Err(e) => warn!(topic = %name, partition, error = %e, "deleting records"),
+                    }
+                }
+                let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+                let start = state.log_starts.entry((name, partition)).or_default();
+                *start = (*start).max(offset);
+            }
             Record::FenceBroker { id, fenced } => {
                 let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
                 let changed = if fenced { state.fenced.insert(id) } else { state.fenced.remove(&id) };
@@ -1175,6 +1286,7 @@ impl Cluster {
                 let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
                 state.topics.remove(&name);
                 state.moving.retain(|(topic, _), _| *topic != name);
+                state.log_starts.retain(|(topic, _), _| *topic != name);
             }
         }
     }
@@ -1266,7 +1378,14 @@ impl Cluster {
             let group = group_id(seq, p);
             // The preferred leader stands at once instead of after an election timeout.
             let replica = self.open_replica(&dir, log_config, reps, group, reps.first() == Some(&self.node_id))?;
-            parts.push(Arc::new(Partition::replicated(topic.clone(), p, reps.clone(), replica, group)));
+            parts.push(Arc::new(Partition::hosted(
+                topic.clone(),
+                p,
+                reps.clone(),
+                replica,
+                group,
+                self.driver().clone(),
+            )));
         }
         Ok(parts)
     }
@@ -1402,7 +1521,7 @@ impl Hooks for Cluster {
                 }
             }
             Ok(Forward::Call { req, call }) => {
-                let Some(cluster) = self.broker.upgrade().and_then(|b| b.cluster.get().cloned()) else { return };
+                let Some(cluster) = self.broker.upgrade().map(|b| b.cluster().clone()) else { return };
                 if !cluster.is_controller() {
                     let msg = "this broker is not the controller".to_string();
                     return self.reply(from, req, Err((ResponseError::NotController, msg)));

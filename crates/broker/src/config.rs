@@ -38,9 +38,12 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("node.id", Kind::Int, "1"),
     ("listeners", Kind::List, "PLAINTEXT://127.0.0.1:9092"),
     ("advertised.listeners", Kind::List, ""),
-    // Cluster mode: the metadata quorum's voters, `id@host:port` (Raft traffic between
-    // brokers goes to these addresses). Empty: a single broker without replication.
+    // The metadata quorum's voters, `id@host:port` (Raft traffic between brokers goes to
+    // these addresses). Empty: a cluster of one, this broker the only voter.
     ("controller.quorum.voters", Kind::List, ""),
+    // The most partition replicas the controller places on one broker (KIP-578's name):
+    // CreateTopics and CreatePartitions past it are refused with INVALID_PARTITIONS.
+    ("max.broker.partitions", Kind::Int, "100000"),
     // Failure domains, outermost first: region=us-east1,zone=us-east1-b,rack=r7.
     ("broker.location", Kind::Str, ""),
     ("log.dirs", Kind::Str, "./data"),

@@ -32,7 +32,9 @@ pub fn locate(b: &Broker, cluster: &Arc<Cluster>, group: &str) -> Result<BrokerI
             // Groups must work whatever the topology; an unsafe placement is logged.
             let mut configs = topic_configs(&s);
             configs.insert("placement.unsafe.allow".into(), "true".into());
-            (s.i64("offsets.topic.replication.factor"), s.i64("offsets.topic.num.partitions"), configs)
+            // A cluster of one has one replica to give, as Kafka's single-node config sets.
+            let rf = if cluster.single { 1 } else { s.i64("offsets.topic.replication.factor") };
+            (rf, s.i64("offsets.topic.num.partitions"), configs)
         };
         if (brokers.len() as i64) < rf {
             return Err(unavailable(format!(

@@ -1,10 +1,11 @@
 //! The one place where subsystem errors become Kafka error codes.
 
 use kafka_protocol::error::ResponseError;
-use runnel_storage::{AppendError, ProducerError, ReadError};
+use runnel_storage::{ProducerError, ReadError};
 use runnel_wire::BatchError;
 
 use crate::catalog::CatalogError;
+use crate::partition::PartitionError;
 
 pub fn catalog(e: &CatalogError) -> ResponseError {
     match e {
@@ -17,12 +18,28 @@ pub fn catalog(e: &CatalogError) -> ResponseError {
     }
 }
 
-pub fn append(e: &AppendError) -> ResponseError {
+/// An idempotent producer's batch that does not follow its last one.
+fn producer(e: &ProducerError) -> ResponseError {
     match e {
         // Kafka answers a produce from a fenced (older) epoch with INVALID_PRODUCER_EPOCH.
-        AppendError::Producer(ProducerError::Fenced) => ResponseError::InvalidProducerEpoch,
-        AppendError::Producer(ProducerError::OutOfOrder { .. }) => ResponseError::OutOfOrderSequenceNumber,
-        AppendError::Io(_) => ResponseError::KafkaStorageError,
+        ProducerError::Fenced => ResponseError::InvalidProducerEpoch,
+        ProducerError::OutOfOrder { .. } => ResponseError::OutOfOrderSequenceNumber,
+    }
+}
+
+/// A write or read a partition refused, or a write whose durability it could not confirm.
+pub fn partition(e: &PartitionError) -> ResponseError {
+    match e {
+        PartitionError::NotLeader => ResponseError::NotLeaderOrFollower,
+        // Too much uncommitted: the client backs off and retries.
+        PartitionError::Busy => ResponseError::RequestTimedOut,
+        PartitionError::Producer(p) => producer(p),
+        PartitionError::Invalid(_) => ResponseError::CorruptMessage,
+        // The write may still commit under the new leader; the retry finds it there.
+        PartitionError::LeaderChanged => ResponseError::NotLeaderOrFollower,
+        PartitionError::TimedOut(_) => ResponseError::RequestTimedOut,
+        PartitionError::OutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        PartitionError::Read(e) => read(e),
     }
 }
 
@@ -46,25 +63,5 @@ pub fn batch(e: &BatchError) -> ResponseError {
         | BatchError::BadMagic(_)
         | BatchError::BadCrc { .. }
         | BatchError::BadCompression(_) => ResponseError::CorruptMessage,
-    }
-}
-
-/// A flush (fsync) that failed leaves the write's fate unknown; like a Raft write that was
-/// interrupted, that is a timeout to the client, which then retries (idempotently).
-pub fn flush_failed() -> ResponseError {
-    ResponseError::KafkaStorageError
-}
-
-/// A proposal to a partition's Raft group that was refused.
-pub fn propose(e: runnel_raft::ProposeError) -> (ResponseError, String) {
-    use runnel_raft::ProposeError as P;
-    match e {
-        P::NotLeader(_) => (ResponseError::NotLeaderOrFollower, "This broker is not the partition leader.".into()),
-        P::Busy => (ResponseError::RequestTimedOut, "Too much data is waiting to be committed.".into()),
-        P::Producer(p) => {
-            let e = AppendError::Producer(p);
-            (append(&e), e.to_string())
-        }
-        P::Invalid(msg) => (ResponseError::CorruptMessage, msg),
     }
 }

@@ -15,7 +15,6 @@ mod coordinators;
 mod dispatch;
 mod errors;
 mod fetch_session;
-pub mod flusher;
 mod handlers;
 pub mod offsets_log;
 pub mod partition;

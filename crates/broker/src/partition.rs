@@ -1,67 +1,120 @@
-//! A partition as the broker sees it. Three kinds:
+//! A partition as the broker sees it, and the one seam every writer and reader goes
+//! through: [`Partition::append`] (produce, offset commits), [`Partition::delete_records`]
+//! and [`Partition::read`]. Nothing above this file touches Raft.
 //!
-//! - **local** (single-broker mode): the storage log behind a lock; the high watermark
-//!   advances when group commit's fsync covers a write;
-//! - **replicated**: this broker holds one replica of the partition's Raft group; the log
-//!   lives inside the replica and the high watermark is Raft's commit;
-//! - **remote**: the partition's replicas are on other brokers.
+//! A partition is either hosted here (this broker holds one replica of its Raft group; a
+//! single broker is a cluster of one, so each of its partitions is a one-voter group) or
+//! remote (every replica is on other brokers). An append is a proposal to the group: the
+//! leader stamps offsets, replicas write and fsync, a majority commits, and the high
+//! watermark (the end of what is committed and on this replica's disk) moves.
 
-use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+use std::time::Duration;
 
-use kafka_protocol::error::ResponseError;
-use runnel_raft::{driver, Replica, SharedReplica};
-use runnel_storage::{AppendError, AppendInfo, Log, ReadError, ReadPlan};
+use runnel_raft::{driver, Driver, Durability, ProposeError, Replica, SharedReplica};
+use runnel_storage::{CleanStats, Log, ProducerError, ReadError, ReadPlan};
 use runnel_wire::BatchHeader;
+use tokio::sync::oneshot;
 
-/// A single-broker partition: the log, and what readers need without its lock.
-struct Local {
-    log: Mutex<Log>,
-    /// Offsets below this are durable (per the fsync policy) and visible to consumers.
-    high_watermark: AtomicI64,
-    /// Mirrors of the log's bounds.
-    log_start_offset: AtomicI64,
-    log_end_offset: AtomicI64,
-}
-
-enum Kind {
-    Local(Box<Local>),
-    Replicated { replica: SharedReplica, group: u64 },
-    Remote,
+/// A hosted partition: its replica, its Raft group id and the driver that runs it.
+struct Hosted {
+    replica: SharedReplica,
+    group: u64,
+    driver: Arc<Driver>,
 }
 
 pub struct Partition {
     pub topic: Arc<str>,
     pub index: i32,
-    kind: Kind,
-    /// Broker ids holding a replica (leader first when it was assigned); empty for local.
+    hosted: Option<Hosted>,
+    /// Broker ids holding a replica (the preferred leader first).
     pub replicas: Vec<i32>,
 }
 
-/// The log of a hosted partition, locked (directly, or through its Raft replica).
-pub enum LogGuard<'a> {
-    Local(MutexGuard<'a, Log>),
-    Replica(MutexGuard<'a, Replica>),
+/// What a write waits for before it is answered (Kafka's `acks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    /// acks=0: nothing.
+    None,
+    /// acks=1: on the leader's disk.
+    Leader,
+    /// acks=all: committed, on a majority of disks.
+    All,
 }
 
-impl Deref for LogGuard<'_> {
-    type Target = Log;
-    fn deref(&self) -> &Log {
-        match self {
-            LogGuard::Local(g) => g,
-            LogGuard::Replica(g) => g.log(),
+impl Acks {
+    /// Kafka's `acks` field; None for a value Kafka refuses.
+    pub fn from_kafka(acks: i16) -> Option<Acks> {
+        match acks {
+            0 => Some(Acks::None),
+            1 => Some(Acks::Leader),
+            -1 => Some(Acks::All),
+            _ => None,
         }
     }
 }
 
-impl DerefMut for LogGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Log {
-        match self {
-            LogGuard::Local(g) => g,
-            LogGuard::Replica(g) => g.log_mut(),
+/// Why a partition could not take a write or serve a read (`errors::partition` maps these
+/// to Kafka's codes).
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    #[error("This broker is not the partition leader.")]
+    NotLeader,
+    #[error("Too much data is waiting to be committed.")]
+    Busy,
+    #[error("producer state: {0:?}")]
+    Producer(ProducerError),
+    #[error("{0}")]
+    Invalid(String),
+    /// Leadership moved before the write committed: it may still commit under the new
+    /// leader, where an idempotent producer's retry finds it.
+    #[error("leadership moved before the write committed")]
+    LeaderChanged,
+    #[error("not durable within {0} ms")]
+    TimedOut(u128),
+    #[error("offset {offset} is outside [{log_start_offset}, {high_watermark}]")]
+    OutOfRange { offset: i64, log_start_offset: i64, high_watermark: i64 },
+    #[error("read: {0}")]
+    Read(#[from] ReadError),
+}
+
+impl From<ProposeError> for PartitionError {
+    fn from(e: ProposeError) -> PartitionError {
+        match e {
+            ProposeError::NotLeader(_) => PartitionError::NotLeader,
+            ProposeError::Busy => PartitionError::Busy,
+            ProposeError::Producer(p) => PartitionError::Producer(p),
+            ProposeError::Invalid(msg) => PartitionError::Invalid(msg),
         }
     }
+}
+
+/// A write the partition took: where it went, and the wait for its durability.
+pub struct Appended {
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+    durable: Option<oneshot::Receiver<bool>>,
+}
+
+impl Appended {
+    /// Resolves once the write is as durable as its acks asked (at once for acks=0), or
+    /// fails when it cannot be (leadership moved) or did not get there in `timeout`.
+    pub async fn durable(self, timeout: Duration) -> Result<(), PartitionError> {
+        let Some(rx) = self.durable else { return Ok(()) };
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(_) => Err(PartitionError::LeaderChanged),
+            Err(_) => Err(PartitionError::TimedOut(timeout.as_millis())),
+        }
+    }
+}
+
+/// One read of a partition, taken under one lock: the bounds a fetch reports and what to
+/// read (carried out without the lock).
+pub struct Read {
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub plan: Result<ReadPlan, ReadError>,
 }
 
 /// Raft ids are broker ids + 1 (Raft reserves 0).
@@ -70,184 +123,183 @@ pub fn broker_of(raft_id: u64) -> i32 {
 }
 
 impl Partition {
-    pub fn new(topic: Arc<str>, index: i32, log: Log) -> Partition {
-        // On open, everything recovered from disk was fsynced (or survived the crash), so
-        // it is all committed.
-        let (start, end) = (log.log_start_offset(), log.log_end_offset());
-        let local = Local {
-            log: Mutex::new(log),
-            high_watermark: AtomicI64::new(end),
-            log_start_offset: AtomicI64::new(start),
-            log_end_offset: AtomicI64::new(end),
-        };
-        Partition { topic, index, kind: Kind::Local(Box::new(local)), replicas: Vec::new() }
-    }
-
-    pub fn replicated(
+    pub fn hosted(
         topic: Arc<str>,
         index: i32,
         replicas: Vec<i32>,
         replica: SharedReplica,
         group: u64,
+        driver: Arc<Driver>,
     ) -> Partition {
-        Partition { topic, index, kind: Kind::Replicated { replica, group }, replicas }
+        Partition { topic, index, hosted: Some(Hosted { replica, group, driver }), replicas }
     }
 
     pub fn remote(topic: Arc<str>, index: i32, replicas: Vec<i32>) -> Partition {
-        Partition { topic, index, kind: Kind::Remote, replicas }
+        Partition { topic, index, hosted: None, replicas }
     }
 
-    /// The log if this broker hosts the partition.
-    pub fn log(&self) -> Option<LogGuard<'_>> {
-        match &self.kind {
-            // A panic while holding the lock is a bug that already crashed a request; the
-            // log itself stays consistent (appends are single writes), so keep serving.
-            Kind::Local(l) => Some(LogGuard::Local(l.log.lock().unwrap_or_else(|p| p.into_inner()))),
-            Kind::Replicated { replica, .. } => Some(LogGuard::Replica(driver::lock(replica))),
-            Kind::Remote => None,
-        }
-    }
-
-    /// The log of a single-broker partition (retention, cleaning and group commit work on
-    /// these directly; a replicated log changes only through Raft).
-    pub fn local_log(&self) -> Option<MutexGuard<'_, Log>> {
-        match &self.kind {
-            Kind::Local(l) => Some(l.log.lock().unwrap_or_else(|p| p.into_inner())),
-            _ => None,
-        }
-    }
-
-    pub fn is_local(&self) -> bool {
-        matches!(self.kind, Kind::Local(_))
+    /// The same partition with another replica list (a reassignment moved it).
+    pub fn relisted(&self, replicas: Vec<i32>) -> Partition {
+        let hosted = self.hosted.as_ref().map(|h| Hosted {
+            replica: h.replica.clone(),
+            group: h.group,
+            driver: h.driver.clone(),
+        });
+        Partition { topic: self.topic.clone(), index: self.index, hosted, replicas }
     }
 
     /// A partition of the cluster this broker holds no replica of.
     pub fn is_remote(&self) -> bool {
-        matches!(self.kind, Kind::Remote)
+        self.hosted.is_none()
     }
 
-    pub fn replica(&self) -> Option<(&SharedReplica, u64)> {
-        match &self.kind {
-            Kind::Replicated { replica, group } => Some((replica, *group)),
-            _ => None,
+    /// The replica and its Raft group, for the cluster's own loops (leadership, moves).
+    pub(crate) fn replica(&self) -> Option<(&SharedReplica, u64)> {
+        self.hosted.as_ref().map(|h| (&h.replica, h.group))
+    }
+
+    fn lock(&self) -> Option<std::sync::MutexGuard<'_, Replica>> {
+        self.hosted.as_ref().map(|h| driver::lock(&h.replica))
+    }
+
+    /// Has the driver handle the group's ready soon (after a proposal).
+    fn kick(&self) {
+        if let Some(h) = &self.hosted {
+            h.driver.kick(h.group);
+        }
+    }
+
+    /// Runs `f` on the log if this broker hosts the partition.
+    pub fn with_log<T>(&self, f: impl FnOnce(&Log) -> T) -> Option<T> {
+        self.lock().map(|r| f(r.log()))
+    }
+
+    /// Runs `f` on the log to change its settings (never its contents: those change only
+    /// through Raft).
+    pub fn configure_log(&self, config: runnel_storage::LogConfig) {
+        if let Some(mut r) = self.lock() {
+            r.log_mut().set_config(config);
         }
     }
 
     /// Why this broker cannot serve the partition as its leader, if it cannot.
-    pub fn leader_error(&self) -> Option<ResponseError> {
-        match &self.kind {
-            Kind::Local(_) => None,
-            Kind::Replicated { replica, .. } if driver::lock(replica).is_leader() => None,
-            _ => Some(ResponseError::NotLeaderOrFollower),
+    pub fn leader_error(&self) -> Option<PartitionError> {
+        match self.lock() {
+            Some(r) if r.is_leader() => None,
+            _ => Some(PartitionError::NotLeader),
         }
     }
 
-    /// (leader broker id or -1, leader epoch) as this broker knows them.
-    pub fn leader(&self, me: i32) -> (i32, i32) {
-        match &self.kind {
-            Kind::Local(_) => (me, 0),
-            Kind::Replicated { replica, .. } => {
-                let r = driver::lock(replica);
-                (r.leader().map_or(-1, broker_of), r.term() as i32)
-            }
-            Kind::Remote => (-1, -1),
+    /// (leader broker id or -1, leader epoch) as this broker's replica knows them.
+    pub fn leader(&self) -> (i32, i32) {
+        match self.lock() {
+            Some(r) => (r.leader().map_or(-1, broker_of), r.term() as i32),
+            None => (-1, -1),
         }
     }
 
     /// OffsetForLeaderEpoch: the largest epoch at most `epoch` and the offset where it
     /// ended (the start of the next epoch, or the log end); (-1, -1) when there is none.
     pub fn epoch_end_offset(&self, epoch: i32) -> (i32, i64) {
-        match &self.kind {
-            Kind::Local(l) => {
-                let log = l.log.lock().unwrap_or_else(|p| p.into_inner());
-                if epoch >= log.leader_epoch() {
-                    (log.leader_epoch(), log.log_end_offset())
-                } else {
-                    (-1, -1)
-                }
-            }
-            Kind::Replicated { replica, .. } => {
-                let r = driver::lock(replica);
-                match r.store().end_offset_for_epoch(epoch.max(0) as u64) {
-                    Some((term, end)) => (term as i32, end),
-                    None => (-1, -1),
-                }
-            }
-            Kind::Remote => (-1, -1),
-        }
+        self.lock()
+            .and_then(|r| r.store().end_offset_for_epoch(epoch.max(0) as u64))
+            .map_or((-1, -1), |(term, end)| (term as i32, end))
     }
 
     /// Offsets below this are visible to consumers (0 when the partition is remote).
     pub fn high_watermark(&self) -> i64 {
-        match &self.kind {
-            Kind::Local(l) => l.high_watermark.load(Ordering::Acquire),
-            Kind::Replicated { replica, .. } => driver::lock(replica).high_watermark(),
-            Kind::Remote => 0,
-        }
+        self.lock().map_or(0, |r| r.high_watermark())
     }
 
     pub fn log_start_offset(&self) -> i64 {
-        match &self.kind {
-            Kind::Local(l) => l.log_start_offset.load(Ordering::Acquire),
-            Kind::Replicated { replica, .. } => driver::lock(replica).log().log_start_offset(),
-            Kind::Remote => 0,
-        }
+        self.lock().map_or(0, |r| r.log().log_start_offset())
     }
 
-    pub fn log_end_offset(&self) -> i64 {
-        match &self.kind {
-            Kind::Local(l) => l.log_end_offset.load(Ordering::Acquire),
-            Kind::Replicated { replica, .. } => driver::lock(replica).log().log_end_offset(),
-            Kind::Remote => 0,
-        }
-    }
-
-    /// Appends validated batches to a local log in order under one lock; returns each
-    /// batch's outcome. Stops at the first failure (later batches are not written).
-    pub fn append(&self, batches: &[(&[u8], BatchHeader)], now_ms: i64) -> Result<Vec<AppendInfo>, AppendError> {
-        let Kind::Local(l) = &self.kind else {
-            return Err(AppendError::Io(std::io::Error::other("not a local partition")));
-        };
-        let mut log = l.log.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = Vec::with_capacity(batches.len());
+    /// Proposes validated batches, in order, to the partition's Raft group (leader only).
+    /// Stops at the first refused batch; the earlier ones stay proposed. The answer's
+    /// [`Appended::durable`] waits for what `acks` asks.
+    pub fn append(&self, batches: &[(&[u8], BatchHeader)], acks: Acks) -> Result<Appended, PartitionError> {
+        let mut r = self.lock().ok_or(PartitionError::NotLeader)?;
+        let mut first = None;
+        let mut last = None;
         for (bytes, h) in batches {
-            out.push(log.append(bytes, h, now_ms)?);
+            let p = r.propose_batch(bytes, h)?;
+            first.get_or_insert(p);
+            last = Some(p);
         }
-        l.log_end_offset.store(log.log_end_offset(), Ordering::Release);
-        Ok(out)
+        let (Some(first), Some(last)) = (first, last) else {
+            return Err(PartitionError::Invalid("no record batch to append".into()));
+        };
+        let durable = match acks {
+            Acks::None => None,
+            Acks::Leader => Some(r.wait(last.index, last.term, Durability::Local)),
+            Acks::All => Some(r.wait(last.index, last.term, Durability::Committed)),
+        };
+        let log_start_offset = r.log().log_start_offset();
+        drop(r);
+        self.kick();
+        Ok(Appended { base_offset: first.base_offset, log_start_offset, durable })
     }
 
-    /// Moves a local partition's high watermark up to `offset` (never down, never past the
-    /// log end).
-    pub fn advance_high_watermark(&self, offset: i64) {
-        if let Kind::Local(l) = &self.kind {
-            let offset = offset.min(l.log_end_offset.load(Ordering::Acquire));
-            l.high_watermark.fetch_max(offset, Ordering::AcqRel);
+    /// DeleteRecords on the leader: the offset to move the log start to (-1: the high
+    /// watermark), or None when the log already starts there; the metadata log carries the
+    /// move to every replica (`Cluster::delete_records`, then [`Partition::raise_log_start`]).
+    pub fn delete_records_target(&self, offset: i64) -> Result<Option<i64>, PartitionError> {
+        let r = self.lock().filter(|r| r.is_leader()).ok_or(PartitionError::NotLeader)?;
+        let (hw, start) = (r.high_watermark(), r.log().log_start_offset());
+        let offset = if offset == -1 { hw } else { offset };
+        if offset < 0 || offset > hw {
+            return Err(PartitionError::OutOfRange { offset, log_start_offset: start, high_watermark: hw });
+        }
+        Ok(Some(offset).filter(|o| *o > start))
+    }
+
+    /// Moves this replica's log start to `offset` (DeleteRecords, as the metadata log holds
+    /// it), as far as it has applied now and the rest as it applies more.
+    pub fn raise_log_start(&self, offset: i64) -> std::io::Result<Option<i64>> {
+        match self.lock() {
+            Some(mut r) => r.raise_log_start(offset),
+            None => Ok(None),
         }
     }
 
-    pub fn read(&self, offset: i64, max_bytes: usize, min_one: bool) -> Result<ReadPlan, ReadError> {
-        let hw = self.high_watermark();
-        match self.log() {
-            Some(log) => log.read(offset, max_bytes, hw, min_one),
-            None => Err(ReadError::Io(std::io::Error::other("partition not hosted here"))),
+    /// What a consumer's fetch from `offset` reads on the leader (at most `max_bytes`, or
+    /// the first batch whole when `min_one`), with the bounds it reports, under one lock.
+    pub fn read(&self, offset: i64, max_bytes: usize, min_one: bool) -> Result<Read, PartitionError> {
+        let r = self.lock().filter(|r| r.is_leader()).ok_or(PartitionError::NotLeader)?;
+        let high_watermark = r.high_watermark();
+        let log = r.log();
+        Ok(Read {
+            high_watermark,
+            log_start_offset: log.log_start_offset(),
+            plan: log.read(offset, max_bytes, high_watermark, min_one),
+        })
+    }
+
+    /// Time and size retention of this replica; the new log start if it moved.
+    pub fn enforce_retention(&self, now_ms: i64) -> std::io::Result<Option<i64>> {
+        match self.lock() {
+            Some(mut r) => r.enforce_retention(now_ms),
+            None => Ok(None),
         }
     }
 
-    /// Re-reads a local log's bounds after an operation that moved its start.
-    pub fn refresh_bounds(&self, log: &Log) {
-        if let Kind::Local(l) = &self.kind {
-            l.log_start_offset.store(log.log_start_offset(), Ordering::Release);
-            l.log_end_offset.store(log.log_end_offset(), Ordering::Release);
+    /// One compaction pass if the log's policy wants one: planned and swapped under the
+    /// lock, carried out without it (call off the async workers).
+    pub fn compact(&self, now_ms: i64) -> std::io::Result<Option<CleanStats>> {
+        let Some(plan) = self.lock().and_then(|r| r.clean_plan(now_ms)) else { return Ok(None) };
+        let cleaned = plan.execute(now_ms)?;
+        match self.lock() {
+            Some(mut r) => r.clean_swap(cleaned, now_ms),
+            None => Ok(None),
         }
     }
 
     /// Clean shutdown of whatever this broker holds of the partition.
     pub fn close(&self) -> std::io::Result<()> {
-        match &self.kind {
-            Kind::Local(l) => l.log.lock().unwrap_or_else(|p| p.into_inner()).close(),
-            Kind::Replicated { replica, .. } => driver::lock(replica).close(),
-            Kind::Remote => Ok(()),
+        match self.lock() {
+            Some(mut r) => r.close(),
+            None => Ok(()),
         }
     }
 }

@@ -22,13 +22,7 @@ pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
 pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = ()>) -> Result<()> {
     let started = std::time::Instant::now();
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
-    let broker = Broker::open(config)?;
-    let voters = broker.config.settings.get("controller.quorum.voters").to_string();
-    if !voters.is_empty() {
-        let location = broker.config.settings.get("broker.location").to_string();
-        let cluster = crate::cluster::Cluster::start(&broker, &voters, &location).await?;
-        let _ = broker.cluster.set(cluster);
-    }
+    let broker = Broker::start(config).await?;
     let connections_max = broker.config.settings.usize("max.connections").max(1);
     let permits = Arc::new(Semaphore::new(connections_max));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -38,15 +32,13 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
         tokio::spawn(cleaner_loop(broker.clone(), shutdown_rx.clone()));
     }
     tokio::pin!(stop);
-    // A cluster broker serves clients once it has replayed the metadata log up to its own
+    // A broker serves clients once it has replayed the metadata log up to its own
     // registration (as KRaft brokers wait for their initial catch-up): answering from an
     // older copy would show a restarted broker clients with missing brokers and topics.
     let mut stopped = false;
-    if let Some(cluster) = broker.cluster.get() {
-        tokio::select! {
-            _ = cluster.until_registered() => {}
-            _ = &mut stop => stopped = true,
-        }
+    tokio::select! {
+        _ = broker.cluster().until_registered() => {}
+        _ = &mut stop => stopped = true,
     }
     info!(
         listen = %broker.config.listen,
@@ -132,28 +124,9 @@ async fn cleaner_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
                         return;
                     }
                     let started = std::time::Instant::now();
-                    let swapped = if let Some((replica, _)) = p.replica() {
-                        // A replicated log: only committed, applied entries are cleaned, and
-                        // the cleaned part becomes the Raft snapshot.
-                        let Some(plan) = runnel_raft::driver::lock(replica).clean_plan(crate::now_ms()) else {
-                            continue;
-                        };
-                        plan.execute(crate::now_ms())
-                            .and_then(|cleaned| runnel_raft::driver::lock(replica).clean_swap(cleaned, crate::now_ms()))
-                    } else {
-                        let Some(plan) =
-                            p.local_log().and_then(|log| log.clean_plan(p.high_watermark(), crate::now_ms()))
-                        else {
-                            continue;
-                        };
-                        plan.execute(crate::now_ms()).and_then(|cleaned| {
-                            let Some(mut log) = p.local_log() else { return Ok(None) };
-                            let stats = log.clean_swap(cleaned, crate::now_ms())?;
-                            p.refresh_bounds(&log);
-                            Ok(Some(stats))
-                        })
-                    };
-                    match swapped {
+                    // Only committed, applied entries are cleaned, and the cleaned part
+                    // becomes the Raft snapshot.
+                    match p.compact(crate::now_ms()) {
                         Ok(Some(s)) => info!(
                             topic = %t.name, partition = p.index, segments_before = s.segments_before,
                             segments_after = s.segments_after, bytes_before = s.bytes_before,
@@ -182,23 +155,11 @@ async fn retention_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>
             let now = crate::now_ms();
             for t in b.catalog.topics_snapshot() {
                 for p in &t.partitions {
-                    if let Some((replica, _)) = p.replica() {
-                        match runnel_raft::driver::lock(replica).enforce_retention(now) {
-                            Ok(Some(start)) => {
-                                info!(topic = %t.name, partition = p.index, log_start_offset = start, "retention deleted segments")
-                            }
-                            Ok(None) => {}
-                            Err(e) => warn!(topic = %t.name, partition = p.index, error = %e, "retention failed"),
+                    match p.enforce_retention(now) {
+                        Ok(Some(start)) => {
+                            info!(topic = %t.name, partition = p.index, log_start_offset = start, "retention deleted segments")
                         }
-                        continue;
-                    }
-                    let Some(mut log) = p.local_log() else { continue };
-                    match log.enforce_retention(now) {
-                        Ok(0) => {}
-                        Ok(n) => {
-                            info!(topic = %t.name, partition = p.index, segments = n, log_start_offset = log.log_start_offset(), "retention deleted segments");
-                            p.refresh_bounds(&log);
-                        }
+                        Ok(None) => {}
                         Err(e) => warn!(topic = %t.name, partition = p.index, error = %e, "retention failed"),
                     }
                 }

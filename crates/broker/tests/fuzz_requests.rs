@@ -177,6 +177,7 @@ fn mutate(rng: &mut Rng, input: &Bytes) -> Bytes {
 
 #[test]
 fn mutated_requests_never_crash_the_broker() {
+    let _ = tracing_subscriber::fmt().with_env_filter("warn").with_test_writer().try_init();
     let iterations: usize = std::env::var("RUNNEL_FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let seed: u64 = std::env::var("RUNNEL_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_1234_abcd);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -185,7 +186,9 @@ fn mutated_requests_never_crash_the_broker() {
         let mut settings = Settings::default();
         settings.set("log.dirs", &dir.path().to_string_lossy()).expect("set");
         settings.set("log.fsync.policy", "never").expect("set");
-        let broker: Arc<Broker> = Broker::open(BrokerConfig::from_settings(settings).expect("config")).expect("open");
+        // Each replica holds open files; stay inside this process's descriptor limit.
+        settings.set("max.broker.partitions", "200").expect("set");
+        let broker: Arc<Broker> = Broker::start(BrokerConfig::from_settings(settings).expect("config")).await.expect("start");
         let corpus = corpus();
         // The unmutated corpus must all be answered (creates topic "fuzz" via metadata).
         for f in &corpus {
@@ -225,7 +228,7 @@ fn length_prefixed_response_frames_are_well_formed() {
     rt.block_on(async {
         let mut settings = Settings::default();
         settings.set("log.dirs", &dir.path().to_string_lossy()).expect("set");
-        let broker = Broker::open(BrokerConfig::from_settings(settings).expect("config")).expect("open");
+        let broker = Broker::start(BrokerConfig::from_settings(settings).expect("config")).await.expect("start");
         // ApiVersions v99: the v0 fallback with UNSUPPORTED_VERSION (KIP-511).
         let mut buf = BytesMut::new();
         buf.put_i16(18);

@@ -34,6 +34,18 @@ pub const FORWARD_GROUP: u64 = u64::MAX;
 
 pub type SharedReplica = Arc<Mutex<Replica>>;
 
+/// How a round's written entries reach the disk before they count as persisted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// One `syncfs` for a round that wrote two or more files, else fdatasync
+    /// (`log.fsync.scope=filesystem`).
+    Filesystem,
+    /// One fdatasync per file written (`log.fsync.scope=file`).
+    File,
+    /// No sync: the OS flushes when it likes (`log.fsync.policy=never`, as Kafka's default).
+    Never,
+}
+
 pub fn lock(r: &SharedReplica) -> MutexGuard<'_, Replica> {
     r.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -45,19 +57,20 @@ pub struct Driver {
     wake: Notify,
     transport: Transport,
     hooks: Arc<dyn Hooks>,
-    syncfs: bool,
+    sync: SyncPolicy,
     now_ms: fn() -> i64,
 }
 
 impl Driver {
-    /// Listens for peers on `listen`, dials `peers` (Raft id -> address) and starts the
-    /// driver task. Must run inside a Tokio runtime.
+    /// Listens for peers on `listen` (none for a broker without peers, a cluster of one),
+    /// dials `peers` (Raft id -> address) and starts the driver task. Must run inside a
+    /// Tokio runtime.
     pub async fn start(
         id: u64,
-        listen: &str,
+        listen: Option<&str>,
         peers: HashMap<u64, String>,
         hooks: Arc<dyn Hooks>,
-        syncfs: bool,
+        sync: SyncPolicy,
         now_ms: fn() -> i64,
     ) -> io::Result<Arc<Driver>> {
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE_MAX);
@@ -69,7 +82,7 @@ impl Driver {
             wake: Notify::new(),
             transport,
             hooks,
-            syncfs,
+            sync,
             now_ms,
         });
         let run = tokio::spawn(driver.clone().run(rx));
@@ -195,8 +208,8 @@ impl Driver {
             if collected.is_empty() {
                 return;
             }
-            if !files.is_empty() {
-                let syncfs = self.syncfs;
+            if !files.is_empty() && self.sync != SyncPolicy::Never {
+                let syncfs = self.sync == SyncPolicy::Filesystem;
                 let synced = tokio::task::spawn_blocking(move || runnel_storage::sync_files(&files, syncfs)).await;
                 let failure = match synced {
                     Ok(Ok(())) => None,

@@ -8,7 +8,7 @@ pub mod replica;
 pub mod store;
 pub mod transport;
 
-pub use driver::{Driver, Hooks, SharedReplica};
+pub use driver::{Driver, Hooks, SharedReplica, SyncPolicy};
 pub use raft::eraftpb::{ConfChangeType, Message};
 pub use raft::StateRole;
 pub use replica::{Collected, Durability, ProposeError, Proposed, Replica, ReplicaConfig};

@@ -118,11 +118,25 @@ pub struct Replica {
     commit_waiters: VecDeque<Waiter>,
     local_waiters: VecDeque<Waiter>,
     applied: Vec<Entry>,
+    /// As leader: the last index of the log when this replica became leader (its empty
+    /// entry included, if it appended one). Once durable, everything earlier leaders
+    /// committed is below the high watermark.
+    led_from: u64,
+    /// The term `led_from` was recorded in.
+    led_term: u64,
+    /// The log start DeleteRecords asked for (see `raise_log_start`).
+    log_start_floor: i64,
 }
 
 impl Replica {
     pub fn open(dir: &Path, log_config: LogConfig, cfg: &ReplicaConfig, now_ms: i64) -> io::Result<Replica> {
-        let store = RaftLog::open(dir, log_config, &cfg.voters, now_ms)?;
+        let mut store = RaftLog::open(dir, log_config, &cfg.voters, now_ms)?;
+        let conf = store.conf_state();
+        if conf.voters == [cfg.id] && conf.learners.is_empty() && conf.voters_outgoing.is_empty() {
+            // The only voter: every entry on its disk is committed (a majority of one has
+            // it), whatever commit index was last written (it is written lazily).
+            store.set_commit(store.last());
+        }
         let commit = store.hard_state().commit;
         let high_watermark = store.end_offset_of(commit);
         let config = Config {
@@ -137,6 +151,10 @@ impl Replica {
             pre_vote: true,
             max_uncommitted_size: cfg.max_uncommitted_bytes,
             max_committed_size_per_ready: 16 << 20,
+            // Every entry takes an offset in the Kafka log: a leader with nothing to commit
+            // appends no empty entry, so a leader change leaves no gap in the offsets.
+            // The metadata group keeps it (see `leader_caught_up`).
+            skip_empty_entry_when_committed: !cfg.deliver_committed,
             ..Default::default()
         };
         config.validate().map_err(|e| io::Error::other(e.to_string()))?;
@@ -150,6 +168,9 @@ impl Replica {
             commit_waiters: VecDeque::new(),
             local_waiters: VecDeque::new(),
             applied: Vec::new(),
+            led_from: 0,
+            led_term: 0,
+            log_start_floor: 0,
         })
     }
 
@@ -210,10 +231,11 @@ impl Replica {
         self.is_leader() && self.node.raft.raft_log.term(applied_index).ok() == Some(self.term())
     }
 
-    /// A leader whose high watermark covers an entry of its own term: everything earlier
+    /// A leader whose high watermark covers its log as it was when it became leader (an
+    /// entry of its own term, or a log it knew to be all committed): everything earlier
     /// leaders committed is below it, so reading up to it reads the whole committed log.
     pub fn leader_current(&self) -> bool {
-        self.is_leader() && self.node.raft.raft_log.term(self.durable_index).ok() == Some(self.term())
+        self.is_leader() && self.led_term == self.term() && self.durable_index >= self.led_from
     }
 
     /// The last committed entry handed to the state machine.
@@ -355,8 +377,20 @@ impl Replica {
     /// log start if it moved.
     pub fn enforce_retention(&mut self, now_ms: i64) -> io::Result<Option<i64>> {
         let applied = self.applied_index();
-        let Some(point) = self.node.mut_store().log_mut().retention_point(now_ms)? else { return Ok(None) };
+        let retained = self.node.mut_store().log_mut().retention_point(now_ms)?;
+        let floor = Some(self.log_start_floor).filter(|f| *f > self.log().log_start_offset());
+        let Some(point) = retained.max(floor) else { return Ok(None) };
         self.node.mut_store().trim(point, applied)
+    }
+
+    /// DeleteRecords decided outside the group (through the metadata log): the log start
+    /// moves to `offset` now as far as this replica has applied, and the rest of the way as
+    /// it applies more (each [`Replica::enforce_retention`]). Returns the new log start if it
+    /// moved.
+    pub fn raise_log_start(&mut self, offset: i64) -> io::Result<Option<i64>> {
+        self.log_start_floor = self.log_start_floor.max(offset);
+        let applied = self.applied_index();
+        self.node.mut_store().trim(self.log_start_floor, applied)
     }
 
     /// A compaction pass over committed, applied entries, if the log's policy wants one.
@@ -460,6 +494,9 @@ impl Replica {
         if let Some(ss) = rd.ss() {
             if ss.raft_state != StateRole::Leader {
                 self.fail_waiters();
+            } else {
+                self.led_from = self.node.raft.raft_log.last_index();
+                self.led_term = self.term();
             }
         }
         let committed = rd.take_committed_entries();

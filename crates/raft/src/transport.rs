@@ -29,25 +29,29 @@ pub type Envelope = (u64, Message);
 
 pub struct Transport {
     peers: HashMap<u64, mpsc::Sender<Envelope>>,
+    /// Keeps the driver's inbound queue open when nothing listens (a cluster of one).
+    _inbound: mpsc::Sender<Envelope>,
 }
 
 impl Transport {
-    /// Listens on `listen` and dials each of `peers` (Raft id -> address). Inbound
-    /// messages go to `inbound`; when it is full they are dropped.
+    /// Listens on `listen` (if given) and dials each of `peers` (Raft id -> address).
+    /// Inbound messages go to `inbound`; when it is full they are dropped.
     pub async fn start(
-        listen: &str,
+        listen: Option<&str>,
         peers: HashMap<u64, String>,
         inbound: mpsc::Sender<Envelope>,
     ) -> io::Result<Transport> {
-        let listener = TcpListener::bind(listen).await?;
-        tokio::spawn(accept_loop(listener, inbound));
+        if let Some(listen) = listen {
+            let listener = TcpListener::bind(listen).await?;
+            tokio::spawn(accept_loop(listener, inbound.clone()));
+        }
         let mut senders = HashMap::new();
         for (id, addr) in peers {
             let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
             tokio::spawn(peer_writer(addr, rx));
             senders.insert(id, tx);
         }
-        Ok(Transport { peers: senders })
+        Ok(Transport { peers: senders, _inbound: inbound })
     }
 
     pub fn send(&self, group: u64, msg: Message) {

@@ -97,8 +97,10 @@ type Decided = Result<Altered, (ResponseError, String)>;
 /// What became of a resource's change.
 enum Altered {
     Done,
-    /// Cluster mode: a topic's change, for the controller to apply to its copy and commit.
+    /// A topic's change, for the controller to apply to its copy and commit.
     Topic(String, TopicChange),
+    /// This broker's new dynamic settings, to persist and apply.
+    Broker(BTreeMap<String, String>),
 }
 
 /// A topic config change as the request states it, so that the controller applies it to
@@ -127,7 +129,7 @@ impl TopicChange {
 }
 
 /// Computes the new override map for a resource with `change`, validates it and, unless
-/// `validate_only`, stores it (or, for a topic in cluster mode, returns it to commit).
+/// `validate_only`, returns it to apply (a topic's through the controller).
 fn alter(
     b: &Broker,
     resource_type: i8,
@@ -148,21 +150,14 @@ fn alter(
             if validate_only {
                 return Ok(Altered::Done);
             }
-            if b.cluster.get().is_some() {
-                // Checked here against this broker's copy; applied by the controller to its own.
-                return Ok(Altered::Topic(name.to_string(), stated));
-            }
-            b.catalog.set_topic_configs(name, map).map_err(|e| (errors::catalog(&e), e.to_string()))?;
-            Ok(Altered::Done)
+            // Checked here against this broker's copy; applied by the controller to its own.
+            Ok(Altered::Topic(name.to_string(), stated))
         }
         RESOURCE_BROKER if is_this_broker(b, name) => {
             let mut map = b.catalog.settings().dynamic().clone();
             change(&mut map)?;
             validate(resource_type, &map)?;
-            if !validate_only {
-                b.catalog.set_broker_configs(map).map_err(|e| (errors::catalog(&e), e.to_string()))?;
-            }
-            Ok(Altered::Done)
+            Ok(if validate_only { Altered::Done } else { Altered::Broker(map) })
         }
         RESOURCE_BROKER => Err((ResponseError::InvalidRequest, format!("Unexpected broker id {name}"))),
         other => Err((ResponseError::InvalidRequest, format!("Unsupported resource type {other}"))),
@@ -238,22 +233,25 @@ pub fn legacy(b: &Arc<Broker>, r: AlterConfigsRequest, _v: i16) -> Reply {
     )
 }
 
-/// Answers once every topic change that the controller must commit (cluster mode) is
-/// applied here; everything else was decided already.
+/// Answers once every topic change that the controller must commit is applied here, and
+/// every broker change is persisted; everything else was decided already.
 fn finish<R: Send + 'static>(
     b: &Arc<Broker>,
     items: Vec<(R, Decided)>,
     fail: fn(R, ResponseError, String) -> R,
     build: fn(Vec<R>) -> kafka_protocol::messages::ResponseKind,
 ) -> Reply {
-    let cluster = b.cluster.get().cloned();
+    let b = b.clone();
     Box::pin(async move {
         let mut out = Vec::with_capacity(items.len());
         for (res, outcome) in items {
-            let outcome = match (outcome, &cluster) {
-                (Ok(Altered::Topic(name, change)), Some(cl)) => cl.alter_topic_configs(&name, change).await,
-                (Ok(_), _) => Ok(()),
-                (Err(e), _) => Err(e),
+            let outcome = match outcome {
+                Ok(Altered::Topic(name, change)) => b.cluster().alter_topic_configs(&name, change).await,
+                Ok(Altered::Broker(map)) => {
+                    b.catalog.set_broker_configs(map).await.map_err(|e| (errors::catalog(&e), e.to_string()))
+                }
+                Ok(Altered::Done) => Ok(()),
+                Err(e) => Err(e),
             };
             out.push(match outcome {
                 Ok(()) => res,

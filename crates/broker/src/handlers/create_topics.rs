@@ -1,5 +1,5 @@
-//! CreateTopics (key 19): partitions, replication factor (a single broker can only hold
-//! one replica), configs, validate_only; v5+ answers with the resulting configs.
+//! CreateTopics (key 19): partitions, replication factor or a manual assignment, configs,
+//! validate_only, decided by the controller; v5+ answers with the resulting configs.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,7 +10,6 @@ use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::catalog::CatalogError;
 use crate::dispatch::Reply;
 use crate::errors;
 use crate::handlers::describe_configs::topic_config_entries;
@@ -22,8 +21,7 @@ pub fn handle(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Reply {
     };
     let b = b.clone();
     Box::pin(async move {
-        let cluster = b.cluster.get().cloned();
-        let brokers = if cluster.is_some() { i16::MAX } else { 1i16 };
+        let cluster = b.cluster().clone();
         let mut topics = Vec::with_capacity(r.topics.len());
         for t in r.topics {
             let res = {
@@ -58,17 +56,10 @@ pub fn handle(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Reply {
                         }
                     }
                 }
-                if rf < 1 || rf > brokers {
-                    outcome = Err((
-                    ResponseError::InvalidReplicationFactor,
-                    format!("Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {brokers} broker(s) are registered."),
-                ));
-                }
-                let me = b.node_id();
-                // Manual assignments, by partition index; the controller checks them against
-                // the registered brokers.
+                // Manual assignments, by partition index; the controller checks them (and the
+                // replication factor) against the registered brokers.
                 let mut assignment: Option<Vec<Vec<i32>>> = None;
-                if cluster.is_some() && !t.assignments.is_empty() {
+                if !t.assignments.is_empty() {
                     let mut by_index = vec![None; t.assignments.len()];
                     for a in &t.assignments {
                         match by_index.get_mut(a.partition_index as usize) {
@@ -82,33 +73,18 @@ pub fn handle(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Reply {
                         }
                     }
                     assignment = by_index.into_iter().collect();
-                } else if cluster.is_none() && t.assignments.iter().any(|a| a.broker_ids.iter().any(|id| id.0 != me)) {
-                    outcome = Err((
-                        ResponseError::InvalidReplicaAssignment,
-                        "Assignment names a broker that does not exist".into(),
-                    ));
                 }
-                let outcome = match (outcome, &cluster) {
-                    (Err(e), _) => Err(e),
-                    (Ok(()), Some(cl)) => match b.catalog.check_create(&name, partitions, &configs) {
+                let outcome = match outcome {
+                    Err(e) => Err(e),
+                    Ok(()) => match b.catalog.check_create(&name, partitions, &configs) {
                         Err(e) => Err((errors::catalog(&e), e.to_string())),
-                        Ok(()) => cl
+                        Ok(()) => cluster
                             .create_topic(&name, partitions, rf, assignment, configs.clone(), r.validate_only)
                             .await
                             .map(|id| {
                                 res.topic_id = id;
                             }),
                     },
-                    (Ok(()), None) => {
-                        let done = if r.validate_only {
-                            b.catalog.check_create(&name, partitions, &configs)
-                        } else {
-                            b.catalog.create_topic(&name, partitions, configs.clone()).map(|topic| {
-                                res.topic_id = topic.id;
-                            })
-                        };
-                        done.map_err(|e: CatalogError| (errors::catalog(&e), e.to_string()))
-                    }
                 };
                 match outcome {
                     Ok(()) => {

@@ -10,33 +10,22 @@ use crate::broker::Broker;
 use crate::dispatch::{now, Reply};
 
 pub fn handle(b: &Arc<Broker>, _r: DescribeClusterRequest, v: i16) -> Reply {
-    let c = &b.config;
-    let me = DescribeClusterBroker::default()
-        .with_broker_id(BrokerId(c.node_id))
-        .with_host(str_bytes(&c.advertised_host))
-        .with_port(c.advertised_port as i32)
-        .with_rack(None);
-    let mut resp = match b.cluster.get() {
-        Some(cl) => DescribeClusterResponse::default()
-            .with_cluster_id(str_bytes(&cl.cluster_id))
-            .with_controller_id(BrokerId(cl.controller().unwrap_or(-1)))
-            .with_brokers(
-                cl.live_brokers()
-                    .into_iter()
-                    .map(|info| {
-                        DescribeClusterBroker::default()
-                            .with_broker_id(BrokerId(info.id))
-                            .with_host(str_bytes(&info.host))
-                            .with_port(info.port as i32)
-                            .with_rack(info.rack().map(|r| str_bytes(&r)))
-                    })
-                    .collect(),
-            ),
-        None => DescribeClusterResponse::default()
-            .with_cluster_id(str_bytes(&b.catalog.cluster_id))
-            .with_controller_id(BrokerId(c.node_id))
-            .with_brokers(vec![me]),
-    };
+    let cl = b.cluster();
+    let mut resp = DescribeClusterResponse::default()
+        .with_cluster_id(str_bytes(&cl.cluster_id))
+        .with_controller_id(BrokerId(cl.controller().unwrap_or(-1)))
+        .with_brokers(
+            cl.live_brokers()
+                .into_iter()
+                .map(|info| {
+                    DescribeClusterBroker::default()
+                        .with_broker_id(BrokerId(info.id))
+                        .with_host(str_bytes(&info.host))
+                        .with_port(info.port as i32)
+                        .with_rack(info.rack().map(|r| str_bytes(&r)))
+                })
+                .collect(),
+        );
     if v >= 1 {
         resp.endpoint_type = 1; // brokers
     }

@@ -26,7 +26,7 @@ pub fn handle(b: &Arc<Broker>, r: DescribeLogDirsRequest, _v: i16) -> Reply {
             .iter()
             .filter(|p| wanted(&t.name, p.index))
             .filter_map(|p| {
-                let size = p.log()?.size_bytes() as i64;
+                let size = p.with_log(|log| log.size_bytes())? as i64;
                 Some(DescribeLogDirsPartition::default().with_partition_index(p.index).with_partition_size(size))
             })
             .collect();

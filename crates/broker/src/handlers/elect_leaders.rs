@@ -72,8 +72,8 @@ pub fn handle(b: &Arc<Broker>, r: ElectLeadersRequest, v: i16) -> Reply {
                     rows.push(fail(ResponseError::ElectionNotNeeded, "The preferred leader already leads."));
                     continue;
                 }
-                let group = b.cluster.get().and_then(|c| c.group_of(&part.topic, part.index).map(|g| (c, g)));
-                let (Some((cluster, group)), true) = (group, leader >= 0) else {
+                let cluster = b.cluster();
+                let (Some(group), true) = (cluster.group_of(&part.topic, part.index), leader >= 0) else {
                     rows.push(fail(
                         ResponseError::PreferredLeaderNotAvailable,
                         "The partition has no leader right now.",

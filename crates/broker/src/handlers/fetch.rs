@@ -87,22 +87,24 @@ fn read_all(b: &Broker, parts: &[(PartKey, PartState)], max_bytes: usize, v: i16
             out.push(Read { key: key.clone(), data, news: true });
             continue;
         };
-        if let Some(code) = part.leader_error() {
-            data.error_code = code.code();
-            out.push(Read { key: key.clone(), data, news: true });
-            continue;
-        }
-        let hw = part.high_watermark();
-        data.high_watermark = hw;
-        data.last_stable_offset = hw;
+        let budget = max_bytes.saturating_sub(total).min(st.max_bytes.max(0) as usize);
+        let read = match part.read(st.fetch_offset, budget, total == 0) {
+            Ok(read) => read,
+            Err(e) => {
+                data.error_code = errors::partition(&e).code();
+                out.push(Read { key: key.clone(), data, news: true });
+                continue;
+            }
+        };
+        data.high_watermark = read.high_watermark;
+        data.last_stable_offset = read.high_watermark;
         if v >= 5 {
-            data.log_start_offset = part.log_start_offset();
+            data.log_start_offset = read.log_start_offset;
         }
         data.aborted_transactions = if v >= 4 { Some(Vec::new()) } else { None };
-        let budget = max_bytes.saturating_sub(total).min(st.max_bytes.max(0) as usize);
-        let records =
-            part.read(st.fetch_offset, budget, total == 0).and_then(|plan| plan.execute().map_err(Into::into));
-        let mut news = hw != st.sent_high_watermark || data.log_start_offset != st.sent_log_start_offset;
+        let records = read.plan.and_then(|plan| plan.execute().map_err(Into::into));
+        let mut news =
+            read.high_watermark != st.sent_high_watermark || data.log_start_offset != st.sent_log_start_offset;
         match records {
             Ok(bytes) => {
                 total += bytes.len();

@@ -21,16 +21,8 @@ fn lookup(b: &Broker, key_type: i8, key: &str) -> Result<(BrokerId, StrBytes, i3
     if key_type != KEY_GROUP {
         return Err((ResponseError::CoordinatorNotAvailable, "only consumer-group coordinators are available".into()));
     }
-    match b.cluster.get() {
-        Some(cluster) => {
-            let info = crate::coordinators::locate(b, cluster, key)?;
-            Ok((BrokerId(info.id), str_bytes(&info.host), info.port as i32))
-        }
-        None => {
-            let c = &b.config;
-            Ok((BrokerId(c.node_id), str_bytes(&c.advertised_host), c.advertised_port as i32))
-        }
-    }
+    let info = crate::coordinators::locate(b, b.cluster(), key)?;
+    Ok((BrokerId(info.id), str_bytes(&info.host), info.port as i32))
 }
 
 pub fn handle(b: &Arc<Broker>, r: FindCoordinatorRequest, v: i16) -> Reply {

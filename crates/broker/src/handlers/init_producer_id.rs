@@ -17,19 +17,20 @@ pub fn handle(b: &Arc<Broker>, r: InitProducerIdRequest, _v: i16) -> Reply {
     }
     let bump =
         r.producer_id.0 >= 0 && r.producer_id.0 != -1 && r.producer_epoch >= 0 && r.producer_epoch < i16::MAX - 1;
-    let (id, epoch) = if bump {
-        (r.producer_id.0, r.producer_epoch + 1)
-    } else {
-        match b.catalog.allocate_producer_id() {
-            // Cluster mode: each broker allocates from its own range (node id + 1 in the
-            // high bits), so ids never collide across brokers.
-            Ok(id) if b.cluster.get().is_some() => (id | ((b.node_id() as i64 + 1) << 40), 0),
-            Ok(id) => (id, 0),
+    if bump {
+        return now(resp.with_producer_id(r.producer_id).with_producer_epoch(r.producer_epoch + 1));
+    }
+    let b = b.clone();
+    Box::pin(async move {
+        let resp = match b.catalog.allocate_producer_id().await {
+            // Each broker allocates from its own range (node id + 1 in the high bits), so
+            // ids never collide across brokers.
+            Ok(id) => resp.with_producer_id(ProducerId(id | ((b.node_id() as i64 + 1) << 40))).with_producer_epoch(0),
             Err(e) => {
                 tracing::error!(error = %e, "allocating a producer id");
-                return now(resp.with_error_code(ResponseError::KafkaStorageError.code()));
+                resp.with_error_code(ResponseError::KafkaStorageError.code())
             }
-        }
-    };
-    now(resp.with_producer_id(ProducerId(id)).with_producer_epoch(epoch))
+        };
+        Some(resp.into())
+    })
 }

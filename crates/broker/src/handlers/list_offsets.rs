@@ -12,6 +12,7 @@ use kafka_protocol::records::RecordBatchDecoder;
 
 use crate::broker::Broker;
 use crate::dispatch::{now, Reply};
+use crate::errors;
 use crate::partition::Partition;
 
 const LATEST: i64 = -1;
@@ -44,9 +45,10 @@ fn lookup(p: &Partition, ts: i64) -> Result<(i64, i64), ResponseError> {
         EARLIEST | EARLIEST_LOCAL => (start, -1),
         LATEST_TIERED => (-1, -1),
         MAX_TIMESTAMP => {
-            let log = p.log().ok_or(ResponseError::NotLeaderOrFollower)?;
-            let batch = log.batch_with_max_timestamp().map_err(io)?;
-            drop(log);
+            let batch = p
+                .with_log(|log| log.batch_with_max_timestamp())
+                .ok_or(ResponseError::NotLeaderOrFollower)?
+                .map_err(io)?;
             batch
                 .and_then(|b| {
                     let max = runnel_wire::BatchHeader::parse(&b).ok()?.max_timestamp;
@@ -55,9 +57,8 @@ fn lookup(p: &Partition, ts: i64) -> Result<(i64, i64), ResponseError> {
                 .unwrap_or((-1, -1))
         }
         ts if ts >= 0 => {
-            let log = p.log().ok_or(ResponseError::NotLeaderOrFollower)?;
-            let batch = log.batch_for_timestamp(ts).map_err(io)?;
-            drop(log);
+            let batch =
+                p.with_log(|log| log.batch_for_timestamp(ts)).ok_or(ResponseError::NotLeaderOrFollower)?.map_err(io)?;
             batch.and_then(|b| find_record(b, start, hw, |t| t >= ts)).unwrap_or((-1, -1))
         }
         _ => return Err(ResponseError::InvalidRequest),
@@ -81,10 +82,10 @@ pub fn handle(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16) -> Reply {
                     let Some(part) = topic.as_ref().and_then(|t| t.partitions.get(p.partition_index as usize)) else {
                         return res.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                     };
-                    if let Some(code) = part.leader_error() {
-                        return res.with_error_code(code.code());
+                    if let Some(e) = part.leader_error() {
+                        return res.with_error_code(errors::partition(&e).code());
                     }
-                    let (_, epoch) = part.leader(b.node_id());
+                    let (_, epoch) = part.leader();
                     if p.current_leader_epoch > epoch {
                         return res.with_error_code(ResponseError::UnknownLeaderEpoch.code());
                     }

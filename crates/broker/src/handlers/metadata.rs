@@ -77,14 +77,11 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> Reply {
                         None if validate_topic_name(name).is_err() => {
                             error_entry(Some(name), uuid::Uuid::nil(), ResponseError::InvalidTopicException)
                         }
-                        None => match may_create.then(|| b.auto_create(name)).flatten() {
-                            Some(t) => topic_entry(b, &t, v),
-                            // Being created by the controller: clients retry.
-                            None if may_create && b.cluster.get().is_some() => {
-                                error_entry(Some(name), uuid::Uuid::nil(), ResponseError::LeaderNotAvailable)
-                            }
-                            None => error_entry(Some(name), uuid::Uuid::nil(), ResponseError::UnknownTopicOrPartition),
-                        },
+                        // Being created by the controller: clients retry.
+                        None if may_create && b.auto_create(name) => {
+                            error_entry(Some(name), uuid::Uuid::nil(), ResponseError::LeaderNotAvailable)
+                        }
+                        None => error_entry(Some(name), uuid::Uuid::nil(), ResponseError::UnknownTopicOrPartition),
                     },
                     None => match b.catalog.topic_by_id(req.topic_id) {
                         Some(t) => topic_entry(b, &t, v),
@@ -99,26 +96,22 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> Reply {
         .with_node_id(BrokerId(c.node_id))
         .with_host(str_bytes(&c.advertised_host))
         .with_port(c.advertised_port as i32);
-    let (brokers, controller, cluster_id) = match b.cluster.get() {
-        Some(cl) => {
-            let mut brokers: Vec<MetadataResponseBroker> = cl
-                .live_brokers()
-                .into_iter()
-                .map(|info| {
-                    MetadataResponseBroker::default()
-                        .with_node_id(BrokerId(info.id))
-                        .with_host(str_bytes(&info.host))
-                        .with_port(info.port as i32)
-                        .with_rack(info.rack().map(|r| str_bytes(&r)))
-                })
-                .collect();
-            if !brokers.iter().any(|x| x.node_id.0 == c.node_id) {
-                brokers.push(me);
-            }
-            (brokers, cl.controller().unwrap_or(-1), cl.cluster_id.clone())
-        }
-        None => (vec![me], c.node_id, b.catalog.cluster_id.clone()),
-    };
+    let cl = b.cluster();
+    let mut brokers: Vec<MetadataResponseBroker> = cl
+        .live_brokers()
+        .into_iter()
+        .map(|info| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(info.id))
+                .with_host(str_bytes(&info.host))
+                .with_port(info.port as i32)
+                .with_rack(info.rack().map(|r| str_bytes(&r)))
+        })
+        .collect();
+    if !brokers.iter().any(|x| x.node_id.0 == c.node_id) {
+        brokers.push(me);
+    }
+    let (controller, cluster_id) = (cl.controller().unwrap_or(-1), cl.cluster_id.clone());
     let mut resp = MetadataResponse::default().with_brokers(brokers).with_topics(topics);
     if v >= 1 {
         resp.controller_id = BrokerId(controller);

@@ -26,9 +26,9 @@ pub fn handle(b: &Arc<Broker>, r: OffsetForLeaderEpochRequest, _v: i16) -> Reply
                     match part {
                         None => out.error_code = ResponseError::UnknownTopicOrPartition.code(),
                         Some(part) => {
-                            let (_, epoch) = part.leader(b.node_id());
+                            let (_, epoch) = part.leader();
                             if let Some(e) = part.leader_error() {
-                                out.error_code = e.code();
+                                out.error_code = crate::errors::partition(&e).code();
                             } else if p.current_leader_epoch > epoch {
                                 out.error_code = ResponseError::UnknownLeaderEpoch.code();
                             } else if p.current_leader_epoch >= 0 && p.current_leader_epoch < epoch {

@@ -26,18 +26,14 @@ use crate::dispatch::Reply;
 pub fn alter(b: &Arc<Broker>, r: AlterPartitionReassignmentsRequest, _v: i16) -> Reply {
     let b = b.clone();
     Box::pin(async move {
-        let cluster = b.cluster.get().cloned();
+        let cluster = b.cluster().clone();
         let mut topics = Vec::with_capacity(r.topics.len());
         for t in r.topics {
             let mut partitions = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
                 let target: Option<Vec<i32>> = p.replicas.map(|ids| ids.into_iter().map(|id| id.0).collect());
-                let outcome = match &cluster {
-                    Some(cl) => {
-                        cl.reassign(&t.name.0, p.partition_index, target, r.allow_replication_factor_change).await
-                    }
-                    None => single_broker(&b, &t.name.0, p.partition_index, target),
-                };
+                let outcome =
+                    cluster.reassign(&t.name.0, p.partition_index, target, r.allow_replication_factor_change).await;
                 partitions.push(answer(p.partition_index, outcome));
             }
             topics.push(ReassignableTopicResponse::default().with_name(t.name).with_partitions(partitions));
@@ -59,27 +55,8 @@ fn answer(partition: i32, outcome: Result<(), (ResponseError, String)>) -> Reass
     }
 }
 
-fn single_broker(
-    b: &Broker,
-    topic: &str,
-    partition: i32,
-    target: Option<Vec<i32>>,
-) -> Result<(), (ResponseError, String)> {
-    let exists = b.catalog.topic(topic).is_some_and(|t| (partition as usize) < t.partitions.len() && partition >= 0);
-    match target {
-        _ if !exists => {
-            Err((ResponseError::UnknownTopicOrPartition, format!("Partition {partition} of '{topic}' does not exist.")))
-        }
-        None => Err((ResponseError::NoReassignmentInProgress, "No reassignment is in progress.".into())),
-        Some(t) if t == [b.node_id()] => Ok(()),
-        Some(_) => {
-            Err((ResponseError::InvalidReplicaAssignment, "A single broker can only hold its own replicas.".into()))
-        }
-    }
-}
-
 pub fn list(b: &Arc<Broker>, r: ListPartitionReassignmentsRequest, _v: i16) -> Reply {
-    let moving = b.cluster.get().map(|c| c.reassignments()).unwrap_or_default();
+    let moving = b.cluster().reassignments();
     let wanted = |topic: &str, p: i32| match &r.topics {
         None => true,
         Some(ts) => ts.iter().any(|t| &*t.name.0 == topic && t.partition_indexes.contains(&p)),

@@ -1,9 +1,11 @@
-//! Produce (key 0): validate every batch (CRC, magic, counts, size), check the idempotent
-//! producer's sequence, append, and answer per `acks`: 0 not at all, 1 after the append,
-//! -1 (all) once group commit has fsynced the data (with `log.fsync.policy=always`).
+//! Produce (key 0): validate every batch (CRC, magic, counts, size, the topic's rules),
+//! append it through [`Partition::append`] (which checks the idempotent producer's
+//! sequence and proposes to the partition's Raft group), and answer per `acks`: 0 not at
+//! all, 1 once on the leader's disk, -1 (all) once committed on a majority of disks.
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -16,13 +18,8 @@ use crate::broker::Broker;
 use crate::catalog::Topic;
 use crate::dispatch::Reply;
 use crate::errors;
-use crate::partition::Partition;
+use crate::partition::{Acks, Appended};
 use crate::topic_config;
-
-struct Accepted {
-    partition: Arc<Partition>,
-    log_end_offset: i64,
-}
 
 /// Per-topic settings that shape validation, read once per request.
 struct TopicRules {
@@ -97,11 +94,9 @@ fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
 
 pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Reply {
     let now_ms = crate::now_ms();
-    let acks = r.acks;
-    let mut accepted: Vec<Accepted> = Vec::new();
-    // Replicated partitions: (topic index, partition index, acknowledgement to wait for).
-    let mut waits: Vec<(usize, usize, tokio::sync::oneshot::Receiver<bool>)> = Vec::new();
-    let mut kicks: Vec<u64> = Vec::new();
+    let acks = Acks::from_kafka(r.acks);
+    // Accepted writes: (topic index, partition index, the write's durability wait).
+    let mut waits: Vec<(usize, usize, Appended)> = Vec::new();
     let mut responses = Vec::with_capacity(r.topic_data.len());
     for t in r.topic_data {
         let topic = if v >= 13 { b.catalog.topic_by_id(t.topic_id) } else { b.catalog.topic(&t.name.0) };
@@ -110,9 +105,9 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Reply {
         for p in t.partition_data {
             let mut res = PartitionProduceResponse::default().with_index(p.index).with_base_offset(-1);
             let outcome = (|| {
-                if !matches!(acks, -1..=1) {
-                    return Err((ResponseError::InvalidRequiredAcks, format!("acks={acks} is not -1, 0 or 1")));
-                }
+                let Some(acks) = acks else {
+                    return Err((ResponseError::InvalidRequiredAcks, format!("acks={} is not -1, 0 or 1", r.acks)));
+                };
                 if r.transactional_id.is_some() {
                     return Err((
                         ResponseError::TransactionalIdAuthorizationFailed,
@@ -131,42 +126,22 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Reply {
                     ));
                 };
                 if let Some(e) = part.leader_error() {
-                    return Err((e, "This broker is not the partition leader.".into()));
+                    return Err((errors::partition(&e), e.to_string()));
                 }
                 let records = p.records.as_deref().unwrap_or_default();
                 let batches = validate(records, rules, now_ms)?;
-                if let Some((replica, group)) = part.replica() {
-                    let mut rep = runnel_raft::driver::lock(replica);
-                    let mut proposed = Vec::with_capacity(batches.len());
-                    for (bytes, h) in &batches {
-                        proposed.push(rep.propose_batch(bytes, h).map_err(errors::propose)?);
-                    }
-                    let (first, last) = (proposed[0], proposed[proposed.len() - 1]);
-                    let durability = match acks {
-                        0 => None,
-                        1 => Some(runnel_raft::Durability::Local),
-                        _ => Some(runnel_raft::Durability::Committed),
-                    };
-                    if let Some(d) = durability {
-                        waits.push((responses.len(), parts.len(), rep.wait(last.index, last.term, d)));
-                    }
-                    let start = rep.log().log_start_offset();
-                    drop(rep);
-                    kicks.push(group);
-                    return Ok((first.base_offset, start, rules.log_append_time));
-                }
                 let refs: Vec<(&[u8], BatchHeader)> = batches.iter().map(|(bytes, h)| (bytes.as_ref(), *h)).collect();
-                let infos = part.append(&refs, now_ms).map_err(|e| (errors::append(&e), e.to_string()))?;
-                accepted.push(Accepted { partition: part.clone(), log_end_offset: part.log_end_offset() });
-                Ok((infos[0].base_offset, part.log_start_offset(), rules.log_append_time))
+                let appended = part.append(&refs, acks).map_err(|e| (errors::partition(&e), e.to_string()))?;
+                Ok((appended, rules.log_append_time))
             })();
             match outcome {
-                Ok((base_offset, log_start_offset, log_append_time)) => {
-                    res.base_offset = base_offset;
+                Ok((appended, log_append_time)) => {
+                    res.base_offset = appended.base_offset;
                     res.log_append_time_ms = if log_append_time { now_ms } else { -1 };
                     if v >= 5 {
-                        res.log_start_offset = log_start_offset;
+                        res.log_start_offset = appended.log_start_offset;
                     }
+                    waits.push((responses.len(), parts.len(), appended));
                 }
                 Err((code, msg)) => {
                     res.error_code = code.code();
@@ -186,53 +161,18 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Reply {
         }
         responses.push(tr);
     }
-    let items: Vec<_> = accepted.into_iter().map(|a| (a.partition, a.log_end_offset)).collect();
-    if let Some(cluster) = b.cluster.get() {
-        for g in kicks {
-            cluster.kick(g);
-        }
-    }
-    let broker = b.clone();
-    let timeout = std::time::Duration::from_millis(r.timeout_ms.max(0) as u64);
+    let timeout = Duration::from_millis(r.timeout_ms.max(0) as u64);
     Box::pin(async move {
-        for (ti, pi, rx) in waits {
-            let code = match tokio::time::timeout(timeout, rx).await {
-                Ok(Ok(true)) => None,
-                // Leadership moved before the entry committed; it may still commit under the
-                // new leader, and the (idempotent) producer's retry finds it there.
-                Ok(_) => Some(ResponseError::NotLeaderOrFollower),
-                Err(_) => Some(ResponseError::RequestTimedOut),
-            };
-            if let Some(code) = code {
+        let deadline = tokio::time::Instant::now() + timeout;
+        for (ti, pi, appended) in waits {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if let Err(e) = appended.durable(left).await {
                 let pr = &mut responses[ti].partition_responses[pi];
-                pr.error_code = code.code();
+                pr.error_code = errors::partition(&e).code();
                 pr.base_offset = -1;
             }
         }
-        match &broker.flusher {
-            None => {
-                for (p, end) in &items {
-                    p.advance_high_watermark(*end);
-                }
-                broker.data_arrived.notify_waiters();
-            }
-            Some(f) if acks == -1 && !items.is_empty() => {
-                if let Err(e) = f.flush(items).await {
-                    // Durability unknown: fail every partition this request wrote.
-                    tracing::warn!(error = %e, "acks=all produce not acknowledged");
-                    for tr in &mut responses {
-                        for pr in &mut tr.partition_responses {
-                            if pr.error_code == 0 {
-                                pr.error_code = errors::flush_failed().code();
-                            }
-                        }
-                    }
-                }
-            }
-            Some(f) if !items.is_empty() => f.flush_in_background(items).await,
-            Some(_) => {}
-        }
-        if acks == 0 {
+        if acks == Some(Acks::None) {
             return None;
         }
         Some(ProduceResponse::default().with_responses(responses).into())
