@@ -67,14 +67,34 @@ pub fn locate(b: &Broker, cluster: &Arc<Cluster>, group: &str) -> Result<BrokerI
         .ok_or_else(|| unavailable(format!("{OFFSETS_TOPIC}-{p} has no leader right now")))
 }
 
+/// Waits (at most `limit`) until the coordinator serves every offsets partition this broker
+/// leads, so that a broker that leads them at start (a cluster of one always does) answers
+/// its first group requests with the groups read back, not NOT_COORDINATOR.
+pub async fn until_led_partitions_loaded(b: &Broker, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let loaded = b.groups.loaded_partitions();
+        let pending = b.catalog.topic(OFFSETS_TOPIC).is_some_and(|topic| {
+            topic.partitions.iter().any(|p| p.leader_error().is_none() && loaded.binary_search(&p.index).is_err())
+        });
+        if !pending || tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Keeps this broker's coordinator serving exactly the offsets partitions it leads: a
 /// partition is read back once its leader's high watermark covers an entry of the leader's
 /// own term (so every earlier commit is readable) and dropped as soon as leadership moves
 /// or the term changes.
 pub async fn follow_leaders(cluster: Arc<Cluster>) {
     let mut served: HashMap<i32, u64> = HashMap::new();
+    let mut first = true;
     loop {
-        tokio::time::sleep(FOLLOW_INTERVAL).await;
+        if !std::mem::take(&mut first) {
+            tokio::time::sleep(FOLLOW_INTERVAL).await;
+        }
         let Some(b) = cluster.broker() else { return };
         let mut leading: HashMap<i32, u64> = HashMap::new();
         if let Some(topic) = b.catalog.topic(OFFSETS_TOPIC) {

@@ -15,6 +15,8 @@ use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::connection;
 
+/// How long start-up waits for the groups of the offsets partitions this broker leads.
+const GROUPS_LOAD_WAIT_MAX: Duration = Duration::from_secs(10);
 /// How long shutdown waits for connections to finish their in-flight requests.
 pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
 
@@ -39,6 +41,10 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     tokio::select! {
         _ = broker.cluster().until_registered() => {}
         _ = &mut stop => stopped = true,
+    }
+    // Groups of the offsets partitions led here are read back before clients are served.
+    if !stopped {
+        crate::coordinators::until_led_partitions_loaded(&broker, GROUPS_LOAD_WAIT_MAX).await;
     }
     info!(
         listen = %broker.config.listen,
