@@ -415,6 +415,10 @@ fn claim_dir(dir: &std::path::Path, id: Uuid) -> Result<bool> {
     }
 }
 
+fn over_capacity(max: usize, what: String) -> (ResponseError, String) {
+    (ResponseError::InvalidPartitions, format!("{what}: more than max.broker.partitions={max} on a broker"))
+}
+
 /// A manual assignment: every partition's replicas distinct, registered, and as many as
 /// every other partition's.
 fn check_assignment(a: &[Vec<i32>], brokers: &[BrokerInfo]) -> Result<(), (ResponseError, String)> {
@@ -714,9 +718,9 @@ impl Cluster {
                 if let Some(a) = &assignment {
                     check_assignment(a, &brokers)?;
                 }
-                self.check_capacity(partitions.max(0) as usize * rf.max(0) as usize, None)?;
+                self.check_replica_count(partitions.max(0) as usize * rf.max(0) as usize)?;
                 let placed = assignment.clone().unwrap_or_else(|| place(&brokers, partitions, rf as usize));
-                self.check_capacity(0, Some(&placed))?;
+                self.check_broker_load(&placed)?;
                 self.check_placement(&name, &brokers, &placed, &configs)?;
                 if validate_only {
                     return Ok(());
@@ -836,7 +840,7 @@ impl Cluster {
                     ));
                 }
                 let brokers = self.live_brokers();
-                self.check_capacity((count as usize - current) * rf, None)?;
+                self.check_replica_count((count as usize - current) * rf)?;
                 let placed = match assignment {
                     Some(a) => {
                         if a.len() != count as usize - current {
@@ -866,7 +870,7 @@ impl Cluster {
                     }
                     None => place(&brokers, count, rf).split_off(current),
                 };
-                self.check_capacity(0, Some(&placed))?;
+                self.check_broker_load(&placed)?;
                 let configs = self.broker.upgrade().and_then(|b| b.catalog.topic(&name)).map(|t| t.configs.clone());
                 self.check_placement(&name, &brokers, &placed, &configs.unwrap_or_default())?;
                 if validate_only {
@@ -879,35 +883,36 @@ impl Cluster {
         }
     }
 
-    /// Refuses new replicas past `max.broker.partitions` on any broker: `replicas` more in
-    /// all (checked before placing, so a huge request is never placed), or `placed` on the
-    /// brokers it names. Raft group ids leave 24 bits to a topic's partitions, a bound too.
-    fn check_capacity(&self, replicas: usize, placed: Option<&[Vec<i32>]>) -> Result<(), (ResponseError, String)> {
-        let max =
-            self.broker.upgrade().map_or(0, |b| b.catalog.settings().i64("max.broker.partitions")).clamp(0, 1 << 24)
-                as usize;
-        let state = self.read();
-        let mut held: HashMap<i32, usize> = HashMap::new();
-        for reps in state.topics.values().flat_map(|t| t.initial.iter()) {
-            for b in reps {
-                *held.entry(*b).or_default() += 1;
-            }
-        }
-        let refuse = |what: String| {
-            Err((
-                ResponseError::InvalidPartitions,
-                format!("{what}: more than max.broker.partitions={max} on a broker"),
-            ))
-        };
-        let brokers = state.live().len().max(1);
+    /// `max.broker.partitions`, bounded by the 24 bits Raft group ids leave to a topic's
+    /// partitions.
+    fn broker_partitions_max(&self) -> usize {
+        let max = self.broker.upgrade().map_or(0, |b| b.catalog.settings().i64("max.broker.partitions"));
+        max.clamp(0, 1 << 24) as usize
+    }
+
+    /// Refuses a request for more new replicas than the live brokers may take in all
+    /// (checked before placing, so a huge request is never placed).
+    fn check_replica_count(&self, replicas: usize) -> Result<(), (ResponseError, String)> {
+        let max = self.broker_partitions_max();
+        let brokers = self.read().live().len().max(1);
         if replicas > max.saturating_mul(brokers) {
-            return refuse(format!("{replicas} new partition replicas over {brokers} broker(s)"));
+            return Err(over_capacity(max, format!("{replicas} new partition replicas over {brokers} broker(s)")));
         }
-        for b in placed.unwrap_or_default().iter().flatten() {
+        Ok(())
+    }
+
+    /// Refuses a placement that would give a broker more than `max.broker.partitions`.
+    fn check_broker_load(&self, placed: &[Vec<i32>]) -> Result<(), (ResponseError, String)> {
+        let max = self.broker_partitions_max();
+        let mut held: HashMap<i32, usize> = HashMap::new();
+        for b in self.read().topics.values().flat_map(|t| t.initial.iter()).flatten() {
+            *held.entry(*b).or_default() += 1;
+        }
+        for b in placed.iter().flatten() {
             let n = held.entry(*b).or_default();
             *n += 1;
             if *n > max {
-                return refuse(format!("broker {b} would hold {n} partition replicas"));
+                return Err(over_capacity(max, format!("broker {b} would hold {n} partition replicas")));
             }
         }
         Ok(())
@@ -1238,12 +1243,9 @@ impl Cluster {
             Record::DeleteRecords { name, id, partition, offset } => {
                 let Some(broker) = self.broker.upgrade() else { return };
                 let Some(topic) = broker.catalog.topic(&name).filter(|t| t.id == id) else { return };
-                if let Some(p) = topic.partitions.get(partition as usize) {
-                    match p.raise_log_start(offset) {
-                        Ok(Some(start)) => info!(topic = %name, partition, log_start_offset = start, "records deleted"),
-                        Ok(None) => {}
-                        Err(e) => warn!(topic = %name, partition, error = %e, "deleting records"),
-                    }
+                if let Some(p) = topic.partitions.get(partition as usize).cloned() {
+                    // Trimming deletes segments: off the driver task, which applies this.
+                    tokio::task::spawn_blocking(move || p.raise_log_start(offset));
                 }
                 let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
                 let start = state.log_starts.entry((name, partition)).or_default();

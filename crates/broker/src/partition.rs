@@ -17,6 +17,7 @@ use runnel_wire::BatchHeader;
 use tokio::sync::oneshot;
 
 /// A hosted partition: its replica, its Raft group id and the driver that runs it.
+#[derive(Clone)]
 struct Hosted {
     replica: SharedReplica,
     group: u64,
@@ -140,12 +141,7 @@ impl Partition {
 
     /// The same partition with another replica list (a reassignment moved it).
     pub fn relisted(&self, replicas: Vec<i32>) -> Partition {
-        let hosted = self.hosted.as_ref().map(|h| Hosted {
-            replica: h.replica.clone(),
-            group: h.group,
-            driver: h.driver.clone(),
-        });
-        Partition { topic: self.topic.clone(), index: self.index, hosted, replicas }
+        Partition { topic: self.topic.clone(), index: self.index, hosted: self.hosted.clone(), replicas }
     }
 
     /// A partition of the cluster this broker holds no replica of.
@@ -174,8 +170,7 @@ impl Partition {
         self.lock().map(|r| f(r.log()))
     }
 
-    /// Runs `f` on the log to change its settings (never its contents: those change only
-    /// through Raft).
+    /// Changes the log's settings (never its contents: those change only through Raft).
     pub fn configure_log(&self, config: runnel_storage::LogConfig) {
         if let Some(mut r) = self.lock() {
             r.log_mut().set_config(config);
@@ -255,11 +250,16 @@ impl Partition {
     }
 
     /// Moves this replica's log start to `offset` (DeleteRecords, as the metadata log holds
-    /// it), as far as it has applied now and the rest as it applies more.
-    pub fn raise_log_start(&self, offset: i64) -> std::io::Result<Option<i64>> {
-        match self.lock() {
-            Some(mut r) => r.raise_log_start(offset),
-            None => Ok(None),
+    /// it), as far as it has applied now and the rest as it applies more. Deletes segments:
+    /// call off the async workers.
+    pub fn raise_log_start(&self, offset: i64) {
+        let Some(mut r) = self.lock() else { return };
+        match r.raise_log_start(offset) {
+            Ok(Some(start)) => {
+                tracing::info!(topic = %self.topic, partition = self.index, log_start_offset = start, "records deleted")
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "deleting records"),
         }
     }
 

@@ -40,7 +40,13 @@ pub fn handle(b: &Arc<Broker>, r: DeleteRecordsRequest, _v: i16) -> Reply {
                     Ok(Some(offset)) => {
                         let done = cluster.delete_records(&part.topic, part.index, offset);
                         match tokio::time::timeout(deadline, done).await {
-                            Ok(Ok(())) => Ok(part.log_start_offset().max(offset)),
+                            Ok(Ok(())) => {
+                                // Applying the record trims in the background; the answer
+                                // waits until this replica's log start has moved.
+                                let p = part.clone();
+                                let _ = tokio::task::spawn_blocking(move || p.raise_log_start(offset)).await;
+                                Ok(part.log_start_offset().max(offset))
+                            }
                             Ok(Err((code, _))) => Err(code),
                             Err(_) => Err(ResponseError::RequestTimedOut),
                         }
