@@ -503,13 +503,13 @@ impl Cluster {
             let _ = meta.campaign();
         }
         let meta = Arc::new(Mutex::new(meta));
-        // Same voters, same cluster id on every broker.
-        let digest = voters.iter().fold(0xcbf29ce484222325u64, |h, (id, a)| {
-            format!("{id}@{a}").bytes().fold(h, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
-        });
         let cluster_id = if single {
             broker.catalog.cluster_id.clone()
         } else {
+            // Same voters, same cluster id on every broker.
+            let digest = voters.iter().fold(0xcbf29ce484222325u64, |h, (id, a)| {
+                format!("{id}@{a}").bytes().fold(h, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+            });
             Uuid::from_u64_pair(digest, digest.rotate_left(17)).simple().to_string()[..22].to_string()
         };
         let cluster = Arc::new(Cluster {

@@ -76,6 +76,11 @@ impl GroupLog for OffsetsLog {
         })
     }
 
+    fn leads(&self, partition: i32) -> bool {
+        let topic = self.topic().ok().flatten();
+        topic.and_then(|t| t.partitions.get(partition as usize).map(|p| p.leader_error().is_none())).unwrap_or(false)
+    }
+
     fn read_all(&self, partition: i32) -> Result<Vec<(Bytes, Option<Bytes>)>, String> {
         let Some(topic) = self.topic()? else { return Ok(Vec::new()) };
         let Some(part) = topic.partitions.get(partition as usize) else { return Ok(Vec::new()) };

@@ -25,6 +25,9 @@ pub trait GroupLog: Send + Sync + 'static {
     fn partitions(&self) -> i32;
     fn append(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> LogFuture;
     fn read_all(&self, partition: i32) -> Result<Vec<(Bytes, Option<Bytes>)>, String>;
+    /// This broker leads the partition, so its coordinator is (or is about to be) the one
+    /// that reads it back and serves its groups.
+    fn leads(&self, partition: i32) -> bool;
 }
 
 #[derive(Debug, Clone)]
@@ -146,13 +149,18 @@ impl Coordinator {
 
     /// Why this coordinator cannot serve the group now, if it cannot: another broker
     /// coordinates it (NOT_COORDINATOR, the client looks it up again), or its partition is
-    /// still being read back (COORDINATOR_LOAD_IN_PROGRESS, the client retries here).
+    /// led here but not read back yet (COORDINATOR_LOAD_IN_PROGRESS, the client retries
+    /// here, as it does with Kafka after a restart or a failover).
     pub fn owner_error(&self, group_id: &str) -> Option<E> {
         let p = self.partition_for(group_id);
-        let owned = self.lock_owned();
-        if owned.loaded.contains(&p) {
-            None
-        } else if owned.loading.contains(&p) {
+        let loading = {
+            let owned = self.lock_owned();
+            if owned.loaded.contains(&p) {
+                return None;
+            }
+            owned.loading.contains(&p)
+        };
+        if loading || self.log.leads(p) {
             Some(E::CoordinatorLoadInProgress)
         } else {
             Some(E::NotCoordinator)

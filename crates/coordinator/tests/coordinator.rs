@@ -16,8 +16,9 @@ use runnel_coordinator::{
 /// (key, value) records of one partition; a None value is a tombstone.
 type Records = Vec<(Bytes, Option<Bytes>)>;
 
+/// Leads every partition but those in the second field (moved to another broker).
 #[derive(Default)]
-struct MemLog(Mutex<BTreeMap<i32, Records>>);
+struct MemLog(Mutex<BTreeMap<i32, Records>>, Mutex<std::collections::BTreeSet<i32>>);
 
 impl GroupLog for MemLog {
     fn partitions(&self) -> i32 {
@@ -29,6 +30,9 @@ impl GroupLog for MemLog {
     }
     fn read_all(&self, partition: i32) -> Result<Vec<(Bytes, Option<Bytes>)>, String> {
         Ok(self.0.lock().expect("lock").get(&partition).cloned().unwrap_or_default())
+    }
+    fn leads(&self, partition: i32) -> bool {
+        !self.1.lock().expect("lock").contains(&partition)
     }
 }
 
@@ -422,6 +426,7 @@ async fn a_coordinator_serves_only_the_partitions_it_has_loaded() {
         async move { c.join("kept", join_req(&first.member_id, None, 10_000)).await }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
+    log.1.lock().expect("lock").insert(p);
     c.unload_partition(p);
     let answered = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("answered").expect("join");
     assert_eq!(answered.error, E::NotCoordinator.code());
@@ -439,7 +444,11 @@ async fn a_coordinator_serves_only_the_partitions_it_has_loaded() {
     assert_eq!(c.owner_error(&other), None);
     c.commit(&other, -1, "", None, vec![("t".into(), 0, 1, 0, String::new())]).await.expect("commit elsewhere");
 
-    // Leadership comes back: the partition is read back, the commit from before is there.
+    // Leadership comes back: until the partition is read back its groups are loading (the
+    // client retries here instead of looking the coordinator up again), then the commit
+    // from before is there.
+    log.1.lock().expect("lock").remove(&p);
+    assert_eq!(c.owner_error("kept"), Some(E::CoordinatorLoadInProgress));
     assert!(c.load_partition(p).expect("load") >= 1);
     assert_eq!(c.owner_error("kept"), None);
     assert_eq!(committed(&c, "kept", "t"), Some(9));
