@@ -6,27 +6,32 @@ use std::sync::Arc;
 use anyhow::Result;
 use tokio::sync::Notify;
 
+use runnel_controller::{parse_location, parse_voters, BrokerInfo, Controller, ControllerConfig};
 use runnel_coordinator::{Coordinator, CoordinatorConfig};
 
 use crate::catalog::Catalog;
-use crate::cluster::Cluster;
 use crate::config::BrokerConfig;
 use crate::fetch_session::FetchSessions;
 use crate::offsets_log::OffsetsLog;
 use crate::partition::Partition;
+use crate::replica_manager::ReplicaManager;
 
 pub struct Broker {
     pub config: BrokerConfig,
-    pub catalog: Catalog,
+    pub catalog: Arc<Catalog>,
     /// Woken whenever a high watermark moves; long-polling fetches wait on it.
     pub data_arrived: Arc<Notify>,
     pub fetch_sessions: FetchSessions,
     /// Consumer groups and committed offsets, kept in `__consumer_offsets`.
     pub groups: Coordinator,
     pub shutting_down: AtomicBool,
-    /// The metadata quorum and the Raft driver (set by [`Broker::start`]); a broker without
-    /// `controller.quorum.voters` is a cluster of one.
-    cluster: std::sync::OnceLock<Arc<Cluster>>,
+    /// The metadata quorum as this broker follows it (and leads it, when it is the
+    /// controller); a broker without `controller.quorum.voters` is a cluster of one.
+    pub controller: Arc<Controller>,
+    /// The Raft driver and this broker's replicas.
+    pub replicas: Arc<ReplicaManager>,
+    /// A creation of the offsets topic is under way (see `group_coordinator::locate`).
+    pub offsets_creating: Arc<AtomicBool>,
 }
 
 impl Broker {
@@ -34,7 +39,7 @@ impl Broker {
     /// cluster of one when `controller.quorum.voters` is empty), which replays the metadata
     /// log and opens this broker's replicas. Must run inside a Tokio runtime.
     pub async fn start(config: BrokerConfig) -> Result<Arc<Broker>> {
-        let catalog = Catalog::open(&config.data_dir, config.settings.clone())?;
+        let catalog = Arc::new(Catalog::open(&config.data_dir, config.settings.clone())?);
         let data_arrived = Arc::new(Notify::new());
         let sessions = FetchSessions::new(config.settings.usize("max.incremental.fetch.session.cache.slots"));
         let s = &config.settings;
@@ -55,9 +60,32 @@ impl Broker {
             offsets_retention_ms: s.i64("offsets.retention.minutes").max(1).saturating_mul(60_000),
         };
         let offsets_partitions = s.i64("offsets.topic.num.partitions").max(1) as i32;
-        let broker = Arc::new_cyclic(|weak| Broker {
+        let voters = parse_voters(s.get("controller.quorum.voters"))?;
+        let (replicas, links) = ReplicaManager::start(&config, &voters, catalog.clone(), data_arrived.clone()).await?;
+        let me = BrokerInfo {
+            id: config.node_id,
+            host: config.advertised_host.clone(),
+            port: config.advertised_port,
+            location: parse_location(s.get("broker.location"))?,
+            incarnation: uuid::Uuid::new_v4().as_u64_pair().0,
+        };
+        let controller = Controller::start(
+            ControllerConfig {
+                node_id: config.node_id,
+                voters,
+                me,
+                data_dir: config.data_dir.clone(),
+                single_cluster_id: catalog.cluster_id.clone(),
+                now_ms: crate::now_ms,
+            },
+            replicas.driver().clone(),
+            replicas.clone(),
+            links.inbox,
+            links.meta_ready,
+        )?;
+        let broker = Arc::new(Broker {
             groups: Coordinator::new(
-                Arc::new(OffsetsLog { broker: weak.clone(), partitions: offsets_partitions }),
+                Arc::new(OffsetsLog { catalog: catalog.clone(), partitions: offsets_partitions }),
                 group_config,
             ),
             config,
@@ -65,17 +93,22 @@ impl Broker {
             data_arrived,
             fetch_sessions: sessions,
             shutting_down: AtomicBool::new(false),
-            cluster: std::sync::OnceLock::new(),
+            controller: controller.clone(),
+            replicas: replicas.clone(),
+            offsets_creating: Arc::new(AtomicBool::new(false)),
         });
-        // Each partition of the offsets log is read back by the broker that leads it, when
-        // it starts leading (`coordinators::follow_leaders`).
-        let cluster = Cluster::start(&broker).await?;
-        let _ = broker.cluster.set(cluster);
+        tokio::spawn(crate::replica_manager::announce_leaders(replicas, controller));
         Ok(broker)
     }
 
-    pub fn cluster(&self) -> &Arc<Cluster> {
-        self.cluster.get().expect("Broker::start sets the cluster before the broker is shared")
+    pub fn controller(&self) -> &Arc<Controller> {
+        &self.controller
+    }
+
+    /// Whether `name` names this broker in a config resource ("" is the cluster-wide
+    /// default entity).
+    pub fn is_named(&self, name: &str) -> bool {
+        name.is_empty() || name.parse::<i32>().ok() == Some(self.node_id())
     }
 
     pub fn node_id(&self) -> i32 {
@@ -86,7 +119,8 @@ impl Broker {
     /// when it holds none, from the leader's announcement; (-1, -1) if unknown.
     pub fn partition_leader(&self, p: &Partition) -> (i32, i32) {
         if p.is_remote() {
-            return self.cluster().leader_hint(&p.topic, p.index).unwrap_or((-1, -1));
+            let group = self.controller.group_of(&p.topic, p.index);
+            return group.and_then(|g| self.replicas.leader_hint(g)).unwrap_or((-1, -1));
         }
         p.leader()
     }
@@ -108,8 +142,8 @@ impl Broker {
             )
         };
         if enabled {
-            let (cluster, name) = (self.cluster().clone(), name.to_string());
-            tokio::spawn(async move { cluster.auto_create(&name, partitions, rf).await });
+            let (controller, name) = (self.controller.clone(), name.to_string());
+            tokio::spawn(async move { controller.auto_create(&name, partitions, rf).await });
         }
         enabled
     }

@@ -1,4 +1,4 @@
-//! The broker's view of the topics (applied from the metadata log by `cluster`, which
+//! The broker's view of the topics (applied from the metadata log by `replica_manager`, which
 //! opens and closes the replicas), and the little state that is this broker's own,
 //! persisted in `<data dir>/meta/cluster.json` (written to a temporary file, fsynced,
 //! renamed): the cluster id of a cluster of one, the producer-id block, and dynamic broker

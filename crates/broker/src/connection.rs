@@ -19,8 +19,8 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use crate::broker::Broker;
-use crate::dispatch::{self, Reply};
-use crate::handlers::api_versions;
+use crate::ctx::Reply;
+use crate::dispatch;
 
 type Framed = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>>;
 
@@ -104,7 +104,7 @@ fn decode(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAddr) -> Result<Fr
         if key == ApiKey::ApiVersions {
             // KIP-511: answer an ApiVersions we cannot parse with a v0 response listing
             // what we support, so the client can pick a version and retry.
-            let resp = api_versions::unsupported_version_response();
+            let resp = dispatch::unsupported_version_response();
             return Ok(Box::pin(std::future::ready(encode_response(key, 0, correlation_id, &resp.into()))));
         }
         return Err(format!("unsupported version {version} of {key:?}"));

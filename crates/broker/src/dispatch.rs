@@ -1,69 +1,90 @@
-//! The table of every Kafka API this broker serves, with its version range, and the one
-//! `match` that routes a decoded request to its handler (one file per API in `handlers/`).
+//! The one table of every Kafka API this broker serves: its version range (what
+//! ApiVersions reports and the connection checks before decoding) and its handler (one
+//! file per API in `handlers/`). ApiVersions itself is answered here, from the table.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, RequestKind};
 
 use crate::broker::Broker;
+use crate::ctx::{now, Ctx, Reply};
 use crate::handlers;
 
-/// A handler's answer: a future so that produce (waiting for fsync) and fetch (long
-/// polling) can finish later, while the connection keeps reading and answers in order.
-/// `None` means no response is sent (produce with acks=0).
-pub type Reply = Pin<Box<dyn Future<Output = Option<ResponseKind>> + Send>>;
+/// Declares the table once: `Api(min, max) => handler;` gives both [`APIS`] and the route.
+macro_rules! api_table {
+    ($($api:ident($min:literal, $max:literal) => $handler:expr;)*) => {
+        /// (API, min version, max version). Minimums follow Kafka 4.x, which dropped older ones.
+        pub const APIS: &[(ApiKey, i16, i16)] = &[$((ApiKey::$api, $min, $max)),*];
 
-/// Who sent a request: what JoinGroup records as a member's client id and host.
-pub struct Ctx {
-    pub client_id: String,
-    pub peer: std::net::SocketAddr,
+        fn route(b: &Arc<Broker>, request: RequestKind, v: i16, ctx: &Ctx) -> Reply {
+            match request {
+                $(RequestKind::$api(r) => {
+                    let handle: fn(&Arc<Broker>, _, i16, &Ctx) -> Reply = $handler;
+                    handle(b, r, v, ctx)
+                })*
+                // `supported` gates decoding, so only an API missing from the table lands here.
+                _ => now(ApiVersionsResponse::default().with_error_code(ResponseError::UnsupportedVersion.code())),
+            }
+        }
+    };
 }
 
-pub fn now(resp: impl Into<ResponseKind>) -> Reply {
-    let resp = resp.into();
-    Box::pin(std::future::ready(Some(resp)))
+api_table! {
+    Produce(3, 13) => |b, r, v, _ctx| handlers::produce::handle(b, r, v);
+    Fetch(4, 17) => |b, r, v, _ctx| handlers::fetch::handle(b.clone(), r, v);
+    ListOffsets(1, 10) => |b, r, v, _ctx| handlers::list_offsets::handle(b, r, v);
+    Metadata(0, 13) => |b, r, v, _ctx| handlers::metadata::handle(b, r, v);
+    ApiVersions(0, 4) => |_b, _r, _v, _ctx| now(api_versions_response());
+    CreateTopics(2, 7) => |b, r, v, _ctx| handlers::create_topics::handle(b, r, v);
+    DeleteTopics(1, 6) => |b, r, v, _ctx| handlers::delete_topics::handle(b, r, v);
+    DeleteRecords(0, 2) => |b, r, v, _ctx| handlers::delete_records::handle(b, r, v);
+    ElectLeaders(0, 2) => |b, r, v, _ctx| handlers::elect_leaders::handle(b, r, v);
+    AlterPartitionReassignments(0, 1) => |b, r, v, _ctx| handlers::partition_reassignments::alter(b, r, v);
+    ListPartitionReassignments(0, 0) => |b, r, v, _ctx| handlers::partition_reassignments::list(b, r, v);
+    InitProducerId(0, 5) => |b, r, v, _ctx| handlers::init_producer_id::handle(b, r, v);
+    OffsetForLeaderEpoch(2, 4) => |b, r, v, _ctx| handlers::offset_for_leader_epoch::handle(b, r, v);
+    DescribeConfigs(1, 4) => |b, r, v, _ctx| handlers::describe_configs::handle(b, r, v);
+    AlterConfigs(0, 2) => |b, r, v, _ctx| handlers::alter_configs::legacy(b, r, v);
+    CreatePartitions(0, 3) => |b, r, v, _ctx| handlers::create_partitions::handle(b, r, v);
+    IncrementalAlterConfigs(0, 1) => |b, r, v, _ctx| handlers::alter_configs::incremental(b, r, v);
+    DescribeCluster(0, 1) => |b, r, v, _ctx| handlers::describe_cluster::handle(b, r, v);
+    DescribeLogDirs(1, 4) => |b, r, v, _ctx| handlers::describe_log_dirs::handle(b, r, v);
+    FindCoordinator(0, 6) => |b, r, v, _ctx| handlers::find_coordinator::handle(b, r, v);
+    JoinGroup(0, 9) => |b, r, v, ctx| handlers::join_group::handle(b, r, v, ctx);
+    SyncGroup(0, 5) => |b, r, v, _ctx| handlers::sync_group::handle(b, r, v);
+    Heartbeat(0, 4) => |b, r, v, _ctx| handlers::heartbeat::handle(b, r, v);
+    LeaveGroup(0, 5) => |b, r, v, _ctx| handlers::leave_group::handle(b, r, v);
+    OffsetCommit(2, 9) => |b, r, v, _ctx| handlers::offset_commit::handle(b, r, v);
+    OffsetFetch(1, 9) => |b, r, v, _ctx| handlers::offset_fetch::handle(b, r, v);
+    DescribeGroups(0, 5) => |b, r, v, _ctx| handlers::describe_groups::handle(b, r, v);
+    ListGroups(0, 5) => |b, r, v, _ctx| handlers::list_groups::handle(b, r, v);
+    DeleteGroups(0, 2) => |b, r, v, _ctx| handlers::delete_groups::handle(b, r, v);
+    OffsetDelete(0, 0) => |b, r, v, _ctx| handlers::offset_delete::handle(b, r, v);
+    ConsumerGroupHeartbeat(0, 1) => |b, r, v, ctx| handlers::consumer_group_heartbeat::handle(b, r, v, ctx);
+    ConsumerGroupDescribe(0, 1) => |b, r, v, _ctx| handlers::consumer_group_describe::handle(b, r, v);
 }
-
-/// (API, min version, max version). Minimums follow Kafka 4.x, which dropped older ones.
-pub const APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 13),
-    (ApiKey::Fetch, 4, 17),
-    (ApiKey::ListOffsets, 1, 10),
-    (ApiKey::Metadata, 0, 13),
-    (ApiKey::ApiVersions, 0, 4),
-    (ApiKey::CreateTopics, 2, 7),
-    (ApiKey::DeleteTopics, 1, 6),
-    (ApiKey::DeleteRecords, 0, 2),
-    (ApiKey::ElectLeaders, 0, 2),
-    (ApiKey::AlterPartitionReassignments, 0, 1),
-    (ApiKey::ListPartitionReassignments, 0, 0),
-    (ApiKey::InitProducerId, 0, 5),
-    (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    (ApiKey::DescribeConfigs, 1, 4),
-    (ApiKey::AlterConfigs, 0, 2),
-    (ApiKey::CreatePartitions, 0, 3),
-    (ApiKey::IncrementalAlterConfigs, 0, 1),
-    (ApiKey::DescribeCluster, 0, 1),
-    (ApiKey::DescribeLogDirs, 1, 4),
-    (ApiKey::FindCoordinator, 0, 6),
-    (ApiKey::JoinGroup, 0, 9),
-    (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 2, 9),
-    (ApiKey::OffsetFetch, 1, 9),
-    (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::ListGroups, 0, 5),
-    (ApiKey::DeleteGroups, 0, 2),
-    (ApiKey::OffsetDelete, 0, 0),
-    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
-    (ApiKey::ConsumerGroupDescribe, 0, 1),
-];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
     APIS.iter().any(|(k, min, max)| *k == key && (*min..=*max).contains(&version))
+}
+
+/// ApiVersions: the table, nothing else.
+fn api_versions_response() -> ApiVersionsResponse {
+    let keys = APIS
+        .iter()
+        .map(|(k, min, max)| {
+            ApiVersion::default().with_api_key(*k as i16).with_min_version(*min).with_max_version(*max)
+        })
+        .collect();
+    ApiVersionsResponse::default().with_api_keys(keys)
+}
+
+/// The KIP-511 answer to ApiVersions at a version this broker does not know: v0 with
+/// UNSUPPORTED_VERSION and the table, so the client can pick a version.
+pub fn unsupported_version_response() -> ApiVersionsResponse {
+    api_versions_response().with_error_code(ResponseError::UnsupportedVersion.code())
 }
 
 pub fn dispatch(
@@ -72,45 +93,6 @@ pub fn dispatch(
     request: RequestKind,
     peer: std::net::SocketAddr,
 ) -> Reply {
-    let v = header.request_api_version;
     let ctx = Ctx { client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(), peer };
-    let b = broker.clone();
-    match request {
-        RequestKind::ApiVersions(r) => handlers::api_versions::handle(&b, r, v),
-        RequestKind::Metadata(r) => handlers::metadata::handle(&b, r, v),
-        RequestKind::Produce(r) => handlers::produce::handle(&b, r, v),
-        RequestKind::Fetch(r) => handlers::fetch::handle(b, r, v),
-        RequestKind::ListOffsets(r) => handlers::list_offsets::handle(&b, r, v),
-        RequestKind::CreateTopics(r) => handlers::create_topics::handle(&b, r, v),
-        RequestKind::DeleteTopics(r) => handlers::delete_topics::handle(&b, r, v),
-        RequestKind::CreatePartitions(r) => handlers::create_partitions::handle(&b, r, v),
-        RequestKind::DeleteRecords(r) => handlers::delete_records::handle(&b, r, v),
-        RequestKind::ElectLeaders(r) => handlers::elect_leaders::handle(&b, r, v),
-        RequestKind::AlterPartitionReassignments(r) => handlers::partition_reassignments::alter(&b, r, v),
-        RequestKind::ListPartitionReassignments(r) => handlers::partition_reassignments::list(&b, r, v),
-        RequestKind::InitProducerId(r) => handlers::init_producer_id::handle(&b, r, v),
-        RequestKind::OffsetForLeaderEpoch(r) => handlers::offset_for_leader_epoch::handle(&b, r, v),
-        RequestKind::DescribeConfigs(r) => handlers::describe_configs::handle(&b, r, v),
-        RequestKind::IncrementalAlterConfigs(r) => handlers::alter_configs::incremental(&b, r, v),
-        RequestKind::AlterConfigs(r) => handlers::alter_configs::legacy(&b, r, v),
-        RequestKind::DescribeCluster(r) => handlers::describe_cluster::handle(&b, r, v),
-        RequestKind::DescribeLogDirs(r) => handlers::describe_log_dirs::handle(&b, r, v),
-        RequestKind::FindCoordinator(r) => handlers::find_coordinator::handle(&b, r, v),
-        RequestKind::JoinGroup(r) => handlers::join_group::handle(&b, r, v, &ctx),
-        RequestKind::SyncGroup(r) => handlers::sync_group::handle(&b, r, v),
-        RequestKind::Heartbeat(r) => handlers::heartbeat::handle(&b, r, v),
-        RequestKind::LeaveGroup(r) => handlers::leave_group::handle(&b, r, v),
-        RequestKind::OffsetCommit(r) => handlers::offset_commit::handle(&b, r, v),
-        RequestKind::OffsetFetch(r) => handlers::offset_fetch::handle(&b, r, v),
-        RequestKind::DescribeGroups(r) => handlers::describe_groups::handle(&b, r, v),
-        RequestKind::ListGroups(r) => handlers::list_groups::handle(&b, r, v),
-        RequestKind::DeleteGroups(r) => handlers::delete_groups::handle(&b, r, v),
-        RequestKind::OffsetDelete(r) => handlers::offset_delete::handle(&b, r, v),
-        RequestKind::ConsumerGroupHeartbeat(r) => handlers::consumer_group_heartbeat::handle(&b, r, v, &ctx),
-        RequestKind::ConsumerGroupDescribe(r) => handlers::consumer_group_describe::handle(&b, r, v),
-        other => {
-            // `supported` gates decoding, so only a table/match mismatch lands here.
-            unreachable!("API {:?} is in the table but has no handler", std::mem::discriminant(&other))
-        }
-    }
+    route(broker, request, header.request_api_version, &ctx)
 }

@@ -1,25 +1,35 @@
 //! The Kafka-protocol broker: listener and connections, the API table, one handler file
-//! per Kafka API, the topic catalog, partitions, group commit and fetch sessions.
+//! per Kafka API, the topic catalog, partitions (the one seam to Raft), the replica
+//! manager that opens and closes them as the controller decides, and fetch sessions.
+//!
+//! The produce path, in seven hops: `connection` (framing, in-order responses) →
+//! `dispatch` (API table) → `handlers/produce.rs` (validate) → `Partition::append` →
+//! Raft driver (append, replicate, batched fsync) → commit → response.
 //!
 //! Neighbours: `runnel-wire` (batch validation), `runnel-storage` (the partition log),
-//! `runnel-coordinator` (consumer groups, stored through `offsets_log`), `runnel-raft`
-//! (replication; `cluster` holds the metadata quorum in cluster mode).
-//! The binary crate `runnel` parses the command line and calls [`server::run`].
+//! `runnel-raft` (replication, reached only through `partition` and `replica_manager`),
+//! `runnel-controller` (metadata; it reaches this crate only through the `Host` that
+//! `replica_manager` implements), `runnel-coordinator` (consumer groups, stored through
+//! `offsets_log`). The binary crate `runnel` parses the command line and calls
+//! [`server::run`].
 
 pub mod broker;
 pub mod catalog;
-pub mod cluster;
 pub mod config;
+pub mod config_change;
+mod config_view;
 pub mod connection;
-mod coordinators;
+mod ctx;
 mod dispatch;
 mod errors;
 mod fetch_session;
+mod group_coordinator;
 mod handlers;
 pub mod offsets_log;
 pub mod partition;
+mod preferred_leader;
 mod reassign;
-pub(crate) mod rebalance;
+pub mod replica_manager;
 pub mod server;
 pub mod topic_config;
 

@@ -4,7 +4,7 @@
 //! topic is created through the controller on the first FindCoordinator.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,8 +13,7 @@ use runnel_coordinator::{GroupLog, LogFuture};
 use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_NONE};
 use runnel_wire::{BatchHeader, Batches};
 
-use crate::broker::Broker;
-use crate::catalog::Topic;
+use crate::catalog::{Catalog, Topic};
 use crate::config::Settings;
 use crate::partition::Acks;
 
@@ -23,14 +22,13 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 const REPLAY_READ_BYTES: usize = 1 << 20;
 
 pub struct OffsetsLog {
-    pub broker: Weak<Broker>,
+    pub catalog: Arc<Catalog>,
     pub partitions: i32,
 }
 
 impl OffsetsLog {
     fn topic(&self) -> Result<Option<Arc<Topic>>, String> {
-        let b = self.broker.upgrade().ok_or("broker is gone")?;
-        Ok(b.catalog.topic(OFFSETS_TOPIC))
+        Ok(self.catalog.topic(OFFSETS_TOPIC))
     }
 }
 
@@ -60,14 +58,13 @@ impl GroupLog for OffsetsLog {
 
     fn append(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> LogFuture {
         let appended = (|| {
-            // The topic exists once a FindCoordinator created it (`coordinators::locate`).
+            // The topic exists once a FindCoordinator created it (`group_coordinator::locate`).
             let topic = self.topic()?.ok_or("the offsets topic is not created yet")?;
             let part = topic.partitions.get(partition as usize).cloned().ok_or("offsets partition out of range")?;
             let batch = encode(&records)?;
             let h = BatchHeader::validate_for_append(&batch).map_err(|e| e.to_string())?;
             let appended = part.append(&[(&batch, h)], Acks::All).map_err(|e| e.to_string())?;
-            let b = self.broker.upgrade().ok_or("broker is gone")?;
-            let timeout = b.catalog.settings().i64("offsets.commit.timeout.ms").max(1) as u64;
+            let timeout = self.catalog.settings().i64("offsets.commit.timeout.ms").max(1) as u64;
             Ok::<_, String>((appended, Duration::from_millis(timeout)))
         })();
         Box::pin(async move {

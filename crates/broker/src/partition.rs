@@ -118,11 +118,6 @@ pub struct Read {
     pub plan: Result<ReadPlan, ReadError>,
 }
 
-/// Raft ids are broker ids + 1 (Raft reserves 0).
-pub fn broker_of(raft_id: u64) -> i32 {
-    raft_id as i32 - 1
-}
-
 impl Partition {
     pub fn hosted(
         topic: Arc<str>,
@@ -188,7 +183,7 @@ impl Partition {
     /// (leader broker id or -1, leader epoch) as this broker's replica knows them.
     pub fn leader(&self) -> (i32, i32) {
         match self.lock() {
-            Some(r) => (r.leader().map_or(-1, broker_of), r.term() as i32),
+            Some(r) => (r.leader().map_or(-1, runnel_controller::broker_of), r.term() as i32),
             None => (-1, -1),
         }
     }

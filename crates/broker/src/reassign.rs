@@ -14,13 +14,13 @@
 //! Every step waits for the previous change to be applied (one change at a time).
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use runnel_raft::ConfChangeType;
 use tracing::info;
 
-use crate::cluster::Cluster;
+use crate::broker::Broker;
 
 /// How often leaders look at their moving partitions.
 const INTERVAL: Duration = Duration::from_millis(300);
@@ -29,17 +29,17 @@ const CAUGHT_UP_LAG: u64 = 64;
 /// How long a leader waits before reporting the same finished move again.
 const REPORT_AGAIN: Duration = Duration::from_secs(3);
 
-pub(crate) async fn carry_out(cluster: Arc<Cluster>) {
+pub(crate) async fn carry_out(broker: Weak<Broker>) {
     let reported: Mutex<HashSet<(String, i32)>> = Mutex::new(HashSet::new());
     let mut last_report = Instant::now();
     loop {
         tokio::time::sleep(INTERVAL).await;
-        let Some(broker) = cluster.broker() else { return };
+        let Some(broker) = broker.upgrade() else { return };
         if last_report.elapsed() > REPORT_AGAIN {
             reported.lock().unwrap_or_else(|p| p.into_inner()).clear();
             last_report = Instant::now();
         }
-        for ((name, p), moving) in cluster.reassignments() {
+        for ((name, p), moving) in broker.controller.reassignments() {
             let Some(part) = broker.catalog.topic(&name).and_then(|t| t.partitions.get(p as usize).cloned()) else {
                 continue;
             };
@@ -55,11 +55,11 @@ pub(crate) async fn carry_out(cluster: Arc<Cluster>) {
                 Step::Wait => {}
                 Step::Changed(what) => {
                     info!(topic = %name, partition = p, target = ?moving.target, "reassignment: {what}");
-                    cluster.kick(group);
+                    broker.replicas.kick(group);
                 }
                 Step::Done => {
                     if reported.lock().unwrap_or_else(|p| p.into_inner()).insert((name.clone(), p)) {
-                        cluster.finish_reassignment(name, p, moving.target.clone());
+                        broker.controller.finish_reassignment(name, p, moving.target.clone());
                     }
                 }
             }

@@ -25,6 +25,12 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     let started = std::time::Instant::now();
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     let broker = Broker::start(config).await?;
+    let weak = Arc::downgrade(&broker);
+    tokio::spawn(crate::preferred_leader::elect_preferred_leaders(weak.clone()));
+    tokio::spawn(crate::reassign::carry_out(weak.clone()));
+    // Each partition of the offsets log is read back by the broker that leads it, when it
+    // starts leading it.
+    tokio::spawn(crate::group_coordinator::follow_leaders(weak));
     let connections_max = broker.config.settings.usize("max.connections").max(1);
     let permits = Arc::new(Semaphore::new(connections_max));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -39,12 +45,12 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     // older copy would show a restarted broker clients with missing brokers and topics.
     let mut stopped = false;
     tokio::select! {
-        _ = broker.cluster().until_registered() => {}
+        _ = broker.controller().until_registered() => {}
         _ = &mut stop => stopped = true,
     }
     // Groups of the offsets partitions led here are read back before clients are served.
     if !stopped {
-        crate::coordinators::until_led_partitions_loaded(&broker, GROUPS_LOAD_WAIT_MAX).await;
+        crate::group_coordinator::until_led_partitions_loaded(&broker, GROUPS_LOAD_WAIT_MAX).await;
     }
     info!(
         listen = %broker.config.listen,

@@ -6,6 +6,10 @@
 //! No sockets, no Raft, no async: the broker (and later the Raft driver) drives a [`Log`]
 //! by calling it, and decides when to fsync through [`Log::sync_handles`]. Batches handed
 //! to [`Log::append`] must already have passed `runnel_wire::BatchHeader::validate_for_append`.
+//!
+//! The produce path (docs/ARCHITECTURE.md), in seven hops: connection → dispatch →
+//! handlers/produce.rs → `Partition::append` → Raft driver (appends to this crate's [`Log`],
+//! where the producer-state checks run; replicates; batched fsync) → commit → response.
 
 mod cleaner;
 pub mod fault;

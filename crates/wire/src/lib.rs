@@ -6,6 +6,10 @@
 //! from disk. The Kafka message codec itself is the `kafka-protocol` crate; this crate
 //! holds what that crate leaves to the broker, plus a batch builder and the record codecs
 //! for the places that write batches themselves.
+//!
+//! The produce path (docs/ARCHITECTURE.md), in seven hops: connection → dispatch →
+//! handlers/produce.rs (validates with this crate's `BatchHeader`) → `Partition::append` →
+//! Raft driver (append, replicate, batched fsync) → commit → response.
 
 pub mod batch;
 pub mod build;

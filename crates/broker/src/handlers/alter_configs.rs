@@ -12,85 +12,11 @@ use kafka_protocol::messages::{
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::config::{check_value, setting, Kind, DYNAMIC_SETTINGS};
-use crate::dispatch::Reply;
+use crate::config_change::{apply, validate, Outcome, OP_SET};
+use crate::config_change::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use crate::ctx::Reply;
 use crate::errors;
-use crate::handlers::describe_configs::{is_this_broker, RESOURCE_BROKER, RESOURCE_TOPIC};
-use crate::topic_config;
-
-const OP_SET: i8 = 0;
-const OP_DELETE: i8 = 1;
-const OP_APPEND: i8 = 2;
-const OP_SUBTRACT: i8 = 3;
-
-type Outcome = Result<(), (ResponseError, String)>;
-
-fn invalid(msg: String) -> (ResponseError, String) {
-    (ResponseError::InvalidConfig, msg)
-}
-
-fn kind_of(resource_type: i8, name: &str) -> Option<Kind> {
-    match resource_type {
-        RESOURCE_TOPIC => topic_config::lookup(name).map(|(_, k)| k),
-        _ => setting(name).map(|(k, _)| k),
-    }
-}
-
-/// Applies one incremental operation to a map of overrides.
-fn apply(map: &mut BTreeMap<String, String>, resource_type: i8, name: &str, op: i8, value: Option<&str>) -> Outcome {
-    if op == OP_DELETE && !map.contains_key(name) {
-        // Nothing to delete, whatever the name (tools clear settings they may have set, such
-        // as kafka-reassign-partitions' replication throttles, which Runnel does not have).
-        return Ok(());
-    }
-    let kind = kind_of(resource_type, name).ok_or_else(|| invalid(format!("Unknown config name: {name}")))?;
-    match op {
-        OP_SET => {
-            let v = value.ok_or_else(|| invalid(format!("Null value for {name}")))?;
-            map.insert(name.to_string(), v.to_string());
-        }
-        OP_DELETE => {
-            map.remove(name);
-        }
-        OP_APPEND | OP_SUBTRACT => {
-            if kind != Kind::List {
-                return Err(invalid(format!("Config {name} is not a list; APPEND and SUBTRACT need a list")));
-            }
-            let v = value.ok_or_else(|| invalid(format!("Null value for {name}")))?;
-            let mut items: Vec<String> = map
-                .get(name)
-                .map(|s| s.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
-                .unwrap_or_default();
-            for item in v.split(',').filter(|s| !s.is_empty()) {
-                if op == OP_APPEND && !items.iter().any(|i| i == item) {
-                    items.push(item.to_string());
-                }
-                if op == OP_SUBTRACT {
-                    items.retain(|i| i != item);
-                }
-            }
-            map.insert(name.to_string(), items.join(","));
-        }
-        other => return Err((ResponseError::InvalidRequest, format!("Unknown config operation {other}"))),
-    }
-    Ok(())
-}
-
-fn validate(resource_type: i8, map: &BTreeMap<String, String>) -> Outcome {
-    for (k, v) in map {
-        match resource_type {
-            RESOURCE_TOPIC => topic_config::validate(k, v).map_err(invalid)?,
-            _ => {
-                if !DYNAMIC_SETTINGS.contains(&k.as_str()) {
-                    return Err(invalid(format!("Cannot update {k} while the broker runs; set it in the config file")));
-                }
-                let (kind, _) = setting(k).ok_or_else(|| invalid(format!("Unknown config name: {k}")))?;
-                check_value(kind, v).map_err(|e| invalid(format!("Invalid value {v} for {k}: {e}")))?;
-            }
-        }
-    }
-    Ok(())
-}
+use runnel_controller::TopicConfigChange as TopicChange;
 
 type Decided = Result<Altered, (ResponseError, String)>;
 
@@ -101,31 +27,6 @@ enum Altered {
     Topic(String, TopicChange),
     /// This broker's new dynamic settings, to persist and apply.
     Broker(BTreeMap<String, String>),
-}
-
-/// A topic config change as the request states it, so that the controller applies it to
-/// the current overrides (two incremental changes sent to different brokers both count).
-#[derive(serde::Serialize, serde::Deserialize, Debug, Clone)]
-pub(crate) struct TopicChange {
-    /// AlterConfigs: the operations replace every override.
-    replace: bool,
-    /// (name, operation, value).
-    ops: Vec<(String, i8, Option<String>)>,
-}
-
-impl TopicChange {
-    /// The overrides after this change, validated.
-    pub(crate) fn applied_to(
-        &self,
-        current: &BTreeMap<String, String>,
-    ) -> Result<BTreeMap<String, String>, (ResponseError, String)> {
-        let mut map = if self.replace { BTreeMap::new() } else { current.clone() };
-        for (name, op, value) in &self.ops {
-            apply(&mut map, RESOURCE_TOPIC, name, *op, value.as_deref())?;
-        }
-        validate(RESOURCE_TOPIC, &map)?;
-        Ok(map)
-    }
 }
 
 /// Computes the new override map for a resource with `change`, validates it and, unless
@@ -153,7 +54,7 @@ fn alter(
             // Checked here against this broker's copy; applied by the controller to its own.
             Ok(Altered::Topic(name.to_string(), stated))
         }
-        RESOURCE_BROKER if is_this_broker(b, name) => {
+        RESOURCE_BROKER if b.is_named(name) => {
             let mut map = b.catalog.settings().dynamic().clone();
             change(&mut map)?;
             validate(resource_type, &map)?;
@@ -246,7 +147,7 @@ fn finish<R: Send + 'static>(
         let mut out = Vec::with_capacity(items.len());
         for (res, outcome) in items {
             let outcome = match outcome {
-                Ok(Altered::Topic(name, change)) => b.cluster().alter_topic_configs(&name, change).await,
+                Ok(Altered::Topic(name, change)) => b.controller().alter_topic_configs(&name, change).await,
                 Ok(Altered::Broker(map)) => {
                     b.catalog.set_broker_configs(map).await.map_err(|e| (errors::catalog(&e), e.to_string()))
                 }

@@ -11,7 +11,7 @@ use runnel_coordinator::Tp;
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
-use crate::dispatch::{now, Reply};
+use crate::ctx::{now, Reply};
 
 fn assignment(b: &Broker, tps: &[Tp]) -> Assignment {
     let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();

@@ -12,7 +12,7 @@ use runnel_coordinator::{HeartbeatIn, Topics};
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::dispatch::{now, Ctx, Reply};
+use crate::ctx::{now, Ctx, Reply};
 
 /// The catalog as the coordinator's view of topics.
 struct CatalogTopics<'a>(&'a Broker);

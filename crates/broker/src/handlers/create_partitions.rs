@@ -9,10 +9,10 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::ctx::Reply;
 
 pub fn handle(b: &Arc<Broker>, r: CreatePartitionsRequest, _v: i16) -> Reply {
-    let cluster = b.cluster().clone();
+    let controller = b.controller().clone();
     Box::pin(async move {
         let mut results = Vec::with_capacity(r.topics.len());
         for t in r.topics {
@@ -20,7 +20,7 @@ pub fn handle(b: &Arc<Broker>, r: CreatePartitionsRequest, _v: i16) -> Reply {
                 .assignments
                 .map(|a| a.into_iter().map(|p| p.broker_ids.into_iter().map(|id| id.0).collect()).collect());
             let res = CreatePartitionsTopicResult::default().with_name(t.name.clone());
-            results.push(match cluster.create_partitions(&t.name.0, t.count, assignment, r.validate_only).await {
+            results.push(match controller.create_partitions(&t.name.0, t.count, assignment, r.validate_only).await {
                 Ok(()) => res,
                 Err((code, msg)) => res.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg))),
             });

@@ -10,9 +10,9 @@ use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::config_view::topic_config_entries;
+use crate::ctx::Reply;
 use crate::errors;
-use crate::handlers::describe_configs::topic_config_entries;
 
 pub fn handle(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Reply {
     let (default_partitions, default_rf) = {
@@ -21,7 +21,7 @@ pub fn handle(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Reply {
     };
     let b = b.clone();
     Box::pin(async move {
-        let cluster = b.cluster().clone();
+        let controller = b.controller().clone();
         let mut topics = Vec::with_capacity(r.topics.len());
         for t in r.topics {
             let res = {
@@ -78,7 +78,7 @@ pub fn handle(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Reply {
                     Err(e) => Err(e),
                     Ok(()) => match b.catalog.check_create(&name, partitions, &configs) {
                         Err(e) => Err((errors::catalog(&e), e.to_string())),
-                        Ok(()) => cluster
+                        Ok(()) => controller
                             .create_topic(&name, partitions, rf, assignment, configs.clone(), r.validate_only)
                             .await
                             .map(|id| {

@@ -6,7 +6,7 @@ use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::ctx::Reply;
 
 pub fn handle(b: &Arc<Broker>, r: DeleteGroupsRequest, _v: i16) -> Reply {
     let b = b.clone();

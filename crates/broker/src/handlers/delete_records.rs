@@ -14,14 +14,14 @@ use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionRe
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::ctx::Reply;
 use crate::errors;
 
 pub fn handle(b: &Arc<Broker>, r: DeleteRecordsRequest, _v: i16) -> Reply {
     let b = b.clone();
     Box::pin(async move {
         let deadline = Duration::from_millis(r.timeout_ms.max(0) as u64);
-        let cluster = b.cluster().clone();
+        let controller = b.controller().clone();
         let mut out = Vec::with_capacity(r.topics.len());
         for t in r.topics {
             let topic = b.catalog.topic(&t.name.0);
@@ -38,15 +38,10 @@ pub fn handle(b: &Arc<Broker>, r: DeleteRecordsRequest, _v: i16) -> Reply {
                     Err(e) => Err(errors::partition(&e)),
                     Ok(None) => Ok(part.log_start_offset()),
                     Ok(Some(offset)) => {
-                        let done = cluster.delete_records(&part.topic, part.index, offset);
+                        let done = controller.delete_records(&part.topic, part.index, offset);
                         match tokio::time::timeout(deadline, done).await {
-                            Ok(Ok(())) => {
-                                // Applying the record trims in the background; the answer
-                                // waits until this replica's log start has moved.
-                                let p = part.clone();
-                                let _ = tokio::task::spawn_blocking(move || p.raise_log_start(offset)).await;
-                                Ok(part.log_start_offset().max(offset))
-                            }
+                            // Applied here: this replica's log start has moved.
+                            Ok(Ok(())) => Ok(part.log_start_offset().max(offset)),
                             Ok(Err((code, _))) => Err(code),
                             Err(_) => Err(ResponseError::RequestTimedOut),
                         }

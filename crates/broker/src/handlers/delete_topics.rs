@@ -8,13 +8,13 @@ use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::ctx::Reply;
 
 pub fn handle(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Reply {
     let b = b.clone();
     Box::pin(async move {
         let enabled = b.catalog.settings().bool("delete.topic.enable");
-        let cluster = b.cluster().clone();
+        let controller = b.controller().clone();
         // v6 moved the names into `topics`, which may name a topic by id instead.
         let wanted: Vec<(Option<String>, uuid::Uuid)> = if v >= 6 {
             r.topics.into_iter().map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id)).collect()
@@ -45,7 +45,7 @@ pub fn handle(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Reply {
                     if !enabled {
                         Err((ResponseError::TopicDeletionDisabled, "Topic deletion is disabled.".to_string()))
                     } else {
-                        cluster.delete_topic(&topic.name).await
+                        controller.delete_topic(&topic.name).await
                     }
                 }
             };

@@ -7,10 +7,10 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeCluster
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::dispatch::{now, Reply};
+use crate::ctx::{now, Reply};
 
 pub fn handle(b: &Arc<Broker>, _r: DescribeClusterRequest, v: i16) -> Reply {
-    let cl = b.cluster();
+    let cl = b.controller();
     let mut resp = DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(&cl.cluster_id))
         .with_controller_id(BrokerId(cl.controller().unwrap_or(-1)))

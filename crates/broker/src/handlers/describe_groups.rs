@@ -9,7 +9,7 @@ use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::dispatch::{now, Reply};
+use crate::ctx::{now, Reply};
 
 pub fn handle(b: &Arc<Broker>, r: DescribeGroupsRequest, v: i16) -> Reply {
     let groups = r

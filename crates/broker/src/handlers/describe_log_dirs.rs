@@ -12,7 +12,7 @@ use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
-use crate::dispatch::{now, Reply};
+use crate::ctx::{now, Reply};
 
 pub fn handle(b: &Arc<Broker>, r: DescribeLogDirsRequest, _v: i16) -> Reply {
     let wanted = |topic: &str, p: i32| match &r.topics {

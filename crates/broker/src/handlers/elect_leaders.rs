@@ -14,7 +14,7 @@ use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::ctx::Reply;
 use crate::partition::Partition;
 
 const UNCLEAN: i8 = 1;
@@ -72,15 +72,15 @@ pub fn handle(b: &Arc<Broker>, r: ElectLeadersRequest, v: i16) -> Reply {
                     rows.push(fail(ResponseError::ElectionNotNeeded, "The preferred leader already leads."));
                     continue;
                 }
-                let cluster = b.cluster();
-                let (Some(group), true) = (cluster.group_of(&part.topic, part.index), leader >= 0) else {
+                let controller = b.controller();
+                let (Some(group), true) = (controller.group_of(&part.topic, part.index), leader >= 0) else {
                     rows.push(fail(
                         ResponseError::PreferredLeaderNotAvailable,
                         "The partition has no leader right now.",
                     ));
                     continue;
                 };
-                cluster.ask_to_elect(leader, group, preferred);
+                b.replicas.ask_to_elect(leader, group, preferred);
                 waiting.push(((results.len(), rows.len()), part, preferred));
                 rows.push(row);
             }

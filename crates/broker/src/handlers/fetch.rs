@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::topic_name;
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::ctx::Reply;
 use crate::errors;
 use crate::fetch_session::{PartKey, PartState, SessionError};
 

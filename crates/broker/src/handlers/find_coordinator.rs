@@ -1,5 +1,5 @@
 //! FindCoordinator (key 10): a single broker coordinates every group; in a cluster, the
-//! leader of the group's `__consumer_offsets` partition does (`coordinators::locate`).
+//! leader of the group's `__consumer_offsets` partition does (`group_coordinator::locate`).
 //! v4+ asks for many keys at once. Transactions are not built yet, so transaction
 //! coordinators are refused.
 
@@ -12,7 +12,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::dispatch::{now, Reply};
+use crate::ctx::{now, Reply};
 
 const KEY_GROUP: i8 = 0;
 
@@ -21,7 +21,7 @@ fn lookup(b: &Broker, key_type: i8, key: &str) -> Result<(BrokerId, StrBytes, i3
     if key_type != KEY_GROUP {
         return Err((ResponseError::CoordinatorNotAvailable, "only consumer-group coordinators are available".into()));
     }
-    let info = crate::coordinators::locate(b, b.cluster(), key)?;
+    let info = crate::group_coordinator::locate(b, key)?;
     Ok((BrokerId(info.id), str_bytes(&info.host), info.port as i32))
 }
 

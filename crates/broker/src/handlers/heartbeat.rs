@@ -5,7 +5,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
 use crate::broker::Broker;
-use crate::dispatch::{now, Reply};
+use crate::ctx::{now, Reply};
 
 pub fn handle(b: &Arc<Broker>, r: HeartbeatRequest, v: i16) -> Reply {
     let instance = if v >= 3 { r.group_instance_id.as_ref().map(|s| s.as_str()) } else { None };

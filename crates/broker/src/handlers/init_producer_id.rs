@@ -7,7 +7,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use crate::broker::Broker;
-use crate::dispatch::{now, Reply};
+use crate::ctx::{now, Reply};
 
 pub fn handle(b: &Arc<Broker>, r: InitProducerIdRequest, _v: i16) -> Reply {
     let resp = InitProducerIdResponse::default();

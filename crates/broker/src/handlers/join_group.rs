@@ -9,7 +9,7 @@ use runnel_coordinator::JoinRequest;
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::dispatch::{Ctx, Reply};
+use crate::ctx::{Ctx, Reply};
 
 pub fn handle(b: &Arc<Broker>, r: JoinGroupRequest, v: i16, ctx: &Ctx) -> Reply {
     let b = b.clone();

@@ -7,7 +7,7 @@ use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::ctx::Reply;
 
 pub fn handle(b: &Arc<Broker>, r: LeaveGroupRequest, v: i16) -> Reply {
     let b = b.clone();

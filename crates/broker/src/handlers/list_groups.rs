@@ -8,7 +8,7 @@ use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::dispatch::{now, Reply};
+use crate::ctx::{now, Reply};
 
 pub fn handle(b: &Arc<Broker>, r: ListGroupsRequest, v: i16) -> Reply {
     let states: Vec<String> = r.states_filter.iter().map(|s| s.to_lowercase()).collect();

@@ -11,7 +11,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::records::RecordBatchDecoder;
 
 use crate::broker::Broker;
-use crate::dispatch::{now, Reply};
+use crate::ctx::{now, Reply};
 use crate::errors;
 use crate::partition::Partition;
 

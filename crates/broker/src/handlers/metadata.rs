@@ -13,7 +13,7 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::catalog::{validate_topic_name, Topic};
-use crate::dispatch::{now, Reply};
+use crate::ctx::{now, Reply};
 
 pub fn topic_entry(b: &Broker, t: &Topic, v: i16) -> MetadataResponseTopic {
     let me = b.node_id();
@@ -96,7 +96,7 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> Reply {
         .with_node_id(BrokerId(c.node_id))
         .with_host(str_bytes(&c.advertised_host))
         .with_port(c.advertised_port as i32);
-    let cl = b.cluster();
+    let cl = b.controller();
     let mut brokers: Vec<MetadataResponseBroker> = cl
         .live_brokers()
         .into_iter()

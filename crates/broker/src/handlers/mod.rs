@@ -1,9 +1,8 @@
 //! One file per Kafka API. Each handler takes the decoded request and its version and
-//! returns a [`Reply`](crate::dispatch::Reply); errors become Kafka codes through
+//! returns a [`Reply`](crate::ctx::Reply); errors become Kafka codes through
 //! `crate::errors`, never panics.
 
 pub mod alter_configs;
-pub mod api_versions;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
 pub mod create_partitions;

@@ -9,7 +9,7 @@ use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponseParti
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::ctx::Reply;
 
 pub fn handle(b: &Arc<Broker>, r: OffsetCommitRequest, v: i16) -> Reply {
     let b = b.clone();

@@ -7,7 +7,7 @@ use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponseParti
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::ctx::Reply;
 
 pub fn handle(b: &Arc<Broker>, r: OffsetDeleteRequest, _v: i16) -> Reply {
     let b = b.clone();

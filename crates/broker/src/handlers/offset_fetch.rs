@@ -14,7 +14,7 @@ use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse};
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
-use crate::dispatch::{now, Reply};
+use crate::ctx::{now, Reply};
 
 type Row = (String, i32, i64, i32, String);
 

@@ -9,7 +9,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset,
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
 use crate::broker::Broker;
-use crate::dispatch::{now, Reply};
+use crate::ctx::{now, Reply};
 
 pub fn handle(b: &Arc<Broker>, r: OffsetForLeaderEpochRequest, _v: i16) -> Reply {
     let topics = r

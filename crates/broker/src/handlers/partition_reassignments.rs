@@ -21,19 +21,19 @@ use kafka_protocol::messages::{
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::ctx::Reply;
 
 pub fn alter(b: &Arc<Broker>, r: AlterPartitionReassignmentsRequest, _v: i16) -> Reply {
     let b = b.clone();
     Box::pin(async move {
-        let cluster = b.cluster().clone();
+        let controller = b.controller().clone();
         let mut topics = Vec::with_capacity(r.topics.len());
         for t in r.topics {
             let mut partitions = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
                 let target: Option<Vec<i32>> = p.replicas.map(|ids| ids.into_iter().map(|id| id.0).collect());
                 let outcome =
-                    cluster.reassign(&t.name.0, p.partition_index, target, r.allow_replication_factor_change).await;
+                    controller.reassign(&t.name.0, p.partition_index, target, r.allow_replication_factor_change).await;
                 partitions.push(answer(p.partition_index, outcome));
             }
             topics.push(ReassignableTopicResponse::default().with_name(t.name).with_partitions(partitions));
@@ -56,7 +56,7 @@ fn answer(partition: i32, outcome: Result<(), (ResponseError, String)>) -> Reass
 }
 
 pub fn list(b: &Arc<Broker>, r: ListPartitionReassignmentsRequest, _v: i16) -> Reply {
-    let moving = b.cluster().reassignments();
+    let moving = b.controller().reassignments();
     let wanted = |topic: &str, p: i32| match &r.topics {
         None => true,
         Some(ts) => ts.iter().any(|t| &*t.name.0 == topic && t.partition_indexes.contains(&p)),
@@ -77,5 +77,5 @@ pub fn list(b: &Arc<Broker>, r: ListPartitionReassignmentsRequest, _v: i16) -> R
                 .push(OngoingTopicReassignment::default().with_name(topic_name(&topic)).with_partitions(vec![ongoing])),
         }
     }
-    crate::dispatch::now(ListPartitionReassignmentsResponse::default().with_topics(topics))
+    crate::ctx::now(ListPartitionReassignmentsResponse::default().with_topics(topics))
 }

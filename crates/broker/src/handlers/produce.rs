@@ -16,7 +16,7 @@ use runnel_wire::{BatchHeader, Batches};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::catalog::Topic;
-use crate::dispatch::Reply;
+use crate::ctx::Reply;
 use crate::errors;
 use crate::partition::{Acks, Appended};
 use crate::topic_config;

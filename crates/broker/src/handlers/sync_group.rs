@@ -6,7 +6,7 @@ use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::ctx::Reply;
 
 pub fn handle(b: &Arc<Broker>, r: SyncGroupRequest, v: i16) -> Reply {
     let b = b.clone();

@@ -7,30 +7,17 @@
 //! alive and has every entry (a Raft leadership transfer: the transferee campaigns at once,
 //! and the old leader refuses new writes only for the moment the transfer takes).
 
-use std::sync::Arc;
+use std::sync::Weak;
 use std::time::Duration;
 
 use tracing::info;
 
-use crate::cluster::Cluster;
+use crate::broker::Broker;
 
-/// Transfers leadership of a group this broker leads to `preferred`, if that replica is
-/// alive and has every entry (else a transfer would stall writes for an election timeout
-/// and fail). Returns whether it started one; the caller kicks the group.
-pub(crate) fn hand_over(replica: &runnel_raft::SharedReplica, preferred: i32) -> bool {
-    let mut r = runnel_raft::driver::lock(replica);
-    let to = preferred as u64 + 1;
-    if r.is_leader() && r.id() != to && r.has_everything(to) {
-        r.transfer_leader(to);
-        true
-    } else {
-        false
-    }
-}
-
-pub async fn preferred_leaders(cluster: Arc<Cluster>) {
+/// Runs while the broker does; the transfer itself is `ReplicaManager::elect_here`.
+pub async fn elect_preferred_leaders(broker: Weak<Broker>) {
     loop {
-        let (enabled, interval) = match cluster.broker() {
+        let (enabled, interval) = match broker.upgrade() {
             Some(b) => {
                 let s = b.catalog.settings();
                 (s.bool("auto.leader.rebalance.enable"), s.i64("leader.imbalance.check.interval.seconds").max(1))
@@ -41,13 +28,13 @@ pub async fn preferred_leaders(cluster: Arc<Cluster>) {
         if !enabled {
             continue;
         }
-        let Some(b) = cluster.broker() else { return };
+        let Some(b) = broker.upgrade() else { return };
         let me = b.node_id();
         let mut moved = 0;
         for t in b.catalog.topics_snapshot() {
             for p in &t.partitions {
                 let (Some((_, group)), Some(&preferred)) = (p.replica(), p.replicas.first()) else { continue };
-                if preferred != me && cluster.elect_here(group, preferred) {
+                if preferred != me && b.replicas.elect_here(group, preferred) {
                     moved += 1;
                 }
             }

@@ -6,15 +6,15 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::Weak;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use tracing::{info, warn};
 
 use crate::broker::Broker;
-use crate::cluster::{BrokerInfo, Cluster};
 use crate::offsets_log::{topic_configs, OFFSETS_TOPIC};
+use runnel_controller::BrokerInfo;
 
 /// How often a broker compares the offsets partitions it leads with those it serves.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
@@ -23,9 +23,10 @@ const FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
 /// lookup creates the topic through the controller, once enough brokers are registered
 /// to place `offsets.topic.replication.factor` replicas; until then, and while the
 /// partition has no leader, the answer is COORDINATOR_NOT_AVAILABLE and clients retry.
-pub fn locate(b: &Broker, cluster: &Arc<Cluster>, group: &str) -> Result<BrokerInfo, (ResponseError, String)> {
+pub fn locate(b: &Broker, group: &str) -> Result<BrokerInfo, (ResponseError, String)> {
     let unavailable = |msg: String| (ResponseError::CoordinatorNotAvailable, msg);
-    let brokers = cluster.live_brokers();
+    let controller = &b.controller;
+    let brokers = controller.live_brokers();
     let Some(topic) = b.catalog.topic(OFFSETS_TOPIC) else {
         let (rf, partitions, configs) = {
             let s = b.catalog.settings();
@@ -33,7 +34,7 @@ pub fn locate(b: &Broker, cluster: &Arc<Cluster>, group: &str) -> Result<BrokerI
             let mut configs = topic_configs(&s);
             configs.insert("placement.unsafe.allow".into(), "true".into());
             // A cluster of one has one replica to give, as Kafka's single-node config sets.
-            let rf = if cluster.single { 1 } else { s.i64("offsets.topic.replication.factor") };
+            let rf = if controller.single { 1 } else { s.i64("offsets.topic.replication.factor") };
             (rf, s.i64("offsets.topic.num.partitions"), configs)
         };
         if (brokers.len() as i64) < rf {
@@ -42,16 +43,17 @@ pub fn locate(b: &Broker, cluster: &Arc<Cluster>, group: &str) -> Result<BrokerI
                 brokers.len()
             )));
         }
-        if !cluster.offsets_creating.swap(true, Ordering::AcqRel) {
-            let cluster = cluster.clone();
+        if !b.offsets_creating.swap(true, Ordering::AcqRel) {
+            let (controller, creating) = (controller.clone(), b.offsets_creating.clone());
             tokio::spawn(async move {
-                let created = cluster.create_topic(OFFSETS_TOPIC, partitions as i32, rf as i16, None, configs, false);
+                let created =
+                    controller.create_topic(OFFSETS_TOPIC, partitions as i32, rf as i16, None, configs, false);
                 if let Err((code, msg)) = created.await {
                     if code != ResponseError::TopicAlreadyExists {
                         warn!(?code, %msg, "creating {OFFSETS_TOPIC} failed");
                     }
                 }
-                cluster.offsets_creating.store(false, Ordering::Release);
+                creating.store(false, Ordering::Release);
             });
         }
         return Err(unavailable(format!("{OFFSETS_TOPIC} is being created")));
@@ -88,14 +90,14 @@ pub async fn until_led_partitions_loaded(b: &Broker, limit: Duration) {
 /// partition is read back once its leader's high watermark covers an entry of the leader's
 /// own term (so every earlier commit is readable) and dropped as soon as leadership moves
 /// or the term changes.
-pub async fn follow_leaders(cluster: Arc<Cluster>) {
+pub async fn follow_leaders(broker: Weak<Broker>) {
     let mut served: HashMap<i32, u64> = HashMap::new();
     let mut first = true;
     loop {
         if !std::mem::take(&mut first) {
             tokio::time::sleep(FOLLOW_INTERVAL).await;
         }
-        let Some(b) = cluster.broker() else { return };
+        let Some(b) = broker.upgrade() else { return };
         let mut leading: HashMap<i32, u64> = HashMap::new();
         if let Some(topic) = b.catalog.topic(OFFSETS_TOPIC) {
             for part in &topic.partitions {

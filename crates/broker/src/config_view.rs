@@ -1,0 +1,92 @@
+//! Configs as DescribeConfigs and CreateTopics show them: each with its effective value,
+//! where that came from (topic override, dynamic or static broker setting, default) and,
+//! when asked, its synonyms.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsSynonym};
+
+use crate::config::{Settings, DYNAMIC_SETTINGS, SETTINGS};
+use crate::topic_config::TOPIC_CONFIGS;
+
+fn str_bytes(s: &str) -> kafka_protocol::protocol::StrBytes {
+    kafka_protocol::protocol::StrBytes::from_string(s.to_string())
+}
+
+/// Config sources, as DescribeConfigs v1+ reports them.
+pub const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+pub const SOURCE_DYNAMIC_BROKER: i8 = 2;
+pub const SOURCE_STATIC_BROKER: i8 = 4;
+pub const SOURCE_DEFAULT: i8 = 5;
+
+fn broker_source(settings: &Settings, name: &str) -> i8 {
+    if settings.is_dynamic(name) {
+        SOURCE_DYNAMIC_BROKER
+    } else if settings.is_explicit(name) {
+        SOURCE_STATIC_BROKER
+    } else {
+        SOURCE_DEFAULT
+    }
+}
+
+fn synonym(name: &str, value: &str, source: i8) -> DescribeConfigsSynonym {
+    DescribeConfigsSynonym::default().with_name(str_bytes(name)).with_value(Some(str_bytes(value))).with_source(source)
+}
+
+fn entry(name: &str, value: &str, source: i8, read_only: bool, kind_code: i8, v: i16) -> DescribeConfigsResourceResult {
+    let mut e = DescribeConfigsResourceResult::default()
+        .with_name(str_bytes(name))
+        .with_value(Some(str_bytes(value)))
+        .with_read_only(read_only)
+        .with_config_source(source)
+        .with_is_sensitive(false);
+    if v >= 3 {
+        e.config_type = kind_code;
+    }
+    e
+}
+
+/// The effective topic configs, optionally only `keys`, with synonyms when asked.
+pub fn topic_config_entries(
+    overrides: &BTreeMap<String, String>,
+    settings: &Settings,
+    keys: Option<&[String]>,
+    synonyms: bool,
+    v: i16,
+) -> Vec<DescribeConfigsResourceResult> {
+    TOPIC_CONFIGS
+        .iter()
+        .filter(|(name, _, _)| keys.is_none_or(|k| k.iter().any(|k| k == name)))
+        .map(|(name, broker_name, kind)| {
+            let broker_value = settings.get(broker_name);
+            let (value, source) = match overrides.get(*name) {
+                Some(v) => (v.as_str(), SOURCE_DYNAMIC_TOPIC),
+                None => (broker_value, broker_source(settings, broker_name)),
+            };
+            let mut e = entry(name, value, source, false, kind.code(), v);
+            if synonyms {
+                if let Some(o) = overrides.get(*name) {
+                    e.synonyms.push(synonym(name, o, SOURCE_DYNAMIC_TOPIC));
+                }
+                let bs = broker_source(settings, broker_name);
+                if bs != SOURCE_DEFAULT {
+                    e.synonyms.push(synonym(broker_name, broker_value, bs));
+                }
+                let default = crate::config::setting(broker_name).map(|(_, d)| d).unwrap_or("");
+                e.synonyms.push(synonym(broker_name, default, SOURCE_DEFAULT));
+            }
+            e
+        })
+        .collect()
+}
+
+pub fn broker_entries(settings: &Settings, keys: Option<&[String]>, v: i16) -> Vec<DescribeConfigsResourceResult> {
+    SETTINGS
+        .iter()
+        .filter(|(name, _, _)| keys.is_none_or(|k| k.iter().any(|k| k == name)))
+        .map(|(name, kind, _)| {
+            let read_only = !DYNAMIC_SETTINGS.contains(name);
+            entry(name, settings.get(name), broker_source(settings, name), read_only, kind.code(), v)
+        })
+        .collect()
+}

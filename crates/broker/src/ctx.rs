@@ -1,0 +1,25 @@
+//! What every handler gets besides its request, and what it gives back: the context of
+//! the request (who sent it) and the [`Reply`]. Handlers depend on this module, the broker
+//! and the seams (partition, controller, coordinator), never on `dispatch` or each other.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use kafka_protocol::messages::ResponseKind;
+
+/// A handler's answer: a future so that produce (waiting for fsync) and fetch (long
+/// polling) can finish later, while the connection keeps reading and answers in order.
+/// `None` means no response is sent (produce with acks=0).
+pub type Reply = Pin<Box<dyn Future<Output = Option<ResponseKind>> + Send>>;
+
+/// Who sent a request: what JoinGroup records as a member's client id and host.
+pub struct Ctx {
+    pub client_id: String,
+    pub peer: std::net::SocketAddr,
+}
+
+/// A reply that is ready now.
+pub fn now(resp: impl Into<ResponseKind>) -> Reply {
+    let resp = resp.into();
+    Box::pin(std::future::ready(Some(resp)))
+}

@@ -1,0 +1,505 @@
+//! This broker's replicas: the Raft driver that runs every group hosted here, and the
+//! [`Host`] through which the controller's committed changes open, relist and close them
+//! (off the async workers, in metadata-log order). Also what brokers tell each other
+//! about partitions directly: who leads a group the receiver does not host, and requests
+//! to hand a group to its preferred leader (ElectLeaders).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use kafka_protocol::error::ResponseError;
+use runnel_controller::{
+    broker_of, raft_group, raft_id, Controller, Effect, Host, Limits, RaftGroupId, TopicConfigChange,
+    CONTROLLER_CHANNEL, INBOX_MAX, META_GROUP,
+};
+use runnel_raft::driver::lock;
+use runnel_raft::{Driver, Hooks, Replica, ReplicaConfig, SharedReplica, SyncPolicy};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, Notify};
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::catalog::{partition_dir, Catalog, Topic};
+use crate::config::BrokerConfig;
+use crate::partition::Partition;
+use crate::topic_config;
+
+/// First byte of what brokers send each other about partitions over the Raft transport.
+const REPLICAS_CHANNEL: u8 = b'R';
+/// Such messages queued before new ones are dropped (both kinds are repeated).
+const PEER_INBOX_MAX: usize = 1024;
+/// How often a broker announces the groups it leads to brokers that do not host them.
+const ANNOUNCE_INTERVAL: Duration = Duration::from_millis(500);
+
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(tag = "type")]
+enum PeerMessage {
+    /// ElectLeaders: hand these groups (group, preferred broker) to their preferred leaders,
+    /// where the receiver leads them and the preferred replica has caught up.
+    Elect { groups: Vec<(RaftGroupId, i32)> },
+    /// The sender leads these Raft groups (group, term), which the receiver does not host.
+    Leaders { leads: Vec<(RaftGroupId, u64)> },
+}
+
+pub struct ReplicaManager {
+    node_id: i32,
+    data_dir: PathBuf,
+    catalog: Arc<Catalog>,
+    driver: Arc<Driver>,
+    /// Leaders of partitions this broker does not host, as their leaders announce them:
+    /// group -> (broker, term).
+    hints: RwLock<HashMap<RaftGroupId, (i32, u64)>>,
+}
+
+/// What the driver's hooks hand on: the controller's inbox and the metadata group's
+/// readiness, for [`Controller::start`].
+pub struct ControllerLinks {
+    pub inbox: mpsc::Receiver<(u64, Vec<u8>)>,
+    pub meta_ready: Arc<Notify>,
+}
+
+/// The driver's hooks: they only route (no locks beyond the replica the driver holds).
+struct RaftHooks {
+    meta_ready: Arc<Notify>,
+    data_arrived: Arc<Notify>,
+    controller: mpsc::Sender<(u64, Vec<u8>)>,
+    peers: mpsc::Sender<(u64, Vec<u8>)>,
+}
+
+impl Hooks for RaftHooks {
+    fn after_ready(&self, group: u64, _replica: &mut Replica, moved: bool) {
+        if group == META_GROUP {
+            self.meta_ready.notify_one();
+        } else if moved {
+            self.data_arrived.notify_waiters();
+        }
+    }
+
+    fn on_forward(&self, from: u64, data: &[u8]) {
+        let queue = match data.first() {
+            Some(&CONTROLLER_CHANNEL) => &self.controller,
+            Some(&REPLICAS_CHANNEL) => &self.peers,
+            _ => return warn!(from, "forwarded message on an unknown channel"),
+        };
+        if queue.try_send((from, data[1..].to_vec())).is_err() {
+            warn!(from, "inbox full; dropping a forwarded message (the sender repeats it)");
+        }
+    }
+}
+
+fn sync_policy(config: &BrokerConfig) -> SyncPolicy {
+    match (config.settings.get("log.fsync.policy"), config.settings.get("log.fsync.scope")) {
+        ("never", _) => SyncPolicy::Never,
+        (_, "file") => SyncPolicy::File,
+        _ => SyncPolicy::Filesystem,
+    }
+}
+
+impl ReplicaManager {
+    /// Starts the Raft driver: listening for peers on this broker's address among
+    /// `voters` (none for a cluster of one, which has no peers) and dialling the others.
+    pub async fn start(
+        config: &BrokerConfig,
+        voters: &[(i32, String)],
+        catalog: Arc<Catalog>,
+        data_arrived: Arc<Notify>,
+    ) -> Result<(Arc<ReplicaManager>, ControllerLinks)> {
+        let node_id = config.node_id;
+        let listen = if voters.is_empty() {
+            None
+        } else {
+            let Some((_, listen)) = voters.iter().find(|(id, _)| *id == node_id) else {
+                bail!("node.id {node_id} is not among controller.quorum.voters");
+            };
+            Some(listen.as_str())
+        };
+        let mut peers: HashMap<u64, String> =
+            voters.iter().filter(|(id, _)| *id != node_id).map(|(id, a)| (raft_id(*id), a.clone())).collect();
+        // Fault injection: reach some peers through another address (a delaying proxy).
+        for (id, addr) in runnel_controller::parse_voters(config.settings.get("fault.raft.dial"))? {
+            if let Some(a) = peers.get_mut(&raft_id(id)) {
+                *a = addr;
+            }
+        }
+        let (controller_tx, controller_rx) = mpsc::channel(INBOX_MAX);
+        let (peers_tx, peers_rx) = mpsc::channel(PEER_INBOX_MAX);
+        let meta_ready = Arc::new(Notify::new());
+        let hooks =
+            RaftHooks { meta_ready: meta_ready.clone(), data_arrived, controller: controller_tx, peers: peers_tx };
+        let driver =
+            Driver::start(raft_id(node_id), listen, peers, Arc::new(hooks), sync_policy(config), crate::now_ms)
+                .await
+                .with_context(|| format!("listening for peers on {}", listen.unwrap_or_default()))?;
+        info!(node_id, listen = listen.unwrap_or("none"), voters = voters.len().max(1), "raft driver started");
+        let manager = Arc::new(ReplicaManager {
+            node_id,
+            data_dir: config.data_dir.clone(),
+            catalog,
+            driver,
+            hints: RwLock::new(HashMap::new()),
+        });
+        tokio::spawn(peer_loop(manager.clone(), peers_rx));
+        Ok((manager, ControllerLinks { inbox: controller_rx, meta_ready }))
+    }
+
+    pub fn driver(&self) -> &Arc<Driver> {
+        &self.driver
+    }
+
+    /// (leader, epoch) of a group this broker does not host, as its leader announced.
+    pub fn leader_hint(&self, group: RaftGroupId) -> Option<(i32, i32)> {
+        let hints = self.hints.read().unwrap_or_else(|p| p.into_inner());
+        hints.get(&group).map(|(b, term)| (*b, *term as i32))
+    }
+
+    /// Asks the broker that leads `group` to hand it to `preferred` (ElectLeaders).
+    pub fn ask_to_elect(&self, leader: i32, group: RaftGroupId, preferred: i32) {
+        if leader == self.node_id {
+            self.elect_here(group, preferred);
+        } else {
+            self.send(leader, &PeerMessage::Elect { groups: vec![(group, preferred)] });
+        }
+    }
+
+    /// Hands a group this broker leads to `preferred`, if that replica is alive and has
+    /// every entry (else a transfer would stall writes for an election timeout and fail):
+    /// a Raft leadership transfer. Returns whether one started.
+    pub fn elect_here(&self, group: RaftGroupId, preferred: i32) -> bool {
+        let Some(replica) = self.driver.group(group) else { return false };
+        let started = {
+            let mut r = lock(&replica);
+            let to = raft_id(preferred);
+            let ok = r.is_leader() && r.id() != to && r.has_everything(to);
+            if ok {
+                r.transfer_leader(to);
+            }
+            ok
+        };
+        if started {
+            self.driver.kick(group);
+        }
+        started
+    }
+
+    /// Has the driver handle the group's ready soon (after a proposal).
+    pub fn kick(&self, group: RaftGroupId) {
+        self.driver.kick(group);
+    }
+
+    fn send(&self, to: i32, msg: &PeerMessage) {
+        match serde_json::to_vec(msg) {
+            Ok(json) => {
+                let mut data = Vec::with_capacity(json.len() + 1);
+                data.push(REPLICAS_CHANNEL);
+                data.extend_from_slice(&json);
+                self.driver.forward(raft_id(to), data);
+            }
+            Err(e) => warn!(error = %e, "encoding a message to a peer"),
+        }
+    }
+
+    fn on_message(&self, from: u64, msg: PeerMessage) {
+        match msg {
+            PeerMessage::Leaders { leads } => {
+                let mut hints = self.hints.write().unwrap_or_else(|p| p.into_inner());
+                for (group, term) in leads {
+                    let h = hints.entry(group).or_insert((broker_of(from), term));
+                    if term >= h.1 {
+                        *h = (broker_of(from), term);
+                    }
+                }
+            }
+            PeerMessage::Elect { groups } => {
+                for (group, preferred) in groups {
+                    self.elect_here(group, preferred);
+                }
+            }
+        }
+    }
+
+    /// This broker's view of partitions `first..` of a topic: a replica (its Raft group
+    /// added to the driver) where it holds one, else a remote partition.
+    fn open_partitions(
+        &self,
+        topic: &Arc<str>,
+        id: Uuid,
+        seq: u64,
+        first: i32,
+        replicas: &[Vec<i32>],
+        configs: &BTreeMap<String, String>,
+    ) -> Result<Vec<Arc<Partition>>> {
+        let log_config = topic_config::log_config(configs, &self.catalog.settings());
+        let mut parts = Vec::with_capacity(replicas.len());
+        for (i, reps) in replicas.iter().enumerate() {
+            let p = first + i as i32;
+            if !reps.contains(&self.node_id) {
+                parts.push(Arc::new(Partition::remote(topic.clone(), p, reps.clone())));
+                continue;
+            }
+            let dir = partition_dir(&self.data_dir, topic, p);
+            if !claim_dir(&dir, id).with_context(|| format!("claiming {}", dir.display()))? {
+                // Replaying the log after a restart: the directory holds a later topic of
+                // the same name, and this one is deleted further on. Leave it alone.
+                parts.push(Arc::new(Partition::remote(topic.clone(), p, reps.clone())));
+                continue;
+            }
+            let group = raft_group(seq, p);
+            // The preferred leader stands at once instead of after an election timeout.
+            let replica = self.open_replica(&dir, log_config, reps, group, reps.first() == Some(&self.node_id))?;
+            parts.push(Arc::new(Partition::hosted(
+                topic.clone(),
+                p,
+                reps.clone(),
+                replica,
+                group,
+                self.driver.clone(),
+            )));
+        }
+        Ok(parts)
+    }
+
+    /// Opens this broker's replica of a partition in `dir` (a new one starts with `voters`
+    /// as its group's configuration) and hands its Raft group to the driver.
+    fn open_replica(
+        &self,
+        dir: &Path,
+        log_config: runnel_storage::LogConfig,
+        voters: &[i32],
+        group: RaftGroupId,
+        campaign: bool,
+    ) -> Result<SharedReplica> {
+        let cfg = ReplicaConfig::new(raft_id(self.node_id), voters.iter().map(|b| raft_id(*b)).collect());
+        let mut replica = Replica::open(dir, log_config, &cfg, crate::now_ms())
+            .with_context(|| format!("opening {}", dir.display()))?;
+        if campaign {
+            let _ = replica.campaign();
+        }
+        let replica = Arc::new(Mutex::new(replica));
+        self.driver.add_group(group, replica.clone());
+        Ok(replica)
+    }
+
+    fn create_topic(
+        &self,
+        name: &str,
+        id: Uuid,
+        seq: u64,
+        replicas: &[Vec<i32>],
+        configs: BTreeMap<String, String>,
+    ) -> Result<()> {
+        let topic: Arc<str> = Arc::from(name);
+        let partitions = self.open_partitions(&topic, id, seq, 0, replicas, &configs)?;
+        self.catalog.insert_topic(Topic { name: topic, id, partitions, configs });
+        info!(topic = name, partitions = replicas.len(), "topic applied from the metadata log");
+        Ok(())
+    }
+
+    /// Adds partitions after a topic's current ones (CreatePartitions).
+    fn add_partitions(&self, name: &str, id: Uuid, seq: u64, first: i32, replicas: &[Vec<i32>]) -> Result<()> {
+        let Some(current) = self.catalog.topic(name).filter(|t| t.id == id) else { return Ok(()) };
+        let added = self.open_partitions(&current.name, id, seq, first, replicas, &current.configs)?;
+        let mut partitions = current.partitions.clone();
+        partitions.truncate(first as usize);
+        partitions.extend(added);
+        let count = partitions.len();
+        self.catalog.insert_topic(Topic {
+            name: current.name.clone(),
+            id,
+            partitions,
+            configs: current.configs.clone(),
+        });
+        info!(topic = name, partitions = count, "new partitions applied from the metadata log");
+        Ok(())
+    }
+
+    /// Rebuilds this broker's view of a partition whose replica list changed: the list
+    /// Metadata shows, and whether this broker holds a replica. A replica added here
+    /// starts from the group's first voters (it replays the group's changes, or gets a
+    /// snapshot) and waits for the leader; a replica removed here leaves the driver and
+    /// its directory is deleted.
+    #[allow(clippy::too_many_arguments)]
+    fn relist(
+        &self,
+        name: &str,
+        id: Uuid,
+        p: i32,
+        group: RaftGroupId,
+        listed: Vec<i32>,
+        host: bool,
+        initial: &[i32],
+    ) -> Result<()> {
+        let Some(topic) = self.catalog.topic(name).filter(|t| t.id == id) else { return Ok(()) };
+        let Some(current) = topic.partitions.get(p as usize).cloned() else { return Ok(()) };
+        let part = match (current.replica(), host) {
+            (Some(_), true) => current.relisted(listed),
+            (None, false) => Partition::remote(topic.name.clone(), p, listed),
+            (None, true) => {
+                let dir = partition_dir(&self.data_dir, name, p);
+                let log_config = topic_config::log_config(&topic.configs, &self.catalog.settings());
+                claim_dir(&dir, id).with_context(|| format!("claiming {}", dir.display()))?;
+                let replica = self.open_replica(&dir, log_config, initial, group, false)?;
+                info!(topic = name, partition = p, "replica added here; catching up from the leader");
+                Partition::hosted(topic.name.clone(), p, listed, replica, group, self.driver.clone())
+            }
+            (Some((_, group)), false) => {
+                self.driver.remove_group(group);
+                if let Err(e) = current.close() {
+                    warn!(topic = name, partition = p, error = %e, "closing a removed replica");
+                }
+                let dir = partition_dir(&self.data_dir, name, p);
+                let doomed = dir.with_extension(format!("removed-{}", Uuid::new_v4().simple()));
+                if let Err(e) = std::fs::rename(&dir, &doomed).and_then(|_| std::fs::remove_dir_all(&doomed)) {
+                    warn!(topic = name, partition = p, error = %e, "deleting a removed replica");
+                }
+                info!(topic = name, partition = p, "replica removed from this broker");
+                Partition::remote(topic.name.clone(), p, listed)
+            }
+        };
+        let mut partitions = topic.partitions.clone();
+        partitions[p as usize] = Arc::new(part);
+        self.catalog.insert_topic(Topic { name: topic.name.clone(), id, partitions, configs: topic.configs.clone() });
+        Ok(())
+    }
+
+    /// Stops this broker's replicas of a deleted topic and removes their data.
+    fn delete_topic(&self, name: &str, id: Uuid, seq: u64, partitions: usize) {
+        {
+            let mut hints = self.hints.write().unwrap_or_else(|p| p.into_inner());
+            for p in 0..partitions {
+                hints.remove(&raft_group(seq, p as i32));
+            }
+        }
+        for p in 0..partitions {
+            self.driver.remove_group(raft_group(seq, p as i32));
+        }
+        let Some(topic) = self.catalog.topic(name).filter(|t| t.id == id) else { return };
+        for p in &topic.partitions {
+            if let Err(e) = p.close() {
+                warn!(topic = name, partition = p.index, error = %e, "closing a deleted partition");
+            }
+        }
+        if let Err(e) = self.catalog.delete_topic(name) {
+            warn!(topic = name, error = %e, "removing a deleted topic");
+        }
+    }
+}
+
+impl Host for ReplicaManager {
+    fn apply(&self, effect: Effect) -> Result<()> {
+        match effect {
+            Effect::CreateTopic { name, id, seq, replicas, configs } => {
+                self.create_topic(&name, id, seq, &replicas, configs)
+            }
+            Effect::AddPartitions { name, id, seq, first, replicas } => {
+                self.add_partitions(&name, id, seq, first, &replicas)
+            }
+            Effect::Relist { name, id, partition, group, listed, host, initial } => {
+                self.relist(&name, id, partition, group, listed, host, &initial)
+            }
+            Effect::TopicConfigs { name, id, configs } => {
+                if self.catalog.topic(&name).is_some_and(|t| t.id == id) {
+                    if let Err(e) = self.catalog.apply_topic_configs(&name, configs) {
+                        warn!(topic = %name, error = %e, "applying topic configs");
+                    }
+                    info!(topic = %name, "topic configs applied from the metadata log");
+                }
+                Ok(())
+            }
+            Effect::DeleteRecords { name, id, partition, offset } => {
+                let topic = self.catalog.topic(&name).filter(|t| t.id == id);
+                if let Some(p) = topic.and_then(|t| t.partitions.get(partition as usize).cloned()) {
+                    p.raise_log_start(offset);
+                }
+                Ok(())
+            }
+            Effect::DeleteTopic { name, id, seq, partitions } => {
+                self.delete_topic(&name, id, seq, partitions);
+                Ok(())
+            }
+        }
+    }
+
+    fn limits(&self) -> Limits {
+        let s = self.catalog.settings();
+        Limits {
+            broker_partitions_max: s.i64("max.broker.partitions").max(0) as usize,
+            heartbeat_interval: Duration::from_millis(s.i64("broker.heartbeat.interval.ms").max(1) as u64),
+            session_timeout: Duration::from_millis(s.i64("broker.session.timeout.ms").max(1) as u64),
+        }
+    }
+
+    fn placement_unsafe_allowed(&self, topic_configs: &BTreeMap<String, String>) -> bool {
+        topic_config::effective("placement.unsafe.allow", topic_configs, &self.catalog.settings())
+            .eq_ignore_ascii_case("true")
+    }
+
+    fn configs_after(
+        &self,
+        current: &BTreeMap<String, String>,
+        change: &TopicConfigChange,
+    ) -> Result<BTreeMap<String, String>, (ResponseError, String)> {
+        crate::config_change::topic_configs_after(current, change)
+    }
+}
+
+/// Marks a partition directory as holding the replica of topic `id` (the file `topic.id`),
+/// or tells whether it does. Directories are named by topic name, so after a topic was
+/// deleted and created again, replaying the metadata log would otherwise open (and then
+/// delete) the new topic's data as the old one's.
+fn claim_dir(dir: &Path, id: Uuid) -> Result<bool> {
+    let marker = dir.join("topic.id");
+    match std::fs::read_to_string(&marker) {
+        Ok(owner) => Ok(owner.trim() == id.to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir)?;
+            let mut f = std::fs::File::create(&marker)?;
+            std::io::Write::write_all(&mut f, id.to_string().as_bytes())?;
+            f.sync_all()?;
+            Ok(true)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Handles what peers send about partitions, one message at a time.
+async fn peer_loop(manager: Arc<ReplicaManager>, mut inbox: mpsc::Receiver<(u64, Vec<u8>)>) {
+    while let Some((from, data)) = inbox.recv().await {
+        match serde_json::from_slice::<PeerMessage>(&data) {
+            Ok(msg) => manager.on_message(from, msg),
+            Err(e) => warn!(from, error = %e, "unreadable message from a peer"),
+        }
+    }
+}
+
+/// Every half second, tells each broker which partitions it does not host this broker
+/// leads, so that its Metadata answers name their leaders (with RF below the number of
+/// brokers). Terms order announcements from successive leaders.
+pub async fn announce_leaders(manager: Arc<ReplicaManager>, controller: Arc<Controller>) {
+    loop {
+        tokio::time::sleep(ANNOUNCE_INTERVAL).await;
+        let peers: Vec<i32> =
+            controller.brokers().into_iter().map(|b| b.id).filter(|id| *id != manager.node_id).collect();
+        let mut out: HashMap<i32, Vec<(RaftGroupId, u64)>> = HashMap::new();
+        for t in manager.catalog.topics_snapshot() {
+            for p in &t.partitions {
+                let Some((replica, group)) = p.replica() else { continue };
+                let term = {
+                    let r = lock(replica);
+                    if !r.is_leader() {
+                        continue;
+                    }
+                    r.term()
+                };
+                for peer in peers.iter().filter(|id| !p.replicas.contains(id)) {
+                    out.entry(*peer).or_default().push((group, term));
+                }
+            }
+        }
+        for (peer, leads) in out {
+            manager.send(peer, &PeerMessage::Leaders { leads });
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Broker sessions: each broker registers at every start (directly on the controller, else
+//! through it) and heartbeats to the controller every `broker.heartbeat.interval.ms`; the
+//! controller fences a broker it has not heard from within `broker.session.timeout.ms` (no
+//! new replicas, not offered to clients) and unfences it when it is heard from again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::controller::Controller;
+use crate::records::{BrokerInfo, Message, Record};
+
+impl Controller {
+    /// Starts this broker's registration and heartbeats, and (while it is the controller)
+    /// the fencing of brokers that stop heartbeating.
+    pub(crate) fn start_sessions(self: &Arc<Self>) {
+        tokio::spawn(register_loop(self.clone()));
+        tokio::spawn(heartbeat_loop(self.clone()));
+        tokio::spawn(fence_loop(self.clone()));
+    }
+
+    /// Controller: proposes a broker's registration unless it is already applied.
+    pub(crate) fn register(&self, info: BrokerInfo) {
+        if self.read().brokers.get(&info.id) == Some(&info) {
+            return;
+        }
+        self.propose_now(&[Record::RegisterBroker(info)]);
+    }
+
+    pub(crate) fn heard(&self, id: i32) {
+        self.heard.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Instant::now());
+    }
+
+    /// Controller: fences registered brokers not heard from within `session`, and unfences
+    /// fenced ones heard from since. `since` is when this broker became the controller: it
+    /// gives every broker a full session before fencing it.
+    fn check_sessions(&self, since: Instant, session: Duration) {
+        let now = Instant::now();
+        let heard = self.heard.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let changes: Vec<Record> = {
+            let image = self.read();
+            image
+                .brokers
+                .keys()
+                .filter(|id| **id != self.node_id)
+                .filter_map(|id| {
+                    let last = heard.get(id).copied().unwrap_or(since).max(since);
+                    let alive = now.duration_since(last) < session;
+                    (alive == image.fenced.contains(id)).then_some(Record::FenceBroker { id: *id, fenced: !alive })
+                })
+                .collect()
+        };
+        if !changes.is_empty() {
+            self.propose_now(&changes);
+        }
+    }
+}
+
+/// Registers this broker in the metadata log, retrying until the registration is applied.
+async fn register_loop(c: Arc<Controller>) {
+    loop {
+        if c.read().brokers.get(&c.node_id) == Some(&c.me) {
+            return;
+        }
+        if c.is_controller() {
+            c.register(c.me.clone());
+        } else if let Some(controller) = c.controller() {
+            c.send(controller, &Message::Register(c.me.clone()));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Tells the controller every `broker.heartbeat.interval.ms` that this broker is alive.
+async fn heartbeat_loop(c: Arc<Controller>) {
+    loop {
+        let interval = c.host.limits().heartbeat_interval.max(Duration::from_millis(10));
+        if let Some(controller) = c.controller().filter(|id| *id != c.node_id) {
+            c.send(controller, &Message::Heartbeat { id: c.node_id });
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// On the controller: fences brokers that stopped heartbeating and unfences those that
+/// came back.
+async fn fence_loop(c: Arc<Controller>) {
+    let mut since: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let session = c.host.limits().session_timeout.max(Duration::from_millis(1));
+        if !c.is_controller() {
+            since = None;
+            continue;
+        }
+        let since = *since.get_or_insert_with(Instant::now);
+        c.check_sessions(since, session);
+    }
+}
