@@ -3,18 +3,29 @@
 //! in rounds: collect every group with work (writing entries, no fsync), sync all the
 //! files written with one `syncfs` (or one fdatasync each), then finish every group and
 //! send its messages. A round costs one fsync however many groups it covers.
+//!
+//! What the driver needs from outside Raft comes through seams a simulation can replace:
+//! peers through a [`Transport`], the disk sync through a [`Disk`], and what to do when it
+//! cannot go on through [`Host::on_fatal`]. [`Driver::start`] wires up a broker's (TCP, the
+//! blocking pool, exit); `tests/sim_driver.rs` runs several drivers in one process on
+//! virtual time. Groups are kept in id order and the loop polls its sources in a fixed
+//! order, so a run on a paused single-threaded runtime depends on its inputs alone.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fs::File;
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use raft::eraftpb::Message;
 use tokio::sync::{mpsc, Notify};
+use tokio::task::{AbortHandle, JoinHandle};
 use tracing::{error, warn};
 
 use crate::replica::Replica;
-use crate::transport::{Envelope, Transport};
+use crate::transport::{Envelope, TcpTransport, Transport};
 
 /// Interval between Raft ticks; election and heartbeat timeouts count these.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -50,15 +61,79 @@ pub fn lock(r: &SharedReplica) -> MutexGuard<'_, Replica> {
     r.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A disk sync in progress (see [`Disk::sync`]).
+pub type SyncFuture = Pin<Box<dyn Future<Output = io::Result<()>> + Send>>;
+
+/// Makes the files a round wrote durable.
+///
+/// Contract: the future resolves to `Ok` only once everything written to `files` before
+/// the call is on stable storage (with `syncfs`, one `syncfs` may cover them all, as in
+/// [`runnel_storage::sync_files`]); an error means what reached the disk is unknown, and
+/// the driver stops ([`Fatal::Sync`]). The driver awaits it with no replica locked, so
+/// proposals and reads go on meanwhile.
+pub trait Disk: Send + Sync {
+    fn sync(&self, files: Vec<Arc<File>>, syncfs: bool) -> SyncFuture;
+}
+
+/// A broker's disk: [`runnel_storage::sync_files`] on Tokio's blocking pool, so a slow
+/// flush holds up no other task.
+pub struct BlockingPoolDisk;
+
+impl Disk for BlockingPoolDisk {
+    fn sync(&self, files: Vec<Arc<File>>, syncfs: bool) -> SyncFuture {
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || runnel_storage::sync_files(&files, syncfs))
+                .await
+                .map_err(io::Error::other)?
+        })
+    }
+}
+
+/// Why a driver cannot go on. Its task has ended, or ends once [`Host::on_fatal`] returns.
+#[derive(Debug)]
+pub enum Fatal {
+    /// Syncing a round's entries failed. The page cache may have dropped the dirty pages:
+    /// what is on disk is unknown, so these replicas must not vote or acknowledge again.
+    /// A restart recovers the logs and catches up from peers.
+    Sync(io::Error),
+    /// The driver's task panicked (raft-rs panics on broken invariants), with this message.
+    Panic(String),
+}
+
+/// What a driver needs from the process around it besides peers and hooks.
+/// [`Host::default`] is a broker's: syncs on the blocking pool, and exits the process with
+/// status 70 when the driver cannot go on (a broker whose groups no longer step or persist
+/// must not linger). A simulation supplies its own.
+#[derive(Clone)]
+pub struct Host {
+    pub disk: Arc<dyn Disk>,
+    /// Called once when the driver cannot go on; the driver has logged why.
+    pub on_fatal: Arc<dyn Fn(Fatal) + Send + Sync>,
+}
+
+impl Default for Host {
+    fn default() -> Host {
+        Host { disk: Arc::new(BlockingPoolDisk), on_fatal: Arc::new(|_| std::process::exit(70)) }
+    }
+}
+
+/// The driver's task and the one watching it for a panic.
+struct Task {
+    run: AbortHandle,
+    watch: JoinHandle<()>,
+}
+
 pub struct Driver {
     id: u64,
-    groups: RwLock<HashMap<u64, SharedReplica>>,
-    dirty: Mutex<HashSet<u64>>,
+    groups: RwLock<BTreeMap<u64, SharedReplica>>,
+    dirty: Mutex<BTreeSet<u64>>,
     wake: Notify,
-    transport: Transport,
+    transport: Arc<dyn Transport>,
     hooks: Arc<dyn Hooks>,
     sync: SyncPolicy,
     now_ms: fn() -> i64,
+    host: Host,
+    task: Mutex<Option<Task>>,
 }
 
 impl Driver {
@@ -74,29 +149,61 @@ impl Driver {
         now_ms: fn() -> i64,
     ) -> io::Result<Arc<Driver>> {
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE_MAX);
-        let transport = Transport::start(listen, peers, tx).await?;
+        let transport = TcpTransport::start(listen, peers, tx).await?;
+        Ok(Driver::with_transport(id, Arc::new(transport), rx, hooks, sync, now_ms, Host::default()))
+    }
+
+    /// Starts the driver task over any transport: messages to peers go to `transport`,
+    /// messages from peers arrive on `inbound` (whose sender the transport feeds, and
+    /// whose bound is what the driver queues). Must run inside a Tokio runtime.
+    pub fn with_transport(
+        id: u64,
+        transport: Arc<dyn Transport>,
+        inbound: mpsc::Receiver<Envelope>,
+        hooks: Arc<dyn Hooks>,
+        sync: SyncPolicy,
+        now_ms: fn() -> i64,
+        host: Host,
+    ) -> Arc<Driver> {
         let driver = Arc::new(Driver {
             id,
-            groups: RwLock::new(HashMap::new()),
-            dirty: Mutex::new(HashSet::new()),
+            groups: RwLock::new(BTreeMap::new()),
+            dirty: Mutex::new(BTreeSet::new()),
             wake: Notify::new(),
             transport,
             hooks,
             sync,
             now_ms,
+            host,
+            task: Mutex::new(None),
         });
-        let run = tokio::spawn(driver.clone().run(rx));
-        tokio::spawn(async move {
+        let run = tokio::spawn(driver.clone().run(inbound));
+        let abort = run.abort_handle();
+        let on_fatal = driver.host.on_fatal.clone();
+        let watch = tokio::spawn(async move {
             if let Err(e) = run.await {
                 if e.is_panic() {
-                    // A broker whose groups no longer step or persist must not linger
-                    // (raft-rs panics on broken invariants): stop, as after a failed fsync.
+                    // Stop, as after a failed fsync.
                     error!("raft driver panicked; stopping");
-                    std::process::exit(70);
+                    on_fatal(Fatal::Panic(panic_message(e.into_panic())));
                 }
             }
         });
-        Ok(driver)
+        *driver.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(Task { run: abort, watch });
+        driver
+    }
+
+    /// Ends the driver task at once, as a crash would: nothing more is stepped, written,
+    /// synced or sent, and the driver lets go of its groups (a restart reopens them from
+    /// their directories). The transport is left as it is. Returns once the task is gone;
+    /// not to be called from the task itself (a hook).
+    pub async fn stop(&self) {
+        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(task) = task {
+            task.run.abort();
+            let _ = task.watch.await;
+        }
+        self.groups.write().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     pub fn add_group(&self, group: u64, replica: SharedReplica) {
@@ -141,6 +248,9 @@ impl Driver {
         let mut batch = Vec::new();
         loop {
             tokio::select! {
+                // In order rather than at random: ticks first, so a flood of messages
+                // cannot hold them up, and a simulation's run depends on its seed alone.
+                biased;
                 _ = ticker.tick() => {
                     let groups = self.groups();
                     let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
@@ -170,16 +280,19 @@ impl Driver {
                 }
                 _ = self.wake.notified() => {}
             }
-            self.handle_readies().await;
+            if let Err(fatal) = self.handle_readies().await {
+                (self.host.on_fatal)(fatal);
+                return;
+            }
         }
     }
 
-    async fn handle_readies(&self) {
+    async fn handle_readies(&self) -> Result<(), Fatal> {
         loop {
             let dirty: Vec<u64> =
                 std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner())).into_iter().collect();
             if dirty.is_empty() {
-                return;
+                return Ok(());
             }
             let now = (self.now_ms)();
             let mut collected = Vec::new();
@@ -206,22 +319,16 @@ impl Driver {
                 self.send(g, out);
             }
             if collected.is_empty() {
-                return;
+                return Ok(());
             }
             if !files.is_empty() && self.sync != SyncPolicy::Never {
                 let syncfs = self.sync == SyncPolicy::Filesystem;
-                let synced = tokio::task::spawn_blocking(move || runnel_storage::sync_files(&files, syncfs)).await;
-                let failure = match synced {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(e.to_string()),
-                    Err(e) => Some(e.to_string()),
-                };
-                if let Some(e) = failure {
+                if let Err(e) = self.host.disk.sync(files, syncfs).await {
                     // After a failed fsync the page cache may have dropped the dirty pages:
                     // what is on disk is unknown, so this replica must not vote or ack
                     // again. Stop; a restart recovers the log and catches up from peers.
                     error!(error = %e, "fsync of raft entries failed; stopping");
-                    std::process::exit(70);
+                    return Err(Fatal::Sync(e));
                 }
             }
             let mut again = Vec::with_capacity(collected.len());
@@ -239,5 +346,12 @@ impl Driver {
             }
             self.dirty.lock().unwrap_or_else(|p| p.into_inner()).extend(again);
         }
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(payload) => payload.downcast_ref::<&str>().map(|s| s.to_string()).unwrap_or_default(),
     }
 }

@@ -2,14 +2,18 @@
 //! the partition's Kafka log ([`store::RaftLog`]); [`replica::Replica`] drives one group
 //! without doing I/O itself, so a broker can batch disk syncs and network sends across
 //! thousands of groups, and the simulator can run a whole cluster from one seed.
+//! [`driver::Driver`] runs every group of a broker; it reaches peers through a
+//! [`transport::Transport`] and the disk through a [`driver::Disk`], so the simulator can
+//! run whole drivers too (docs/simulation.md).
 
 pub mod driver;
 pub mod replica;
 pub mod store;
 pub mod transport;
 
-pub use driver::{Driver, Hooks, SharedReplica, SyncPolicy};
+pub use driver::{Disk, Driver, Fatal, Hooks, Host, SharedReplica, SyncPolicy};
 pub use raft::eraftpb::{ConfChangeType, Message};
 pub use raft::StateRole;
 pub use replica::{Collected, Durability, ProposeError, Proposed, Replica, ReplicaConfig};
 pub use store::RaftLog;
+pub use transport::{Envelope, TcpTransport, Transport};

@@ -1,5 +1,7 @@
-//! Raft traffic between brokers: one TCP connection per peer, carrying the messages of
-//! every group batched into frames.
+//! Raft traffic between brokers. [`Transport`] is what the driver sends through;
+//! [`TcpTransport`] is a broker's: one TCP connection per peer, carrying the messages of
+//! every group batched into frames. (The simulator's in-memory one is in
+//! `tests/sim_driver.rs`.)
 //!
 //! Frame: `u32` length, then messages, each `u64` group id, `u32` length, protobuf bytes.
 //! Sending never blocks the driver: each peer has a bounded queue, and a message that
@@ -27,20 +29,31 @@ const FRAME_TARGET_BYTES: usize = 1 << 20;
 /// A message for one group.
 pub type Envelope = (u64, Message);
 
-pub struct Transport {
+/// Carries a driver's messages to its peers.
+///
+/// Contract: `send` neither blocks nor fails. The message goes to the driver whose Raft id
+/// is `msg.to`, arriving there as `(group, msg)` on its inbound queue, or it is lost: one
+/// for an unknown peer, or one that does not fit a queue, is dropped. Messages may also be
+/// delayed, duplicated or reordered; Raft tolerates all of it and resends what matters.
+/// Whoever builds a transport also feeds the driver's inbound queue with what arrives.
+pub trait Transport: Send + Sync {
+    fn send(&self, group: u64, msg: Message);
+}
+
+pub struct TcpTransport {
     peers: HashMap<u64, mpsc::Sender<Envelope>>,
     /// Keeps the driver's inbound queue open when nothing listens (a cluster of one).
     _inbound: mpsc::Sender<Envelope>,
 }
 
-impl Transport {
+impl TcpTransport {
     /// Listens on `listen` (if given) and dials each of `peers` (Raft id -> address).
     /// Inbound messages go to `inbound`; when it is full they are dropped.
     pub async fn start(
         listen: Option<&str>,
         peers: HashMap<u64, String>,
         inbound: mpsc::Sender<Envelope>,
-    ) -> io::Result<Transport> {
+    ) -> io::Result<TcpTransport> {
         if let Some(listen) = listen {
             let listener = TcpListener::bind(listen).await?;
             tokio::spawn(accept_loop(listener, inbound.clone()));
@@ -51,10 +64,12 @@ impl Transport {
             tokio::spawn(peer_writer(addr, rx));
             senders.insert(id, tx);
         }
-        Ok(Transport { peers: senders, _inbound: inbound })
+        Ok(TcpTransport { peers: senders, _inbound: inbound })
     }
+}
 
-    pub fn send(&self, group: u64, msg: Message) {
+impl Transport for TcpTransport {
+    fn send(&self, group: u64, msg: Message) {
         if let Some(tx) = self.peers.get(&msg.to) {
             let _ = tx.try_send((group, msg));
         }
