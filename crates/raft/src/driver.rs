@@ -82,9 +82,14 @@ pub struct BlockingPoolDisk;
 impl Disk for BlockingPoolDisk {
     fn sync(&self, files: Vec<Arc<File>>, syncfs: bool) -> SyncFuture {
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || runnel_storage::sync_files(&files, syncfs))
-                .await
-                .map_err(io::Error::other)?
+            match tokio::task::spawn_blocking(move || runnel_storage::sync_files(&files, syncfs)).await {
+                Ok(synced) => synced,
+                // The runtime is shutting down and dropped the sync before it ran: nothing
+                // was synced, so nothing is acknowledged, and the driver's task is dropped
+                // next. Not a disk failure (which would exit with 70).
+                Err(e) if e.is_cancelled() => std::future::pending().await,
+                Err(e) => Err(io::Error::other(e)),
+            }
         })
     }
 }

@@ -5,6 +5,10 @@
 //! [`driver::Driver`] runs every group of a broker; it reaches peers through a
 //! [`transport::Transport`] and the disk through a [`driver::Disk`], so the simulator can
 //! run whole drivers too (docs/simulation.md).
+//!
+//! The produce path (docs/ARCHITECTURE.md), in seven hops: connection → dispatch →
+//! handlers/produce.rs → `Partition::append` (proposes to a [`Replica`]) → the [`Driver`]
+//! (append, replicate, one fsync per round) → commit (the high watermark moves) → response.
 
 pub mod driver;
 pub mod replica;

@@ -134,6 +134,10 @@ impl RaftLog {
             store.log.delete_records_before(start.min(store.log.log_end_offset()))?;
         }
         store.hard.commit = store.hard.commit.min(store.last()).max(store.snap_index);
+        // After a crash the log's unsynced tail may still be only in the page cache; this
+        // replica is about to count every entry as persisted (and tell its leader so), so
+        // make that true. Cheap when nothing is dirty, as after a clean shutdown.
+        store.log.sync_handle().sync_data()?;
         store.synced_index = store.last();
         Ok(store)
     }
