@@ -3,7 +3,7 @@
 //! brokers forward their calls to it (KIP-590) and wait until the outcome is applied to
 //! their own image, so a broker whose copy lags never decides on its own.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -60,8 +60,8 @@ pub struct Controller {
     pub(crate) host: Arc<dyn Host>,
     pub(crate) image: RwLock<Image>,
     pub(crate) now_ms: fn() -> i64,
-    /// Serializes the controller's topic creation (checks, then proposes).
-    pub(crate) creating: Mutex<()>,
+    /// Topic names this controller is creating (checked, proposed, not yet applied).
+    pub(crate) creating: Mutex<HashSet<String>>,
     /// Serializes the controller's topic config changes (computed, proposed and applied).
     pub(crate) configuring: tokio::sync::Mutex<()>,
     /// Last topic sequence number handed out by this controller (proposed, maybe not yet
@@ -122,7 +122,7 @@ impl Controller {
             host,
             image: RwLock::new(Image::default()),
             now_ms: cfg.now_ms,
-            creating: Mutex::new(()),
+            creating: Mutex::new(HashSet::new()),
             configuring: tokio::sync::Mutex::new(()),
             last_seq: AtomicU64::new(0),
             applied: Notify::new(),

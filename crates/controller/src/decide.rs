@@ -1,8 +1,9 @@
 //! The controller's decisions: each call checked against the current image (placement,
 //! capacity, assignments, configs) and committed as one metadata record.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 
 use kafka_protocol::error::ResponseError;
 use tracing::warn;
@@ -11,6 +12,25 @@ use uuid::Uuid;
 use crate::controller::{Controller, Outcome};
 use crate::placement::{check_assignment, place, placement_risk};
 use crate::records::{BrokerInfo, Call, Record};
+
+/// A topic name being created by this controller, released when the creation ends.
+struct Creating<'a> {
+    names: &'a Mutex<HashSet<String>>,
+    name: String,
+}
+
+impl<'a> Creating<'a> {
+    fn claim(names: &'a Mutex<HashSet<String>>, name: &str) -> Option<Creating<'a>> {
+        let fresh = names.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string());
+        fresh.then(|| Creating { names, name: name.to_string() })
+    }
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        self.names.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.name);
+    }
+}
 
 fn over_capacity(max: usize, what: String) -> (ResponseError, String) {
     (ResponseError::InvalidPartitions, format!("{what}: more than max.broker.partitions={max} on a broker"))
@@ -33,16 +53,20 @@ impl Controller {
                 if validate_only {
                     return Ok(());
                 }
-                let rec = {
-                    let _g = self.creating.lock().unwrap_or_else(|p| p.into_inner());
-                    let state = self.read();
-                    if state.topics.contains_key(&name) {
-                        return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
-                    }
-                    let seq = state.next_seq.max(self.last_seq.load(Ordering::Acquire) + 1).max(1);
-                    self.last_seq.store(seq, Ordering::Release);
-                    Record::CreateTopic { name: name.clone(), id: Uuid::new_v4(), seq, replicas: placed, configs }
+                if self.read().topics.contains_key(&name) {
+                    return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
+                }
+                // One creation of a name at a time: the second of two racing requests is
+                // told the topic exists, as Kafka's controller does.
+                let Some(_creating) = Creating::claim(&self.creating, &name) else {
+                    return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
                 };
+                // A sequence number no topic applied or proposed here has had.
+                let floor = self.read().next_seq.max(1);
+                self.last_seq.fetch_max(floor - 1, Ordering::AcqRel);
+                let seq = self.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
+                let rec =
+                    Record::CreateTopic { name: name.clone(), id: Uuid::new_v4(), seq, replicas: placed, configs };
                 self.propose(&rec, |s| s.topics.contains_key(&name)).await
             }
             Call::DeleteTopic { name } => {
