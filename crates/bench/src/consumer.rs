@@ -8,15 +8,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest};
-use kafka_protocol::records::RecordBatchDecoder;
-use runnel_wire::Batches;
+use runnel_client::{for_each_record, topic_name, value_stamp, Connection, TopicLayout, FETCH_VERSION};
 use tokio::sync::watch;
 
-use crate::client::Connection;
-use crate::cluster::{topic_name, TopicLayout, FETCH_VERSION};
 use crate::producer::micros_since;
 use crate::stats::{Live, Recorder};
 
@@ -33,37 +29,6 @@ pub struct ConsumerPlan {
     pub end: watch::Receiver<Option<Vec<i64>>>,
     /// Hard stop, reached or not.
     pub deadline: Instant,
-}
-
-/// The first eight bytes of a value as a big-endian u64: the producer's stamp (or, for
-/// `runnel verify`, the value's identity).
-pub fn value_stamp(value: &[u8]) -> Option<u64> {
-    value.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes)
-}
-
-/// Calls `f(offset, value)` for every record at or after `from` in one partition's fetched
-/// data (whole batches only; a batch cut at the size limit ends it). Returns the offset
-/// after the last batch past `from`.
-pub fn for_each_record(data: &[u8], from: i64, mut f: impl FnMut(i64, &[u8])) -> Result<Option<i64>> {
-    let mut next = None;
-    for item in Batches::new(data) {
-        let Ok((h, range)) = item else { break };
-        if h.next_offset() <= from {
-            continue;
-        }
-        if h.is_control() {
-            // Transaction markers and Raft's own entries: no records, but they take offsets.
-            next = Some(h.next_offset());
-            continue;
-        }
-        let mut raw = Bytes::copy_from_slice(&data[range]);
-        let set = RecordBatchDecoder::decode(&mut raw).map_err(|e| anyhow::anyhow!("{e}"))?;
-        for r in set.records.iter().filter(|r| r.offset >= from) {
-            f(r.offset, r.value.as_deref().unwrap_or_default());
-        }
-        next = Some(h.next_offset());
-    }
-    Ok(next)
 }
 
 pub async fn run(plan: ConsumerPlan) -> Result<Recorder> {

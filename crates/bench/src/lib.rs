@@ -1,14 +1,13 @@
 //! `runnel bench`: a load generator and benchmark for any Kafka-compatible cluster.
 //!
-//! It speaks the Kafka protocol itself (`client`), so it measures Runnel and Apache Kafka
-//! with exactly the same code: producers (`producer`) batch and pipeline like Kafka's Java
-//! producer; consumers (`consumer`) fetch from assigned partitions and measure end-to-end
-//! latency; `stats` keeps HdrHistograms and per-second timelines; `report` turns a run into
-//! text, JSON and an SVG chart; `scenario` names the published benchmark shapes; `compare`
-//! alternates two clusters; `size` turns a measured throughput into a cluster size and cost.
+//! It speaks the Kafka protocol itself (through `runnel-client`, the client `runnel verify`
+//! uses too), so it measures Runnel and Apache Kafka with exactly the same code: producers
+//! (`producer`) batch and pipeline like Kafka's Java producer; consumers (`consumer`) fetch
+//! from assigned partitions and measure end-to-end latency; `stats` keeps HdrHistograms and
+//! per-second timelines; `report` turns a run into text, JSON and an SVG chart; `scenario`
+//! names the published benchmark shapes; `compare` alternates two clusters; `size` turns a
+//! measured throughput into a cluster size and cost.
 
-pub mod client;
-pub mod cluster;
 pub mod compare;
 pub mod consumer;
 pub mod producer;
@@ -97,9 +96,4 @@ pub fn codec(name: &str) -> Option<i16> {
         "zstd" => 4,
         _ => return None,
     })
-}
-
-/// Milliseconds since the Unix epoch: a record's CreateTime.
-pub fn wall_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

@@ -18,11 +18,10 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::ProduceRequest;
 use rand::{Rng, SeedableRng};
+use runnel_client::{init_producer_id, topic_name, wall_ms, Connection, TopicLayout, PRODUCE_VERSION};
 use runnel_wire::build::{BatchBuilder, ProducerFields};
 use tokio::task::JoinSet;
 
-use crate::client::Connection;
-use crate::cluster::{init_producer_id, topic_name, TopicLayout, PRODUCE_VERSION};
 use crate::stats::{Live, Recorder};
 use crate::Workload;
 
@@ -169,7 +168,7 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                 None => sticky,
             };
             let started = micros_since(plan.t0, due.unwrap_or(now));
-            let ts_ms = crate::wall_ms();
+            let ts_ms = wall_ms();
             let open = parts[p].open.get_or_insert_with(|| Open {
                 builder: BatchBuilder::new(ts_ms),
                 starts: Vec::new(),

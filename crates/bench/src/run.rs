@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use runnel_client::{wall_ms, Cluster};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::cluster::Cluster;
 use crate::consumer::{self, ConsumerPlan};
 use crate::producer::{self, ProducerPlan};
 use crate::report::Report;
@@ -28,7 +28,7 @@ pub async fn run(bootstrap: &str, w: Workload, progress: bool) -> Result<Report>
         bail!("at least one producer is needed");
     }
     let w = Arc::new(w);
-    let mut cluster = Cluster::connect(bootstrap).await?;
+    let mut cluster = Cluster::connect(bootstrap, "runnel-bench-admin").await?;
     if !w.existing_topic {
         cluster
             .create_topic(&w.topic, w.partitions, w.replication_factor, &w.topic_configs)
@@ -49,7 +49,7 @@ async fn measure(cluster: &mut Cluster, w: Arc<Workload>, progress: bool) -> Res
     let start = cluster.end_offsets(&layout).await?;
     let live = Arc::new(Live::default());
     let t0 = Instant::now();
-    let started_at = crate::wall_ms();
+    let started_at = wall_ms();
     let run_for = if w.records.is_some() { RUN_MAX } else { Duration::from_secs_f64(w.duration_s.max(0.0)) };
     let deadline = t0 + run_for;
 

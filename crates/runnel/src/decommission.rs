@@ -15,8 +15,7 @@ use kafka_protocol::messages::alter_partition_reassignments_request::{Reassignab
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, BrokerId, ListPartitionReassignmentsRequest, MetadataRequest,
 };
-use runnel_bench::client::Connection;
-use runnel_bench::cluster::topic_name;
+use runnel_client::{topic_name, Connection};
 
 #[derive(clap::Args)]
 pub struct DecommissionArgs {

@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use runnel_verify::workload::{self, VerifyConfig};
-use runnel_verify::History;
+use runnel_verify::{workload, History, VerifyConfig};
 
 #[derive(Args)]
 pub struct VerifyArgs {

@@ -7,7 +7,7 @@
 
 use std::fmt::Write;
 
-use crate::checker::{FaultWindow, History, Op, OpKind, Outcome};
+use crate::history::{FaultWindow, History, Op, OpKind, Outcome};
 
 const WIDTH: f64 = 1200.0;
 const HEIGHT: f64 = 700.0;

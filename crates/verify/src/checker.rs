@@ -3,89 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Outcome {
-    Ok,
-    Failed,
-    Unknown,
-}
-
-/// One produce of one value.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Send {
-    pub producer: usize,
-    pub partition: i32,
-    pub value: u64,
-    pub outcome: Outcome,
-    /// The offset the broker acknowledged (Ok sends only).
-    pub offset: Option<i64>,
-}
-
-/// One poll of one consumer: the records it got, in the order it got them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Poll {
-    pub consumer: usize,
-    /// (partition, offset, value)
-    pub records: Vec<(i32, i64, u64)>,
-}
-
-/// What a timed operation was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum OpKind {
-    /// One produce request (of `batch` values), retries included.
-    Send,
-    /// One fetch.
-    Poll,
-    /// One offset commit of a group consumer.
-    Commit,
-}
-
-/// One operation on the timeline: when it started, how long it took, how it ended. The
-/// availability chart is drawn from these.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Op {
-    pub kind: OpKind,
-    /// Who ran it: `producer-0`, `consumer-1`, `group-0`...
-    pub process: String,
-    /// Milliseconds from the start of the run.
-    pub start_ms: u64,
-    pub latency_ms: u64,
-    pub outcome: Outcome,
-}
-
-/// A fault that was in force from `start_ms` to `end_ms` (from the start of the run).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct FaultWindow {
-    /// What was done, e.g. `kill -9 leader (broker 1)`.
-    pub fault: String,
-    pub start_ms: u64,
-    pub end_ms: u64,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct History {
-    /// In the order each producer issued them (per producer, order matters).
-    pub sends: Vec<Send>,
-    /// In the order each consumer made them (per consumer, order matters).
-    pub polls: Vec<Poll>,
-    /// Consumers whose reads cover every partition from the log start to its end after the
-    /// workload stopped.
-    pub final_readers: BTreeSet<usize>,
-    /// Consumer group → the consumer ids (one per member and assignment) that read for it.
-    #[serde(default)]
-    pub groups: BTreeMap<String, BTreeSet<usize>>,
-    /// Every timed operation (histories written before timing existed have none).
-    #[serde(default)]
-    pub ops: Vec<Op>,
-    /// Faults injected while the workload ran.
-    #[serde(default)]
-    pub faults: Vec<FaultWindow>,
-    /// How long the workload ran, in milliseconds.
-    #[serde(default)]
-    pub duration_ms: u64,
-}
+use crate::history::{History, Outcome, Send};
+use crate::impact::{baseline, impact, FaultImpact};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Anomaly {
@@ -149,7 +70,7 @@ pub struct Report {
     /// The first few of each kind.
     pub examples: BTreeMap<&'static str, Vec<Anomaly>>,
     /// What each injected fault cost the clients (not judged: figures for people).
-    pub faults: Vec<crate::impact::FaultImpact>,
+    pub faults: Vec<FaultImpact>,
     /// Median and 99th percentile send latency away from any fault, in ms.
     pub baseline_send_ms: (u64, u64),
 }
@@ -170,8 +91,7 @@ impl Report {
 }
 
 pub fn check(h: &History) -> Report {
-    let mut r =
-        Report { faults: crate::impact::impact(h), baseline_send_ms: crate::impact::baseline(h), ..Report::default() };
+    let mut r = Report { faults: impact(h), baseline_send_ms: baseline(h), ..Report::default() };
     let sent: HashMap<u64, &Send> = h.sends.iter().map(|s| (s.value, s)).collect();
     for s in &h.sends {
         match s.outcome {
@@ -321,6 +241,7 @@ pub fn check(h: &History) -> Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::Poll;
 
     fn ok(producer: usize, partition: i32, value: u64, offset: i64) -> Send {
         Send { producer, partition, value, outcome: Outcome::Ok, offset: Some(offset) }

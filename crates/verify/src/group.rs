@@ -24,12 +24,13 @@ use kafka_protocol::messages::{
     JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use runnel_bench::cluster::topic_name;
+use runnel_client::topic_name;
 use tokio::sync::watch;
 
-use crate::checker::{Op, OpKind, Outcome, Poll};
+use crate::config::VerifyConfig;
+use crate::fetch::fetch_round;
+use crate::history::{Op, OpKind, Outcome, Poll};
 use crate::router::Router;
-use crate::workload::{fetch_round, VerifyConfig};
 
 /// Group consumers' ids in the history start here: member `g`'s `n`th assignment reads as
 /// `GROUP_CONSUMER_BASE + g * 100_000 + n`.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::checker::{History, OpKind, Outcome};
+use crate::history::{History, OpKind, Outcome};
 
 /// After a fault is healed, effects still count for this long (a re-election, a client's
 /// reconnect), unless the next fault starts sooner.
@@ -103,7 +103,7 @@ pub fn impact(h: &History) -> Vec<FaultImpact> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::{FaultWindow, Op};
+    use crate::history::{FaultWindow, Op};
 
     fn send(process: &str, start_ms: u64, latency_ms: u64, outcome: Outcome) -> Op {
         Op { kind: OpKind::Send, process: process.into(), start_ms, latency_ms, outcome }

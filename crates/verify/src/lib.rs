@@ -9,12 +9,23 @@
 //! consumer in the order they happened; a consumer reads partitions it is assigned from
 //! some offset on, and a `final_read` consumer reads every partition from the start to the
 //! end once the workload has stopped, so what it does not see is not in the log.
+//!
+//! Modules: `history` (what a run recorded), `checker` and `impact` (judging it), `chart`
+//! (drawing it), and the workload that records it: `workload` (producers, consumers, the
+//! final read), `group` (consumer-group members), `fetch` (one round of fetches, shared by
+//! every reader), `router` (where to send each request), `config`. It talks to the cluster
+//! through `runnel-client`; `runnel chaos` drives the same workload while injecting faults.
 
 pub mod chart;
 pub mod checker;
+mod config;
+mod fetch;
 mod group;
+pub mod history;
 pub mod impact;
 pub mod router;
 pub mod workload;
 
-pub use checker::{check, Anomaly, FaultWindow, History, Op, OpKind, Outcome, Poll, Report, Send};
+pub use checker::{check, Anomaly, Report};
+pub use config::VerifyConfig;
+pub use history::{FaultWindow, History, Op, OpKind, Outcome, Poll, Send};

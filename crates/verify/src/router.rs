@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::MetadataRequest;
 use kafka_protocol::protocol::Request;
-use runnel_bench::client::Connection;
-use runnel_bench::cluster::{topic_name, METADATA_VERSION};
+use runnel_client::{topic_name, Connection, METADATA_VERSION};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -33,6 +33,29 @@ pub struct Router {
 
 /// How long an address that failed is asked after the others.
 const SUSPECT_FOR: Duration = Duration::from_secs(10);
+
+/// Whether an error code is one a Kafka client retries (after looking the leader or the
+/// coordinator up again): leadership or coordination moved or is not ready yet, too few
+/// replicas are in sync for now, or the request timed out where it was.
+pub(crate) fn retriable(code: i16) -> bool {
+    matches!(
+        ResponseError::try_from_code(code),
+        Some(
+            ResponseError::NotLeaderOrFollower
+                | ResponseError::LeaderNotAvailable
+                | ResponseError::RequestTimedOut
+                | ResponseError::NotEnoughReplicas
+                | ResponseError::NotEnoughReplicasAfterAppend
+                | ResponseError::KafkaStorageError
+                | ResponseError::UnknownTopicOrPartition
+                | ResponseError::CoordinatorLoadInProgress
+                | ResponseError::NotCoordinator
+                | ResponseError::CoordinatorNotAvailable
+                | ResponseError::FencedLeaderEpoch
+                | ResponseError::UnknownLeaderEpoch
+        )
+    )
+}
 
 impl Router {
     pub fn new(bootstrap: &str, topic: &str, client_id: &str, request_timeout: Duration) -> Router {

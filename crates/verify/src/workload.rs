@@ -13,46 +13,22 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    BrokerId, CreateTopicsRequest, FetchRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest,
+    BrokerId, CreateTopicsRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest,
 };
-use runnel_bench::cluster::{
-    topic_name, CREATE_TOPICS_VERSION, FETCH_VERSION, INIT_PRODUCER_ID_VERSION, LIST_OFFSETS_VERSION, PRODUCE_VERSION,
+use runnel_client::{
+    topic_name, wall_ms, CREATE_TOPICS_VERSION, INIT_PRODUCER_ID_VERSION, LIST_OFFSETS_VERSION, PRODUCE_VERSION,
 };
-use runnel_bench::consumer::{for_each_record, value_stamp};
 use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_NONE};
 use tokio::sync::watch;
 
-use crate::checker::{History, Op, OpKind, Outcome, Poll, Send};
+use crate::config::VerifyConfig;
+use crate::fetch::fetch_round;
 use crate::group;
-use crate::router::Router;
-
-#[derive(Debug, Clone)]
-pub struct VerifyConfig {
-    pub bootstrap: String,
-    pub topic: String,
-    pub partitions: i32,
-    pub replication_factor: i16,
-    pub producers: usize,
-    /// Consumers with assigned partitions (no group).
-    pub consumers: usize,
-    /// Consumers in one consumer group, subscribed to the topic.
-    pub group_consumers: usize,
-    /// The group's id.
-    pub group: String,
-    /// Values per produce request.
-    pub batch: usize,
-    /// Requests per second per producer.
-    pub rate: f64,
-    pub duration: Duration,
-    /// How long one request is retried before its outcome is called unknown.
-    pub retry_for: Duration,
-    /// How long one attempt waits for an answer before the connection is given up.
-    pub request_timeout: Duration,
-}
+use crate::history::{History, Op, OpKind, Outcome, Poll, Send};
+use crate::router::{retriable, Router};
 
 /// The final reader's consumer id in the history.
 pub const FINAL_READER: usize = usize::MAX;
@@ -60,26 +36,6 @@ pub const FINAL_READER: usize = usize::MAX;
 /// Milliseconds since `t0`, for the timeline.
 pub(crate) fn ms_since(t0: Instant) -> u64 {
     t0.elapsed().as_millis() as u64
-}
-
-pub(crate) fn retriable(code: i16) -> bool {
-    matches!(
-        ResponseError::try_from_code(code),
-        Some(
-            ResponseError::NotLeaderOrFollower
-                | ResponseError::LeaderNotAvailable
-                | ResponseError::RequestTimedOut
-                | ResponseError::NotEnoughReplicas
-                | ResponseError::NotEnoughReplicasAfterAppend
-                | ResponseError::KafkaStorageError
-                | ResponseError::UnknownTopicOrPartition
-                | ResponseError::CoordinatorLoadInProgress
-                | ResponseError::NotCoordinator
-                | ResponseError::CoordinatorNotAvailable
-                | ResponseError::FencedLeaderEpoch
-                | ResponseError::UnknownLeaderEpoch
-        )
-    )
 }
 
 /// One producer's sends to one partition: values `index << 40 | partition << 32 | n`, at
@@ -148,7 +104,7 @@ async fn produce(
                 let seq = sequence;
                 // CreateTime now: a record stamped 0 is past any time retention, and a
                 // broker that applies it (Apache Kafka does) deletes the history under test.
-                let now = runnel_bench::wall_ms();
+                let now = wall_ms();
                 let mut b = BatchBuilder::new(now);
                 for v in &values {
                     b.push(now, None, Some(&v.to_be_bytes()));
@@ -199,94 +155,6 @@ async fn produce(
         }
     }
     (sends, ops)
-}
-
-/// One round of fetches for `position`'s partitions, one request per leader. Records read
-/// are appended to `records` and move `position` on; each request is one op on the
-/// timeline.
-pub(crate) async fn fetch_round(
-    router: &mut Router,
-    topic: &str,
-    position: &mut BTreeMap<i32, i64>,
-    records: &mut Vec<(i32, i64, u64)>,
-    process: &str,
-    t0: Instant,
-    ops: &mut Vec<Op>,
-) {
-    let mut by_leader: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-    for p in position.keys() {
-        match router.leader(*p).await {
-            Some(addr) => by_leader.entry(addr).or_default().push(*p),
-            None => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                return;
-            }
-        }
-    }
-    for (addr, parts) in by_leader {
-        let req = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(200)
-            .with_min_bytes(1)
-            .with_max_bytes(8 << 20)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default().with_topic(topic_name(topic)).with_partitions(
-                parts
-                    .iter()
-                    .map(|p| {
-                        FetchPartition::default()
-                            .with_partition(*p)
-                            .with_fetch_offset(position[p])
-                            .with_partition_max_bytes(1 << 20)
-                    })
-                    .collect(),
-            )]);
-        let began = Instant::now();
-        let answer = router.call_at(&addr, &req, FETCH_VERSION).await;
-        let mut outcome = Outcome::Ok;
-        match answer {
-            Err(_) => {
-                outcome = Outcome::Unknown;
-                router.leader_moved(Some(&addr)).await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Ok(resp) => {
-                let mut moved = false;
-                for t in resp.responses {
-                    for p in t.partitions {
-                        if p.error_code != 0 {
-                            outcome = Outcome::Failed;
-                            moved |= retriable(p.error_code);
-                            continue;
-                        }
-                        let Some(data) = p.records else { continue };
-                        let partition = p.partition_index;
-                        let Some(&from) = position.get(&partition) else { continue };
-                        let mut got = Vec::new();
-                        let read = for_each_record(&data, from, |offset, v| {
-                            got.push((partition, offset, value_stamp(v).unwrap_or(u64::MAX)));
-                        });
-                        // A fetch with an undecodable batch is dropped whole and read again.
-                        if let Ok(Some(next)) = read {
-                            position.insert(partition, next);
-                            records.extend(got);
-                        }
-                    }
-                }
-                if moved {
-                    router.leader_moved(None).await;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
-        ops.push(Op {
-            kind: OpKind::Poll,
-            process: process.to_string(),
-            start_ms: began.duration_since(t0).as_millis() as u64,
-            latency_ms: began.elapsed().as_millis() as u64,
-            outcome,
-        });
-    }
 }
 
 /// Reads `partitions` from offset 0 until `stop` says to, or (with `ends`) until every

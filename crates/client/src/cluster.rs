@@ -1,6 +1,7 @@
-//! What the benchmark needs from a cluster besides producing and fetching: broker
-//! addresses and partition leaders (Metadata), creating and deleting its topic, and the
-//! log-end offsets (ListOffsets) that consumers start from and that a run is checked by.
+//! What a tool needs from a cluster besides producing and fetching: broker addresses and
+//! partition leaders (Metadata), creating and deleting a topic, the log-end offsets
+//! (ListOffsets) that `runnel bench`'s consumers start from and its runs are checked by,
+//! and a producer id for an idempotent producer (InitProducerId).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -13,20 +14,14 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     BrokerId, CreateTopicsRequest, DeleteTopicsRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
-    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::client::Connection;
-
-/// Request versions the benchmark speaks; both Apache Kafka 4.x and Runnel accept them.
-pub const METADATA_VERSION: i16 = 12;
-pub const PRODUCE_VERSION: i16 = 9;
-pub const FETCH_VERSION: i16 = 12;
-pub const LIST_OFFSETS_VERSION: i16 = 7;
-pub const CREATE_TOPICS_VERSION: i16 = 7;
-pub const DELETE_TOPICS_VERSION: i16 = 5;
-pub const INIT_PRODUCER_ID_VERSION: i16 = 4;
+use crate::connection::Connection;
+use crate::{
+    topic_name, CREATE_TOPICS_VERSION, DELETE_TOPICS_VERSION, INIT_PRODUCER_ID_VERSION, LIST_OFFSETS_VERSION,
+    METADATA_VERSION,
+};
 
 /// InitProducerId for an idempotent producer (no transactional id): (error code, producer
 /// id, epoch). Callers decide which error codes to retry.
@@ -34,10 +29,6 @@ pub async fn init_producer_id(conn: &Connection) -> Result<(i16, i64, i16)> {
     let req = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(-1);
     let resp = conn.call(&req, INIT_PRODUCER_ID_VERSION).await.context("InitProducerId")?;
     Ok((resp.error_code, resp.producer_id.0, resp.producer_epoch))
-}
-
-pub fn topic_name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
 }
 
 /// A topic's partitions and who leads each.
@@ -48,11 +39,15 @@ pub struct TopicLayout {
     pub leaders: Vec<i32>,
 }
 
+/// An admin's view of a cluster: its brokers, and one connection for Metadata,
+/// CreateTopics and DeleteTopics.
 pub struct Cluster {
     pub bootstrap: String,
     /// broker id → "host:port"
     pub brokers: HashMap<i32, String>,
     admin: Arc<Connection>,
+    /// The client id of every connection this opens.
+    client_id: String,
 }
 
 fn check(code: i16, what: &str) -> Result<()> {
@@ -66,9 +61,15 @@ fn check(code: i16, what: &str) -> Result<()> {
 }
 
 impl Cluster {
-    pub async fn connect(bootstrap: &str) -> Result<Cluster> {
-        let admin = Connection::connect(bootstrap, "runnel-bench-admin", 8).await?;
-        let mut c = Cluster { bootstrap: bootstrap.to_string(), brokers: HashMap::new(), admin };
+    /// Connects to `bootstrap` as `client_id` and reads the broker list.
+    pub async fn connect(bootstrap: &str, client_id: &str) -> Result<Cluster> {
+        let admin = Connection::connect(bootstrap, client_id, 8).await?;
+        let mut c = Cluster {
+            bootstrap: bootstrap.to_string(),
+            brokers: HashMap::new(),
+            admin,
+            client_id: client_id.to_string(),
+        };
         c.refresh_brokers().await?;
         Ok(c)
     }
@@ -173,7 +174,7 @@ impl Cluster {
         }
         let mut out = vec![-1; layout.leaders.len()];
         for (leader, parts) in by_leader {
-            let conn = Connection::connect(self.address(leader)?, "runnel-bench-admin", 1).await?;
+            let conn = Connection::connect(self.address(leader)?, &self.client_id, 1).await?;
             let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
                 ListOffsetsTopic::default().with_name(topic_name(&layout.name)).with_partitions(
                     parts

@@ -1,0 +1,229 @@
+//! Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete and offset retention
+//! (KIP-211). The same coordinator and the same locks as the groups (lock order: `groups`
+//! before `consumer_groups`), kept apart from the membership protocols.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError as E;
+
+use super::{now_ms, CommittedOffsets, Coordinator};
+use crate::group::{Group, State};
+use crate::records::{Key, OffsetValue};
+
+impl Coordinator {
+    /// OffsetCommit: checks membership, writes the commits durably, then applies them.
+    /// `offsets`: (topic, partition, offset, leader epoch, metadata). Returns one error per
+    /// offset, or a group-level error for all of them.
+    pub async fn commit(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        offsets: Vec<(String, i32, i64, i32, String)>,
+    ) -> Result<Vec<Result<(), E>>, E> {
+        if group_id.is_empty() {
+            return Err(E::InvalidGroupId);
+        }
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
+        {
+            let mut groups = self.lock();
+            let now = Instant::now();
+            let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
+            let consumer = self.lock_consumer();
+            match consumer.get(group_id).filter(|cg| !cg.members.is_empty()) {
+                // KIP-848 groups fence commits on the member epoch.
+                Some(cg) if !member_id.is_empty() => cg.check_commit(member_id, generation)?,
+                Some(_) => return Err(E::UnknownMemberId),
+                None => g.check_commit(generation, member_id, instance_id)?,
+            }
+            g.pending_commits += 1;
+        }
+        let results = self.write_commits(group_id, offsets).await;
+        if let Some(g) = self.lock().get_mut(group_id) {
+            g.pending_commits = g.pending_commits.saturating_sub(1);
+        }
+        results
+    }
+
+    async fn write_commits(
+        &self,
+        group_id: &str,
+        offsets: Vec<(String, i32, i64, i32, String)>,
+    ) -> Result<Vec<Result<(), E>>, E> {
+        let ts = now_ms();
+        let mut results = Vec::with_capacity(offsets.len());
+        let mut records = Vec::new();
+        let mut applied = Vec::new();
+        for (topic, partition, offset, leader_epoch, metadata) in offsets {
+            if metadata.len() > self.config.offset_metadata_bytes_max {
+                results.push(Err(E::OffsetMetadataTooLarge));
+                continue;
+            }
+            let value = OffsetValue { offset, leader_epoch, metadata, commit_timestamp: ts };
+            let key = Key::Offset { group: group_id.to_string(), topic: topic.clone(), partition };
+            records.push((key.encode(), Some(value.encode())));
+            applied.push(((topic, partition), value));
+            results.push(Ok(()));
+        }
+        if !records.is_empty() {
+            if let Err(e) = self.persist(group_id, records).await {
+                tracing::warn!(group = group_id, error = %e, "offset commit not durable");
+                return Err(self.not_durable(group_id));
+            }
+            let mut groups = self.lock();
+            let now = Instant::now();
+            let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
+            g.offsets.extend(applied);
+        }
+        Ok(results)
+    }
+
+    /// Offset retention (KIP-211), run every `offsets.retention.check.interval.ms`. Offsets
+    /// of an empty group expire `offsets.retention.minutes` after it became empty; a group
+    /// that only ever committed (no members) loses each offset that long after its commit;
+    /// a group with members keeps the offsets of topics they subscribe to and loses the
+    /// others by commit time. An empty group left without offsets is deleted. Returns how
+    /// many offsets expired.
+    pub async fn expire_offsets(&self) -> usize {
+        let now = now_ms();
+        let retention = self.config.offsets_retention_ms;
+        let expired_by = |since: i64| since.saturating_add(retention) <= now;
+        let mut writes = Vec::new();
+        let mut expired_total = 0;
+        {
+            let mut groups = self.lock();
+            let mut consumer = self.lock_consumer();
+            for g in groups.values().filter(|g| g.pending_commits == 0) {
+                let cg_members = consumer.get(&g.id).filter(|cg| !cg.members.is_empty());
+                // Which offsets can expire, and from when: a live group keeps the topics its
+                // members subscribe to; an empty one counts from when it emptied (or, if it
+                // never had members, from each commit).
+                let (subscribed, empty_since): (HashSet<String>, Option<i64>) = if let Some(cg) = cg_members {
+                    (cg.members.values().flat_map(|m| m.topics().cloned()).collect(), None)
+                } else if g.state == State::Empty {
+                    (HashSet::new(), g.protocol_type.is_some().then_some(g.state_timestamp))
+                } else if g.protocol_type.as_deref() == Some("consumer") {
+                    (g.subscribed_topics(), None)
+                } else {
+                    continue;
+                };
+                let expired: Vec<(String, i32)> = g
+                    .offsets
+                    .iter()
+                    .filter(|((t, _), v)| {
+                        !subscribed.contains(t) && expired_by(empty_since.unwrap_or(v.commit_timestamp))
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                let dead = g.state == State::Empty
+                    && !g.has_pending_members()
+                    && cg_members.is_none()
+                    && expired.len() == g.offsets.len();
+                if expired.is_empty() && !dead {
+                    continue;
+                }
+                let mut records: Vec<(Bytes, Option<Bytes>)> = expired
+                    .iter()
+                    .map(|(topic, partition)| {
+                        let key = Key::Offset { group: g.id.clone(), topic: topic.clone(), partition: *partition };
+                        (key.encode(), None)
+                    })
+                    .collect();
+                if dead {
+                    records.push((Key::Group { group: g.id.clone() }.encode(), None));
+                    records.extend(consumer.get(&g.id).map(|cg| cg.tombstones(&g.id)).unwrap_or_default());
+                }
+                expired_total += expired.len();
+                // Appended under the lock: the tombstones take their place in the log
+                // before any later commit to this group.
+                let written = self.log.append(self.partition_for(&g.id), records);
+                writes.push((g.id.clone(), expired, dead, written));
+            }
+            // Applied at once: a commit that arrives now lands after the tombstones in the
+            // log and in memory alike.
+            for (id, expired, dead, _) in &writes {
+                if *dead {
+                    groups.remove(id);
+                    consumer.remove(id);
+                } else if let Some(g) = groups.get_mut(id) {
+                    for k in expired {
+                        g.offsets.remove(k);
+                    }
+                }
+            }
+        }
+        for (id, expired, dead, written) in writes {
+            match written.await {
+                Ok(()) => {
+                    tracing::info!(group = %id, offsets = expired.len(), deleted = dead, "expired committed offsets")
+                }
+                // Not durable: after a restart the offsets come back and expire again.
+                Err(e) => tracing::warn!(group = %id, error = %e, "offset expiry not durable"),
+            }
+        }
+        expired_total
+    }
+
+    /// Committed offsets of a group: for the given partitions, or all when `None`.
+    pub fn fetch(&self, group_id: &str, partitions: Option<&[(String, i32)]>) -> Result<CommittedOffsets, E> {
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
+        let groups = self.lock();
+        let offsets = groups.get(group_id).map(|g| &g.offsets);
+        Ok(match partitions {
+            Some(list) => list.iter().map(|k| (k.clone(), offsets.and_then(|o| o.get(k).cloned()))).collect(),
+            None => offsets.map(|o| o.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect()).unwrap_or_default(),
+        })
+    }
+
+    /// OffsetDelete: refuses partitions of topics the group's members subscribe to.
+    pub async fn delete_offsets(&self, group_id: &str, partitions: &[(String, i32)]) -> Result<Vec<Result<(), E>>, E> {
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
+        let (results, records, removed) = {
+            let groups = self.lock();
+            let Some(g) = groups.get(group_id) else { return Err(E::GroupIdNotFound) };
+            let mut subscribed = g.subscribed_topics();
+            if let Some(cg) = self.lock_consumer().get(group_id) {
+                subscribed.extend(cg.members.values().flat_map(|m| m.topics().cloned()));
+            }
+            let mut results = Vec::new();
+            let mut records = Vec::new();
+            let mut removed = Vec::new();
+            for (topic, partition) in partitions {
+                if subscribed.contains(topic) {
+                    results.push(Err(E::GroupSubscribedToTopic));
+                    continue;
+                }
+                let k = (topic.clone(), *partition);
+                if g.offsets.contains_key(&k) {
+                    let key = Key::Offset { group: group_id.into(), topic: topic.clone(), partition: *partition };
+                    records.push((key.encode(), None));
+                    removed.push(k);
+                }
+                results.push(Ok(()));
+            }
+            (results, records, removed)
+        };
+        if !records.is_empty() {
+            if let Err(e) = self.persist(group_id, records).await {
+                tracing::warn!(group = group_id, error = %e, "offset deletion not durable");
+                return Err(self.not_durable(group_id));
+            }
+            let mut groups = self.lock();
+            if let Some(g) = groups.get_mut(group_id) {
+                for k in &removed {
+                    g.offsets.remove(k);
+                }
+            }
+        }
+        Ok(results)
+    }
+}
