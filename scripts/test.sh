@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project, installing what the tests need on the way:
-#   1. cargo fmt --check, cargo clippy -D warnings, cargo test (unit, storage, fuzz runs)
+#   1. cargo fmt --check, the layout check (scripts/layout-check.sh), cargo clippy
+#      -D warnings, cargo test (unit, storage, Raft simulations, fuzz runs)
 #   2. a release build of `runnel`
 #   3. the integration tests (pytest): real `runnel` processes on 127.0.0.1 driven by real
 #      Kafka clients: librdkafka (confluent-kafka from PyPI), the Java client and Kafka's
@@ -16,6 +17,8 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
+step "layout: no import cycle in any crate, no file over 800 lines (docs/ARCHITECTURE.md)"
+scripts/layout-check.sh
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test"

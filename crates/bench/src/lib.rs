@@ -7,6 +7,10 @@
 //! per-second timelines; `report` turns a run into text, JSON and an SVG chart; `scenario`
 //! names the published benchmark shapes; `compare` alternates two clusters; `size` turns a
 //! measured throughput into a cluster size and cost.
+//!
+//! The produce path (docs/ARCHITECTURE.md), in seven hops: connection → dispatch →
+//! handlers/produce.rs → `Partition::append` → Raft driver (append, replicate, batched
+//! fsync) → commit → response. This crate is the producer at the far end of the first hop.
 
 pub mod compare;
 pub mod consumer;

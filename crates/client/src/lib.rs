@@ -8,6 +8,10 @@
 //! topic admin and log-end offsets (`cluster`), and reading records out of fetched data
 //! (`records`). What to send and how to judge the answers (load generation, histories,
 //! checkers) belongs to the tools. Depends on `runnel-wire` only, never on the broker.
+//!
+//! The produce path (docs/ARCHITECTURE.md), in seven hops: connection → dispatch →
+//! handlers/produce.rs → `Partition::append` → Raft driver (append, replicate, batched
+//! fsync) → commit → response. This crate is the client at the far end of the first hop.
 
 mod cluster;
 mod connection;

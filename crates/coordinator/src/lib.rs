@@ -6,6 +6,11 @@
 //! implements over its ordinary partitions (so when partitions are replicated, so are
 //! groups). On start, [`Coordinator::load`] replays that log. Neighbours: the broker calls
 //! in from its handlers; nothing here touches sockets or files.
+//!
+//! The produce path (docs/ARCHITECTURE.md), in seven hops: connection → dispatch →
+//! handlers/produce.rs → `Partition::append` → Raft driver (append, replicate, batched
+//! fsync) → commit → response. Group commits take the same path: `GroupLog::append` is a
+//! `Partition::append` with acks=all on `__consumer_offsets`.
 
 pub mod consumer;
 mod coordinator;

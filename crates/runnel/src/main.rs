@@ -1,6 +1,10 @@
 //! `runnel`: the single binary. `runnel dev` runs one broker on localhost with data in a
 //! local folder; `runnel serve --config server.properties` runs a configured broker;
 //! `runnel bench` measures any Kafka-compatible cluster.
+//!
+//! The produce path (docs/ARCHITECTURE.md), in seven hops: connection → dispatch →
+//! handlers/produce.rs → `Partition::append` → Raft driver (append, replicate, batched
+//! fsync) → commit → response. This binary wires it up: `runnel_broker::server::run`.
 
 mod attach;
 mod bench;

@@ -15,6 +15,11 @@
 //! final read), `group` (consumer-group members), `fetch` (one round of fetches, shared by
 //! every reader), `router` (where to send each request), `config`. It talks to the cluster
 //! through `runnel-client`; `runnel chaos` drives the same workload while injecting faults.
+//!
+//! The produce path (docs/ARCHITECTURE.md), in seven hops: connection → dispatch →
+//! handlers/produce.rs → `Partition::append` → Raft driver (append, replicate, batched
+//! fsync) → commit → response. This crate checks, from outside, that what that path
+//! acknowledged is what consumers read.
 
 pub mod chart;
 pub mod checker;
