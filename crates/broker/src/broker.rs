@@ -23,7 +23,7 @@ pub struct Broker {
     pub data_arrived: Arc<Notify>,
     pub fetch_sessions: FetchSessions,
     /// Consumer groups and committed offsets, kept in `__consumer_offsets`.
-    pub groups: Coordinator,
+    pub group_coordinator: Coordinator,
     pub shutting_down: AtomicBool,
     /// The metadata quorum as this broker follows it (and leads it, when it is the
     /// controller); a broker without `controller.quorum.voters` is a cluster of one.
@@ -84,7 +84,7 @@ impl Broker {
             links.meta_ready,
         )?;
         let broker = Arc::new(Broker {
-            groups: Coordinator::new(
+            group_coordinator: Coordinator::new(
                 Arc::new(OffsetsLog { catalog: catalog.clone(), partitions: offsets_partitions }),
                 group_config,
             ),

@@ -58,7 +58,7 @@ pub fn locate(b: &Broker, group: &str) -> Result<BrokerInfo, (ResponseError, Str
         }
         return Err(unavailable(format!("{OFFSETS_TOPIC} is being created")));
     };
-    let p = b.groups.partition_for(group);
+    let p = b.group_coordinator.partition_for(group);
     let part = topic.partitions.get(p as usize).ok_or_else(|| {
         unavailable(format!("{OFFSETS_TOPIC} has {} partitions, the group needs {p}", topic.partitions.len()))
     })?;
@@ -75,7 +75,7 @@ pub fn locate(b: &Broker, group: &str) -> Result<BrokerInfo, (ResponseError, Str
 pub async fn until_led_partitions_loaded(b: &Broker, limit: Duration) {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        let loaded = b.groups.loaded_partitions();
+        let loaded = b.group_coordinator.loaded_partitions();
         let pending = b.catalog.topic(OFFSETS_TOPIC).is_some_and(|topic| {
             topic.partitions.iter().any(|p| p.leader_error().is_none() && loaded.binary_search(&p.index).is_err())
         });
@@ -111,7 +111,7 @@ pub async fn follow_leaders(broker: Weak<Broker>) {
         served.retain(|p, term| {
             let keep = leading.get(p) == Some(term);
             if !keep {
-                b.groups.unload_partition(*p);
+                b.group_coordinator.unload_partition(*p);
                 info!(partition = *p, "stopped coordinating the groups of {OFFSETS_TOPIC}-{p}");
             }
             keep
@@ -121,7 +121,7 @@ pub async fn follow_leaders(broker: Weak<Broker>) {
                 continue;
             }
             let reader = b.clone();
-            match tokio::task::spawn_blocking(move || reader.groups.load_partition(p)).await {
+            match tokio::task::spawn_blocking(move || reader.group_coordinator.load_partition(p)).await {
                 Ok(Ok(records)) => {
                     info!(partition = p, term, records, "coordinating the groups of {OFFSETS_TOPIC}-{p}");
                     served.insert(p, term);

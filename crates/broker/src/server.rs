@@ -109,11 +109,11 @@ async fn group_tick_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
     let mut next_expiry = tokio::time::Instant::now() + expiry_interval;
     loop {
         if tokio::time::Instant::now() >= next_expiry {
-            broker.groups.expire_offsets().await;
+            broker.group_coordinator.expire_offsets().await;
             next_expiry = tokio::time::Instant::now() + expiry_interval;
         }
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(GROUP_TICK_MS)) => broker.groups.tick().await,
+            _ = tokio::time::sleep(Duration::from_millis(GROUP_TICK_MS)) => broker.group_coordinator.tick().await,
             _ = shutdown.changed() => return,
         }
     }

@@ -35,7 +35,7 @@ pub fn handle(b: &Arc<Broker>, r: ConsumerGroupDescribeRequest, v: i16) -> Reply
         .into_iter()
         .map(|id| {
             let out = DescribedGroup::default().with_group_id(id.clone());
-            let found = match b.groups.describe_consumer(&id.0) {
+            let found = match b.group_coordinator.describe_consumer(&id.0) {
                 Ok(found) => found,
                 Err(e) => return out.with_error_code(e.code()),
             };

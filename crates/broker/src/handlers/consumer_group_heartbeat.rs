@@ -29,7 +29,7 @@ impl Topics for CatalogTopics<'_> {
 }
 
 pub fn handle(b: &Arc<Broker>, r: ConsumerGroupHeartbeatRequest, v: i16, ctx: &Ctx) -> Reply {
-    let interval = b.groups.consumer_heartbeat_interval_ms();
+    let interval = b.group_coordinator.consumer_heartbeat_interval_ms();
     let fail = |code: ResponseError, msg: &str| {
         now(ConsumerGroupHeartbeatResponse::default()
             .with_error_code(code.code())
@@ -60,7 +60,7 @@ pub fn handle(b: &Arc<Broker>, r: ConsumerGroupHeartbeatRequest, v: i16, ctx: &C
     };
     let (b, group, member_id) = (b.clone(), r.group_id.0.to_string(), r.member_id.clone());
     Box::pin(async move {
-        let resp = match b.groups.consumer_heartbeat(&group, req, &CatalogTopics(&b)).await {
+        let resp = match b.group_coordinator.consumer_heartbeat(&group, req, &CatalogTopics(&b)).await {
             Err((code, msg)) => ConsumerGroupHeartbeatResponse::default()
                 .with_error_code(code.code())
                 .with_error_message(Some(str_bytes(&msg)))

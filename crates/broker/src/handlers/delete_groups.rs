@@ -13,7 +13,7 @@ pub fn handle(b: &Arc<Broker>, r: DeleteGroupsRequest, _v: i16) -> Reply {
     Box::pin(async move {
         let mut results = Vec::with_capacity(r.groups_names.len());
         for id in r.groups_names {
-            let code = b.groups.delete(&id.0).await.err().map_or(0, |e| e.code());
+            let code = b.group_coordinator.delete(&id.0).await.err().map_or(0, |e| e.code());
             results.push(DeletableGroupResult::default().with_group_id(id).with_error_code(code));
         }
         Some(DeleteGroupsResponse::default().with_results(results).into())

@@ -17,7 +17,7 @@ pub fn handle(b: &Arc<Broker>, r: DescribeGroupsRequest, v: i16) -> Reply {
         .into_iter()
         .map(|id| {
             let out = DescribedGroup::default().with_group_id(id.clone());
-            match b.groups.describe(&id.0) {
+            match b.group_coordinator.describe(&id.0) {
                 Err(e) => out.with_error_code(e.code()),
                 Ok(None) => out.with_group_state(str_bytes("Dead")),
                 Ok(Some(g)) => {

@@ -9,7 +9,7 @@ use crate::ctx::{now, Reply};
 
 pub fn handle(b: &Arc<Broker>, r: HeartbeatRequest, v: i16) -> Reply {
     let instance = if v >= 3 { r.group_instance_id.as_ref().map(|s| s.as_str()) } else { None };
-    let code = match b.groups.heartbeat(&r.group_id.0, r.generation_id, &r.member_id, instance) {
+    let code = match b.group_coordinator.heartbeat(&r.group_id.0, r.generation_id, &r.member_id, instance) {
         Ok(()) => 0,
         Err(e) => e.code(),
     };

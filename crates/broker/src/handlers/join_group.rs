@@ -26,7 +26,7 @@ pub fn handle(b: &Arc<Broker>, r: JoinGroupRequest, v: i16, ctx: &Ctx) -> Reply 
     };
     let group = r.group_id.0.to_string();
     Box::pin(async move {
-        let res = b.groups.join(&group, req).await;
+        let res = b.group_coordinator.join(&group, req).await;
         let members = res
             .members
             .into_iter()

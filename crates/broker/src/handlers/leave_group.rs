@@ -20,7 +20,7 @@ pub fn handle(b: &Arc<Broker>, r: LeaveGroupRequest, v: i16) -> Reply {
         } else {
             vec![(r.member_id.to_string(), None)]
         };
-        let resp = match b.groups.leave(&r.group_id.0, &members).await {
+        let resp = match b.group_coordinator.leave(&r.group_id.0, &members).await {
             Err(e) => LeaveGroupResponse::default().with_error_code(e.code()),
             Ok(results) if v >= 3 => {
                 let members = r

@@ -14,7 +14,7 @@ pub fn handle(b: &Arc<Broker>, r: ListGroupsRequest, v: i16) -> Reply {
     let states: Vec<String> = r.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let types: Vec<String> = r.types_filter.iter().map(|s| s.to_lowercase()).collect();
     let groups = b
-        .groups
+        .group_coordinator
         .list()
         .into_iter()
         .filter(|g| states.is_empty() || states.contains(&g.state.to_lowercase()))

@@ -38,8 +38,10 @@ pub fn handle(b: &Arc<Broker>, r: OffsetCommitRequest, v: i16) -> Reply {
             codes.push(per);
         }
         let instance = if v >= 7 { r.group_instance_id.as_ref().map(|s| s.as_str()) } else { None };
-        let outcome =
-            b.groups.commit(&r.group_id.0, r.generation_id_or_member_epoch, &r.member_id, instance, known).await;
+        let outcome = b
+            .group_coordinator
+            .commit(&r.group_id.0, r.generation_id_or_member_epoch, &r.member_id, instance, known)
+            .await;
         let mut results = match &outcome {
             Ok(list) => list.iter().map(|res| res.err().map_or(0, |e| e.code())).collect::<Vec<_>>().into_iter(),
             Err(_) => Vec::new().into_iter(),

@@ -17,7 +17,7 @@ pub fn handle(b: &Arc<Broker>, r: OffsetDeleteRequest, _v: i16) -> Reply {
             .iter()
             .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), p.partition_index)))
             .collect();
-        let mut results = match b.groups.delete_offsets(&r.group_id.0, &wanted).await {
+        let mut results = match b.group_coordinator.delete_offsets(&r.group_id.0, &wanted).await {
             Ok(list) => list.into_iter(),
             Err(e) => return Some(OffsetDeleteResponse::default().with_error_code(e.code()).into()),
         };

@@ -24,7 +24,7 @@ fn lookup(
     group: &str,
     wanted: Option<Vec<(String, i32)>>,
 ) -> Result<Vec<(String, Vec<Row>)>, ResponseError> {
-    let found = b.groups.fetch(group, wanted.as_deref())?;
+    let found = b.group_coordinator.fetch(group, wanted.as_deref())?;
     let mut by_topic: Vec<(String, Vec<Row>)> = Vec::new();
     for ((topic, partition), committed) in found {
         let (offset, epoch, meta) = match committed {

@@ -13,7 +13,10 @@ pub fn handle(b: &Arc<Broker>, r: SyncGroupRequest, v: i16) -> Reply {
     Box::pin(async move {
         let assignments = r.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect();
         let instance = if v >= 3 { r.group_instance_id.as_ref().map(|s| s.to_string()) } else { None };
-        let res = b.groups.sync(&r.group_id.0, r.generation_id, &r.member_id, instance.as_deref(), assignments).await;
+        let res = b
+            .group_coordinator
+            .sync(&r.group_id.0, r.generation_id, &r.member_id, instance.as_deref(), assignments)
+            .await;
         let mut resp = SyncGroupResponse::default().with_error_code(res.error).with_assignment(res.assignment);
         if v >= 5 {
             resp.protocol_type = res.protocol_type.as_deref().map(str_bytes);
