@@ -101,10 +101,8 @@ pub async fn follow_leaders(broker: Weak<Broker>) {
         let mut leading: HashMap<i32, u64> = HashMap::new();
         if let Some(topic) = b.catalog.topic(OFFSETS_TOPIC) {
             for part in &topic.partitions {
-                let Some((replica, _)) = part.replica() else { continue };
-                let r = runnel_raft::driver::lock(replica);
-                if r.leader_current() {
-                    leading.insert(part.index, r.term());
+                if let Some(term) = part.current_leader_term() {
+                    leading.insert(part.index, term);
                 }
             }
         }

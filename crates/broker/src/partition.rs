@@ -172,6 +172,13 @@ impl Partition {
         }
     }
 
+    /// The term this replica leads in, once its high watermark covers everything earlier
+    /// leaders committed (so reading up to it reads the whole committed log); else None.
+    pub fn current_leader_term(&self) -> Option<u64> {
+        let r = self.lock()?;
+        r.leader_current().then(|| r.term())
+    }
+
     /// Why this broker cannot serve the partition as its leader, if it cannot.
     pub fn leader_error(&self) -> Option<PartitionError> {
         match self.lock() {
