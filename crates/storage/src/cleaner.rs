@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use runnel_wire::batch::{read_varint, BatchHeader, HEADER_BYTES};
-use runnel_wire::build::{compress, decompress};
+use runnel_wire::build::{compress, decompress, DECOMPRESSED_BYTES_MAX};
 
 use crate::segment::{self, file_name};
 
@@ -288,7 +288,7 @@ impl Records {
 
 /// Decompresses (if needed) and frames the records of one batch (control batches too).
 pub fn records_of(h: &BatchHeader, batch: &[u8]) -> io::Result<Records> {
-    let data = decompress(h.compression(), &batch[HEADER_BYTES..]).map_err(invalid)?;
+    let data = decompress(h.compression(), &batch[HEADER_BYTES..], DECOMPRESSED_BYTES_MAX).map_err(invalid)?;
     let mut spans = Vec::with_capacity((h.records_count.max(0) as usize).min(data.len()));
     let mut pos = 0usize;
     let bad = |what: &str| invalid(format!("batch at offset {}: {what}", h.base_offset));

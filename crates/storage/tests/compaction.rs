@@ -204,3 +204,23 @@ fn a_pass_interrupted_before_the_swap_leaves_the_old_segments() {
     assert_eq!(leftovers(), 0, "unfinished files removed");
     assert_eq!(consume(&log), before, "old segments intact");
 }
+
+#[test]
+fn a_compression_bomb_is_refused_at_the_decompression_bound() {
+    // One keyed record whose value is 65 MiB of zeros: some tens of KiB with zstd, a batch
+    // any client could send to a compacted topic. Reading its records (the key check on
+    // produce, the cleaner) stops at runnel_wire's bound instead of inflating it all.
+    let value = vec![0u8; runnel_wire::build::DECOMPRESSED_BYTES_MAX + (1 << 20)];
+    let mut b = BatchBuilder::new(1);
+    b.push(1, Some(b"k"), Some(&value));
+    let batch = b.finish(CODEC_ZSTD, ProducerFields::NONE).expect("batch");
+    drop(value);
+    assert!(batch.len() < 1 << 20, "the bomb is small: {} bytes", batch.len());
+    let h = BatchHeader::validate_for_append(&batch).expect("a valid batch");
+    let err = runnel_storage::all_records_keyed(&h, &batch).expect_err("refused");
+    assert!(err.to_string().contains("more than"), "{err}");
+    // A batch within the bound still reads.
+    let ok = keyed(&[("k", Some("v"))], 1, -1, -1, CODEC_ZSTD);
+    let h = BatchHeader::validate_for_append(&ok).expect("valid");
+    assert!(runnel_storage::all_records_keyed(&h, &ok).expect("readable"));
+}

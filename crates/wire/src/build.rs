@@ -2,8 +2,8 @@
 //! Kafka frames them, for everything that writes batches itself: the log cleaner, the
 //! coordinator's log, the benchmark's producer and tests.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
 
 use crate::batch::{HEADER_BYTES, MAGIC_V2};
 
@@ -15,18 +15,65 @@ pub const CODEC_LZ4: i16 = 3;
 pub const CODEC_ZSTD: i16 = 4;
 const ATTR_CONTROL: i16 = 0x20;
 
-/// Decompresses a batch's records section.
-pub fn decompress(codec: i16, data: &[u8]) -> anyhow::Result<Bytes> {
-    let mut src = Bytes::copy_from_slice(data);
-    let all = |b: &mut Bytes| Ok(b.copy_to_bytes(b.remaining()));
+/// The most bytes a batch's records section may decompress to. A batch that claims or
+/// produces more is refused, and decompression stops at the bound: a small compressed
+/// batch (a gzip or zstd "bomb", a snappy header claiming gigabytes) cannot make the broker
+/// allocate without limit. Generous for real batches (producers cap a batch at
+/// `batch.size`/`max.request.size`, default 16 KiB/1 MiB, before compression).
+pub const DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
+
+/// Decompresses a batch's records section, refusing more than `max_bytes` of output.
+pub fn decompress(codec: i16, data: &[u8], max_bytes: usize) -> anyhow::Result<Bytes> {
+    use std::io::Read;
+    let bounded = |mut reader: Box<dyn Read + '_>| -> anyhow::Result<Bytes> {
+        let mut out = Vec::new();
+        (&mut reader).take(max_bytes as u64 + 1).read_to_end(&mut out)?;
+        if out.len() > max_bytes {
+            anyhow::bail!("records decompress to more than {max_bytes} bytes");
+        }
+        Ok(Bytes::from(out))
+    };
     match codec {
-        CODEC_NONE => Ok(src),
-        CODEC_GZIP => Gzip::decompress(&mut src, all),
-        CODEC_SNAPPY => Snappy::decompress(&mut src, all),
-        CODEC_LZ4 => Lz4::decompress(&mut src, all),
-        CODEC_ZSTD => Zstd::decompress(&mut src, all),
+        CODEC_NONE => Ok(Bytes::copy_from_slice(data)),
+        CODEC_GZIP => bounded(Box::new(flate2::read::MultiGzDecoder::new(data))),
+        CODEC_ZSTD => bounded(Box::new(zstd::stream::read::Decoder::new(data)?)),
+        CODEC_LZ4 => bounded(Box::new(lz4::Decoder::new(data)?)),
+        CODEC_SNAPPY => snappy_decompress(data, max_bytes),
         c => anyhow::bail!("unknown compression codec {c}"),
     }
+}
+
+/// Kafka's snappy: xerial framing (a magic header, then blocks each prefixed with its
+/// length) or, from older clients, one raw snappy block. Each block's decompressed length
+/// is read from its header and checked against what is left of the bound before anything
+/// is allocated.
+fn snappy_decompress(data: &[u8], max_bytes: usize) -> anyhow::Result<Bytes> {
+    const XERIAL_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
+    const XERIAL_HEADER_BYTES: usize = 16;
+    let mut out = Vec::new();
+    let block = |compressed: &[u8], out: &mut Vec<u8>| -> anyhow::Result<()> {
+        let len = snap::raw::decompress_len(compressed)?;
+        if len > max_bytes - out.len() {
+            anyhow::bail!("records decompress to more than {max_bytes} bytes");
+        }
+        let start = out.len();
+        out.resize(start + len, 0);
+        snap::raw::Decoder::new().decompress(compressed, &mut out[start..])?;
+        Ok(())
+    };
+    if !data.starts_with(XERIAL_MAGIC) {
+        block(data, &mut out)?;
+        return Ok(Bytes::from(out));
+    }
+    let mut rest = data.get(XERIAL_HEADER_BYTES..).ok_or_else(|| anyhow::anyhow!("short snappy header"))?;
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_at_checked(4).ok_or_else(|| anyhow::anyhow!("short snappy block length"))?;
+        let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let (compressed, tail) = tail.split_at_checked(len).ok_or_else(|| anyhow::anyhow!("short snappy block"))?;
+        block(compressed, &mut out)?;
+        rest = tail;
+    }
+    Ok(Bytes::from(out))
 }
 
 /// Compresses a records section.
@@ -183,6 +230,34 @@ mod tests {
     use super::*;
     use crate::batch::BatchHeader;
     use kafka_protocol::records::RecordBatchDecoder;
+
+    #[test]
+    fn decompression_round_trips_and_stops_at_its_bound() {
+        // 1 MiB of zeros compresses to almost nothing in every codec: a small "bomb".
+        let plain = vec![0u8; 1 << 20];
+        for codec in [CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD] {
+            let packed = compress(codec, &plain).expect("compress");
+            assert!(packed.len() < plain.len() / 8, "codec {codec}: {} bytes", packed.len());
+            let back = decompress(codec, &packed, plain.len()).expect("within the bound");
+            assert_eq!(back.len(), plain.len(), "codec {codec}");
+            let err = decompress(codec, &packed, 64 << 10).expect_err("over the bound");
+            assert!(err.to_string().contains("more than 65536 bytes"), "codec {codec}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_snappy_header_claiming_gigabytes_is_refused_before_allocating() {
+        // A raw snappy block whose length varint says 4 GiB, followed by nothing.
+        let raw = [0x80, 0x80, 0x80, 0x80, 0x10, 0x00];
+        assert!(decompress(CODEC_SNAPPY, &raw, DECOMPRESSED_BYTES_MAX).is_err());
+        // The same inside xerial framing, and a framed block cut short.
+        let mut framed = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01".to_vec();
+        framed.extend_from_slice(&(raw.len() as u32).to_be_bytes());
+        framed.extend_from_slice(&raw);
+        assert!(decompress(CODEC_SNAPPY, &framed, DECOMPRESSED_BYTES_MAX).is_err());
+        framed.extend_from_slice(&100u32.to_be_bytes());
+        assert!(decompress(CODEC_SNAPPY, &framed, DECOMPRESSED_BYTES_MAX).is_err());
+    }
 
     #[test]
     fn built_batches_validate_and_decode_for_every_codec() {

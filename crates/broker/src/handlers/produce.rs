@@ -63,8 +63,16 @@ fn validate<'a>(
         if h.is_control() || h.is_transactional() {
             return Err((ResponseError::InvalidRecord, "transactional and control batches are not accepted".into()));
         }
-        if rules.compact && !runnel_storage::all_records_keyed(&h, bytes).unwrap_or(false) {
-            return Err((ResponseError::InvalidRecord, "Compacted topic cannot accept message without key.".into()));
+        if rules.compact {
+            match runnel_storage::all_records_keyed(&h, bytes) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let msg = "Compacted topic cannot accept message without key.";
+                    return Err((ResponseError::InvalidRecord, msg.into()));
+                }
+                // Undecodable or over the decompression bound (a compression bomb).
+                Err(e) => return Err((ResponseError::CorruptMessage, format!("records cannot be read: {e}"))),
+            }
         }
         if rules.log_append_time {
             let mut owned = bytes.to_vec();
