@@ -32,6 +32,8 @@ pub struct Broker {
     pub replicas: Arc<ReplicaManager>,
     /// A creation of the offsets topic is under way (see `group_coordinator::locate`).
     pub offsets_creating: Arc<AtomicBool>,
+    /// The requests in flight on every connection, for the watchdog's report.
+    pub requests: crate::watchdog::Requests,
 }
 
 impl Broker {
@@ -96,6 +98,7 @@ impl Broker {
             controller: controller.clone(),
             replicas: replicas.clone(),
             offsets_creating: Arc::new(AtomicBool::new(false)),
+            requests: Default::default(),
         });
         tokio::spawn(crate::replica_manager::announce_leaders(replicas, controller));
         Ok(broker)

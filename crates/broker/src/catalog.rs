@@ -8,6 +8,7 @@
 //! Raft metadata log. A data directory from before that (a `cluster.json` listing topics)
 //! is refused with what to do (docs/cluster.md).
 
+use runnel_sync::RwLockExt;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
@@ -163,15 +164,15 @@ impl Catalog {
     }
 
     fn read_topics(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<Arc<str>, Arc<Topic>>> {
-        self.topics.read().unwrap_or_else(|p| p.into_inner())
+        self.topics.read_or_stop()
     }
 
     fn write_topics(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<Arc<str>, Arc<Topic>>> {
-        self.topics.write().unwrap_or_else(|p| p.into_inner())
+        self.topics.write_or_stop()
     }
 
     pub fn settings(&self) -> std::sync::RwLockReadGuard<'_, Settings> {
-        self.settings.read().unwrap_or_else(|p| p.into_inner())
+        self.settings.read_or_stop()
     }
 
     /// Checks what this broker can check of a new topic before the controller decides
@@ -242,7 +243,7 @@ impl Catalog {
             self.persist(next.clone()).await?;
             local.persisted = next;
         }
-        self.settings.write().unwrap_or_else(|p| p.into_inner()).set_dynamic(dynamic);
+        self.settings.write_or_stop().set_dynamic(dynamic);
         let settings = self.settings().clone();
         apply_faults(&settings);
         for t in self.topics_snapshot() {

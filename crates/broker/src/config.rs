@@ -95,9 +95,20 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("log.fsync.scope", Kind::Str, "filesystem"),
     ("socket.request.max.bytes", Kind::Int, "104857600"),
     ("max.connections", Kind::Int, "10000"),
+    ("max.connections.per.ip", Kind::Int, "2147483647"),
+    ("connections.max.idle.ms", Kind::Long, "600000"),
+    // "host:count,host:count": per-address exceptions to max.connections.per.ip.
+    ("max.connections.per.ip.overrides", Kind::Str, ""),
     ("queued.max.requests.per.connection", Kind::Int, "100"),
+    // Bytes of request frames read and not yet answered, over all connections (Kafka's
+    // default of -1, unbounded, is not Runnel's: see docs/limits.md).
+    ("queued.max.request.bytes", Kind::Long, "536870912"),
+    // The watchdog stops a broker whose runtime or Raft driver made no progress this long
+    // (0: no watchdog).
+    ("watchdog.timeout.ms", Kind::Long, "60000"),
     ("max.incremental.fetch.session.cache.slots", Kind::Int, "1000"),
     ("fetch.max.wait.ms.max", Kind::Long, "30000"),
+    ("fetch.max.bytes", Kind::Int, "57671680"),
     ("offsets.topic.num.partitions", Kind::Int, "50"),
     // Cluster mode: replicas of each offsets-log partition (the topic is created on the
     // first FindCoordinator, once this many brokers are registered).

@@ -4,8 +4,12 @@
 //! wait (so appends from one connection happen in the order they were sent); the writer
 //! awaits the replies in order. The queue between them is bounded by
 //! `queued.max.requests.per.connection`, which is also how a client that pipelines too
-//! much is slowed down. A frame that cannot be decoded ends this connection, never the
-//! process.
+//! much is slowed down; and the bytes of every frame read and not yet answered, over all
+//! connections, are bounded by `queued.max.request.bytes` (a reader waits for room before
+//! it reads the next frame), and a connection that sends nothing, or not the rest of a
+//! frame, for `connections.max.idle.ms` is closed. A frame that cannot be decoded ends this connection, never the
+//! process, and so does a panic in this connection's tasks (they run as
+//! `runnel_sync::restartable`: they own no shared state).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +19,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeade
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use crate::broker::Broker;
@@ -24,14 +28,34 @@ use crate::dispatch;
 
 type Framed = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>>;
 
-pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut shutdown: watch::Receiver<bool>) {
+/// A reply on its way out, with the room its request took in `queued.max.request.bytes`.
+type Queued = (Framed, OwnedSemaphorePermit);
+
+/// The room for request frames read and not yet answered (`queued.max.request.bytes`),
+/// shared by every connection of a listener.
+pub fn request_bytes_pool(broker: &Broker) -> Arc<Semaphore> {
+    let max = broker.config.settings.i64("queued.max.request.bytes");
+    Arc::new(Semaphore::new(if max <= 0 { Semaphore::MAX_PERMITS } else { (max as usize).min(Semaphore::MAX_PERMITS) }))
+}
+
+pub async fn serve(
+    broker: Arc<Broker>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+    pool: Arc<Semaphore>,
+) {
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
     let inflight_max = broker.config.settings.usize("queued.max.requests.per.connection").max(1);
-    let (tx, rx) = mpsc::channel::<Framed>(inflight_max);
-    let writer = tokio::spawn(write_loop(wr, rx));
+    let (tx, rx) = mpsc::channel::<Queued>(inflight_max);
+    let registered = broker.requests.register(peer);
+    let writer =
+        tokio::spawn(runnel_sync::restartable("client connection", write_loop(wr, rx, registered.connection.clone())));
     let request_bytes_max = broker.config.settings.i64("socket.request.max.bytes");
+    let pool_bytes = broker.config.settings.i64("queued.max.request.bytes");
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
+    let idle = std::time::Duration::from_millis(broker.config.settings.i64("connections.max.idle.ms").max(1) as u64);
     loop {
         let size = tokio::select! {
             r = rd.read_i32() => match r {
@@ -40,19 +64,47 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
                 Err(e) => { debug!(%peer, error = %e, "read failed"); break; }
             },
             _ = shutdown.changed() => break,
+            _ = tokio::time::sleep(idle) => {
+                debug!(%peer, "closing connection: idle for connections.max.idle.ms");
+                break;
+            }
         };
         if size < 8 || size as i64 > request_bytes_max {
             warn!(%peer, size, request_bytes_max, "closing connection: frame size outside [8, socket.request.max.bytes]");
             break;
         }
-        let mut frame = BytesMut::zeroed(size as usize);
-        if let Err(e) = rd.read_exact(&mut frame).await {
-            debug!(%peer, error = %e, "connection closed mid-frame");
+        if pool_bytes > 0 && size as i64 > pool_bytes {
+            warn!(%peer, size, pool_bytes, "closing connection: frame larger than queued.max.request.bytes");
             break;
         }
+        // Room for the frame before it is read: under a flood, readers wait here and TCP
+        // pushes back on the clients.
+        let permit = tokio::select! {
+            p = pool.clone().acquire_many_owned(size as u32) => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = shutdown.changed() => break,
+        };
+        let mut frame = BytesMut::zeroed(size as usize);
+        // A frame that does not arrive whole within the idle limit gives its room back.
+        match tokio::time::timeout(idle, rd.read_exact(&mut frame)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                debug!(%peer, error = %e, "connection closed mid-frame");
+                break;
+            }
+            Err(_) => {
+                warn!(%peer, size, "closing connection: a frame did not arrive within connections.max.idle.ms");
+                break;
+            }
+        }
+        let (key, version) = (i16::from_be_bytes([frame[0], frame[1]]), i16::from_be_bytes([frame[2], frame[3]]));
+        let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
         match decode(&broker, frame.freeze(), peer) {
             Ok(reply) => {
-                if tx.send(reply).await.is_err() {
+                registered.connection.started(key, version, correlation_id);
+                if tx.send((reply, permit)).await.is_err() {
                     break;
                 }
             }
@@ -65,13 +117,21 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
     drop(tx);
     // The writer drains the replies already queued, then the socket closes.
     let _ = writer.await;
+    drop(registered);
     debug!(%peer, "connection closed");
 }
 
-async fn write_loop(wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiver<Framed>) {
+async fn write_loop(
+    wr: tokio::net::tcp::OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Queued>,
+    inflight: Arc<crate::watchdog::Connection>,
+) {
     let mut wr = BufWriter::with_capacity(64 * 1024, wr);
-    while let Some(reply) = rx.recv().await {
-        if let Some(bytes) = reply.await {
+    while let Some((reply, permit)) = rx.recv().await {
+        let out = reply.await;
+        inflight.answered();
+        drop(permit);
+        if let Some(bytes) = out {
             if wr.write_all(&bytes).await.is_err() {
                 return;
             }

@@ -9,6 +9,7 @@
 //! is evicted, and a client whose session is gone gets FETCH_SESSION_ID_NOT_FOUND and
 //! starts over with a full fetch.
 
+use runnel_sync::LockExt;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -73,7 +74,7 @@ impl FetchSessions {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_or_stop()
     }
 
     /// Applies a request's partitions (`wanted`, in request order) and forgotten

@@ -32,6 +32,7 @@ mod reassign;
 pub mod replica_manager;
 pub mod server;
 pub mod topic_config;
+pub mod watchdog;
 
 pub use broker::Broker;
 pub use config::{BrokerConfig, Settings};

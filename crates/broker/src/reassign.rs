@@ -13,6 +13,7 @@
 //! A cancelled move has the original replicas as its target, so the same steps undo it.
 //! Every step waits for the previous change to be applied (one change at a time).
 
+use runnel_sync::LockExt;
 use std::collections::HashSet;
 use std::sync::{Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -36,7 +37,7 @@ pub(crate) async fn carry_out(broker: Weak<Broker>) {
         tokio::time::sleep(INTERVAL).await;
         let Some(broker) = broker.upgrade() else { return };
         if last_report.elapsed() > REPORT_AGAIN {
-            reported.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            reported.lock_or_stop().clear();
             last_report = Instant::now();
         }
         for ((name, p), moving) in broker.controller.reassignments() {
@@ -58,7 +59,7 @@ pub(crate) async fn carry_out(broker: Weak<Broker>) {
                     broker.replicas.kick(group);
                 }
                 Step::Done => {
-                    if reported.lock().unwrap_or_else(|p| p.into_inner()).insert((name.clone(), p)) {
+                    if reported.lock_or_stop().insert((name.clone(), p)) {
                         broker.controller.finish_reassignment(name, p, moving.target.clone());
                     }
                 }

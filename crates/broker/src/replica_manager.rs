@@ -4,6 +4,7 @@
 //! about partitions directly: who leads a group the receiver does not host, and requests
 //! to hand a group to its preferred leader (ElectLeaders).
 
+use runnel_sync::RwLockExt;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -151,7 +152,7 @@ impl ReplicaManager {
 
     /// (leader, epoch) of a group this broker does not host, as its leader announced.
     pub fn leader_hint(&self, group: RaftGroupId) -> Option<(i32, i32)> {
-        let hints = self.hints.read().unwrap_or_else(|p| p.into_inner());
+        let hints = self.hints.read_or_stop();
         hints.get(&group).map(|(b, term)| (*b, *term as i32))
     }
 
@@ -204,7 +205,7 @@ impl ReplicaManager {
     fn on_message(&self, from: u64, msg: PeerMessage) {
         match msg {
             PeerMessage::Leaders { leads } => {
-                let mut hints = self.hints.write().unwrap_or_else(|p| p.into_inner());
+                let mut hints = self.hints.write_or_stop();
                 for (group, term) in leads {
                     let h = hints.entry(group).or_insert((broker_of(from), term));
                     if term >= h.1 {
@@ -367,7 +368,7 @@ impl ReplicaManager {
     /// Stops this broker's replicas of a deleted topic and removes their data.
     fn delete_topic(&self, name: &str, id: Uuid, seq: u64, partitions: usize) {
         {
-            let mut hints = self.hints.write().unwrap_or_else(|p| p.into_inner());
+            let mut hints = self.hints.write_or_stop();
             for p in 0..partitions {
                 hints.remove(&raft_group(seq, p as i32));
             }

@@ -1,12 +1,15 @@
-//! The listener: accepts connections (at most `max.connections`), runs retention in the
-//! background, and on shutdown stops reading new requests, answers those in flight, and
+//! The listener: accepts connections (at most `max.connections`, and
+//! `max.connections.per.ip` from one address), runs retention in the background, and on shutdown stops reading new requests, answers those in flight, and
 //! closes every log cleanly.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use runnel_sync::LockExt;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tracing::{info, warn};
@@ -31,8 +34,11 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     // Each partition of the offsets log is read back by the broker that leads it, when it
     // starts leading it.
     tokio::spawn(crate::group_coordinator::follow_leaders(weak));
+    crate::watchdog::start(&broker);
     let connections_max = broker.config.settings.usize("max.connections").max(1);
     let permits = Arc::new(Semaphore::new(connections_max));
+    let per_ip = Arc::new(PerIp::from_settings(&broker.config.settings)?);
+    let pool = connection::request_bytes_pool(&broker);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(retention_loop(broker.clone(), shutdown_rx.clone()));
     tokio::spawn(group_tick_loop(broker.clone(), shutdown_rx.clone()));
@@ -72,11 +78,16 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
                     warn!(%peer, connections_max, "refusing connection: max.connections reached");
                     continue;
                 };
-                let (b, rx) = (broker.clone(), shutdown_rx.clone());
-                tokio::spawn(async move {
-                    connection::serve(b, stream, peer, rx).await;
+                let Some(ip_permit) = per_ip.admit(peer.ip()) else {
+                    warn!(%peer, max = per_ip.max(peer.ip()), "refusing connection: max.connections.per.ip reached");
+                    continue;
+                };
+                let (b, rx, pool) = (broker.clone(), shutdown_rx.clone(), pool.clone());
+                tokio::spawn(runnel_sync::restartable("client connection", async move {
+                    connection::serve(b, stream, peer, rx, pool).await;
+                    drop(ip_permit);
                     drop(permit);
-                });
+                }));
             }
         }
     }
@@ -98,6 +109,71 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     tokio::task::spawn_blocking(move || b.close()).await.context("closing logs")?;
     info!("shutdown complete");
     Ok(())
+}
+
+/// Connections open per client address, against `max.connections.per.ip` and its
+/// per-address `max.connections.per.ip.overrides` (as Kafka counts them).
+struct PerIp {
+    max: usize,
+    overrides: HashMap<IpAddr, usize>,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One admitted connection; dropping it frees its place.
+struct IpPermit {
+    per_ip: Arc<PerIp>,
+    ip: IpAddr,
+}
+
+impl PerIp {
+    fn from_settings(s: &crate::config::Settings) -> Result<PerIp> {
+        let mut overrides = HashMap::new();
+        for entry in s.get("max.connections.per.ip.overrides").split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (host, n) = entry
+                .rsplit_once(':')
+                .with_context(|| format!("max.connections.per.ip.overrides: '{entry}' is not host:count"))?;
+            let n: usize = n.trim().parse().with_context(|| format!("max.connections.per.ip.overrides: '{entry}'"))?;
+            let host = host.trim().trim_start_matches('[').trim_end_matches(']');
+            let ips: Vec<IpAddr> = match host.parse::<IpAddr>() {
+                Ok(ip) => vec![ip],
+                Err(_) => std::net::ToSocketAddrs::to_socket_addrs(&(host, 0))
+                    .with_context(|| format!("max.connections.per.ip.overrides: resolving '{host}'"))?
+                    .map(|a| a.ip())
+                    .collect(),
+            };
+            for ip in ips {
+                overrides.insert(ip, n);
+            }
+        }
+        Ok(PerIp { max: s.i64("max.connections.per.ip").max(0) as usize, overrides, open: Mutex::new(HashMap::new()) })
+    }
+
+    fn max(&self, ip: IpAddr) -> usize {
+        self.overrides.get(&ip).copied().unwrap_or(self.max)
+    }
+
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<IpPermit> {
+        let max = self.max(ip);
+        let mut open = self.open.lock_or_stop();
+        let n = open.entry(ip).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(IpPermit { per_ip: self.clone(), ip })
+    }
+}
+
+impl Drop for IpPermit {
+    fn drop(&mut self) {
+        let mut open = self.per_ip.open.lock_or_stop();
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// How often group sessions and rebalance deadlines are checked.

@@ -3,6 +3,7 @@
 //! brokers forward their calls to it (KIP-590) and wait until the outcome is applied to
 //! their own image, so a broker whose copy lags never decides on its own.
 
+use runnel_sync::{LockExt, RwLockExt};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -139,7 +140,7 @@ impl Controller {
     }
 
     pub(crate) fn read(&self) -> std::sync::RwLockReadGuard<'_, Image> {
-        self.image.read().unwrap_or_else(|p| p.into_inner())
+        self.image.read_or_stop()
     }
 
     /// The Raft group of a partition.
@@ -239,10 +240,10 @@ impl Controller {
         };
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.forwarded.lock().unwrap_or_else(|p| p.into_inner()).insert(req, tx);
+        self.forwarded.lock_or_stop().insert(req, tx);
         self.send(controller, &Message::Call { req, call });
         let answer = tokio::time::timeout(APPLY_TIMEOUT, rx).await;
-        self.forwarded.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
+        self.forwarded.lock_or_stop().remove(&req);
         match answer {
             Ok(Ok(outcome)) => outcome,
             _ => Err((ResponseError::RequestTimedOut, "the controller did not answer in time".into())),
@@ -462,13 +463,13 @@ impl Controller {
                 std::process::exit(70);
             }
         }
-        self.image.write().unwrap_or_else(|p| p.into_inner()).apply(rec);
+        self.image.write_or_stop().apply(rec);
     }
 
     fn on_message(self: &Arc<Self>, from: u64, msg: Message) {
         match msg {
             Message::Reply { req, error } => {
-                if let Some(tx) = self.forwarded.lock().unwrap_or_else(|p| p.into_inner()).remove(&req) {
+                if let Some(tx) = self.forwarded.lock_or_stop().remove(&req) {
                     let outcome = match error {
                         None => Ok(()),
                         Some((code, msg)) => {

@@ -1,6 +1,7 @@
 //! The controller's decisions: each call checked against the current image (placement,
 //! capacity, assignments, configs) and committed as one metadata record.
 
+use runnel_sync::LockExt;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
@@ -21,14 +22,14 @@ struct Creating<'a> {
 
 impl<'a> Creating<'a> {
     fn claim(names: &'a Mutex<HashSet<String>>, name: &str) -> Option<Creating<'a>> {
-        let fresh = names.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string());
+        let fresh = names.lock_or_stop().insert(name.to_string());
         fresh.then(|| Creating { names, name: name.to_string() })
     }
 }
 
 impl Drop for Creating<'_> {
     fn drop(&mut self) {
-        self.names.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.name);
+        self.names.lock_or_stop().remove(&self.name);
     }
 }
 

@@ -3,6 +3,7 @@
 //! controller fences a broker it has not heard from within `broker.session.timeout.ms` (no
 //! new replicas, not offered to clients) and unfences it when it is heard from again.
 
+use runnel_sync::LockExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,7 @@ impl Controller {
     }
 
     pub(crate) fn heard(&self, id: i32) {
-        self.heard.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Instant::now());
+        self.heard.lock_or_stop().insert(id, Instant::now());
     }
 
     /// Controller: fences registered brokers not heard from within `session`, and unfences
@@ -35,7 +36,7 @@ impl Controller {
     /// gives every broker a full session before fencing it.
     fn check_sessions(&self, since: Instant, session: Duration) {
         let now = Instant::now();
-        let heard = self.heard.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let heard = self.heard.lock_or_stop().clone();
         let changes: Vec<Record> = {
             let image = self.read();
             image

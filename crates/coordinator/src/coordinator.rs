@@ -3,6 +3,7 @@
 //! OffsetDelete, retention) are in `coordinator/offsets.rs`, a child module so that it
 //! shares the coordinator's private state without widening its visibility.
 
+use runnel_sync::LockExt;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -148,7 +149,7 @@ impl Coordinator {
     }
 
     fn lock_owned(&self) -> MutexGuard<'_, Owned> {
-        self.owned.lock().unwrap_or_else(|p| p.into_inner())
+        self.owned.lock_or_stop()
     }
 
     /// Why this coordinator cannot serve the group now, if it cannot: another broker
@@ -179,11 +180,11 @@ impl Coordinator {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
-        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+        self.groups.lock_or_stop()
     }
 
     fn lock_consumer(&self) -> MutexGuard<'_, HashMap<String, ConsumerGroup>> {
-        self.consumer_groups.lock().unwrap_or_else(|p| p.into_inner())
+        self.consumer_groups.lock_or_stop()
     }
 
     fn has_consumer_members(&self, group_id: &str) -> bool {

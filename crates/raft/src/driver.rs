@@ -11,6 +11,7 @@
 //! virtual time. Groups are kept in id order and the loop polls its sources in a fixed
 //! order, so a run on a paused single-threaded runtime depends on its inputs alone.
 
+use runnel_sync::{LockExt, RwLockExt};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::future::Future;
@@ -58,7 +59,7 @@ pub enum SyncPolicy {
 }
 
 pub fn lock(r: &SharedReplica) -> MutexGuard<'_, Replica> {
-    r.lock().unwrap_or_else(|p| p.into_inner())
+    r.lock_or_stop()
 }
 
 /// A disk sync in progress (see [`Disk::sync`]).
@@ -139,6 +140,8 @@ pub struct Driver {
     now_ms: fn() -> i64,
     host: Host,
     task: Mutex<Option<Task>>,
+    /// Marked at every turn of the driver's loop (at least every tick while it runs).
+    beat: runnel_sync::Beat,
 }
 
 impl Driver {
@@ -181,6 +184,7 @@ impl Driver {
             now_ms,
             host,
             task: Mutex::new(None),
+            beat: runnel_sync::Beat::new(),
         });
         let run = tokio::spawn(driver.clone().run(inbound));
         let abort = run.abort_handle();
@@ -194,7 +198,7 @@ impl Driver {
                 }
             }
         });
-        *driver.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(Task { run: abort, watch });
+        *driver.task.lock_or_stop() = Some(Task { run: abort, watch });
         driver
     }
 
@@ -203,34 +207,39 @@ impl Driver {
     /// their directories). The transport is left as it is. Returns once the task is gone;
     /// not to be called from the task itself (a hook).
     pub async fn stop(&self) {
-        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let task = self.task.lock_or_stop().take();
         if let Some(task) = task {
             task.run.abort();
             let _ = task.watch.await;
         }
-        self.groups.write().unwrap_or_else(|p| p.into_inner()).clear();
+        self.groups.write_or_stop().clear();
+    }
+
+    /// When the driver's loop last went round; the broker's watchdog reads it.
+    pub fn beat(&self) -> &runnel_sync::Beat {
+        &self.beat
     }
 
     pub fn add_group(&self, group: u64, replica: SharedReplica) {
-        self.groups.write().unwrap_or_else(|p| p.into_inner()).insert(group, replica);
+        self.groups.write_or_stop().insert(group, replica);
         self.kick(group);
     }
 
     pub fn remove_group(&self, group: u64) -> Option<SharedReplica> {
-        self.groups.write().unwrap_or_else(|p| p.into_inner()).remove(&group)
+        self.groups.write_or_stop().remove(&group)
     }
 
     pub fn group(&self, group: u64) -> Option<SharedReplica> {
-        self.groups.read().unwrap_or_else(|p| p.into_inner()).get(&group).cloned()
+        self.groups.read_or_stop().get(&group).cloned()
     }
 
     pub fn groups(&self) -> Vec<(u64, SharedReplica)> {
-        self.groups.read().unwrap_or_else(|p| p.into_inner()).iter().map(|(g, r)| (*g, r.clone())).collect()
+        self.groups.read_or_stop().iter().map(|(g, r)| (*g, r.clone())).collect()
     }
 
     /// Asks for the group's ready to be handled soon (after a proposal).
     pub fn kick(&self, group: u64) {
-        self.dirty.lock().unwrap_or_else(|p| p.into_inner()).insert(group);
+        self.dirty.lock_or_stop().insert(group);
         self.wake.notify_one();
     }
 
@@ -257,13 +266,9 @@ impl Driver {
                 // cannot hold them up, and a simulation's run depends on its seed alone.
                 biased;
                 _ = ticker.tick() => {
-                    let groups = self.groups();
-                    let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
-                    for (g, r) in groups {
-                        if lock(&r).tick() {
-                            dirty.insert(g);
-                        }
-                    }
+                    let ticked: Vec<u64> =
+                        self.groups().into_iter().filter(|(_, r)| lock(r).tick()).map(|(g, _)| g).collect();
+                    self.dirty.lock_or_stop().extend(ticked);
                 }
                 n = inbound.recv_many(&mut batch, 4096) => {
                     if n == 0 {
@@ -281,7 +286,7 @@ impl Driver {
                             touched.push(g);
                         }
                     }
-                    self.dirty.lock().unwrap_or_else(|p| p.into_inner()).extend(touched);
+                    self.dirty.lock_or_stop().extend(touched);
                 }
                 _ = self.wake.notified() => {}
             }
@@ -289,13 +294,13 @@ impl Driver {
                 (self.host.on_fatal)(fatal);
                 return;
             }
+            self.beat.mark();
         }
     }
 
     async fn handle_readies(&self) -> Result<(), Fatal> {
         loop {
-            let dirty: Vec<u64> =
-                std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner())).into_iter().collect();
+            let dirty: Vec<u64> = std::mem::take(&mut *self.dirty.lock_or_stop()).into_iter().collect();
             if dirty.is_empty() {
                 return Ok(());
             }
@@ -349,7 +354,7 @@ impl Driver {
                 drop(rep);
                 self.send(g, out);
             }
-            self.dirty.lock().unwrap_or_else(|p| p.into_inner()).extend(again);
+            self.dirty.lock_or_stop().extend(again);
         }
     }
 }

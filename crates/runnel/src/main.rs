@@ -170,6 +170,7 @@ fn main() {
         Command::Decommission(args) => runtime().and_then(|rt| rt.block_on(decommission::main(args))),
         command => config(command).and_then(|config| {
             raise_open_files_limit();
+            runnel_sync::install_panic_hook();
             runtime()?.block_on(server::run(config, stop_signal()))
         }),
     };

@@ -136,7 +136,10 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16) -> Reply {
                 return Some(FetchResponse::default().with_error_code(code.code()).into());
             }
         };
-        let max_bytes = if v >= 3 { r.max_bytes.max(0) as usize } else { usize::MAX };
+        // As Kafka: the request's max_bytes, never more than the broker's fetch.max.bytes
+        // (a response is built in memory before it is sent).
+        let broker_max = b.config.settings.i64("fetch.max.bytes").max(1024) as usize;
+        let max_bytes = if v >= 3 { r.max_bytes.max(0) as usize } else { usize::MAX }.min(broker_max);
         let wait_ms_max = b.config.settings.i64("fetch.max.wait.ms.max");
         let deadline = Instant::now() + Duration::from_millis(r.max_wait_ms.clamp(0, wait_ms_max as i32) as u64);
         let reads = loop {
