@@ -1,6 +1,6 @@
 """`runnel chaos` on a 3-broker cluster that it starts itself: the verify workload
 (idempotent acks=all producers, assigned consumers and a consumer group) runs while
-leaders and followers are killed (-9) and paused, then, in network namespaces, a leader
+leaders and followers are killed (-9) and paused, their disks fill up, their clocks jump, then, in network namespaces, a leader
 and a whole region are cut off. Every acknowledged value must be read back once, where it
 was acknowledged; the availability chart must show each fault. The checker must fail
 loudly on a history with a planted loss or a group that skipped records.
@@ -80,6 +80,22 @@ def test_kill_and_pause_of_leaders_and_followers_lose_nothing(tmp_path):
 
     p = verify_check(tmp_path / "history.json")
     assert p.returncode == 0 and "no anomalies" in p.stdout, p.stdout + p.stderr
+
+
+def test_full_disks_and_clock_jumps_lose_nothing(tmp_path):
+    """A leader's and a follower's disk fill up mid-write (half of a batch written, then
+    ENOSPC): each stops at once (exit 70, its log ends torn) and is started again by chaos
+    once the fault ends; a leader's and then a follower's wall clock jump an hour back.
+    Nothing acknowledged is lost."""
+    schedule = "5:disk-full-leader:3,13:clock-jump-leader:4,21:disk-full-follower:3,29:clock-jump-follower:3"
+    out, report, history, _ = chaos(
+        tmp_path, "--duration", 36, "--partitions", 3, "--rate", 60, "--schedule", schedule,
+        "--clock-jump-ms", "-3600000")
+    assert report["counts"] == {} and report["sends_failed"] == 0, report
+    faults = [f["fault"].split(" ")[0] for f in history["faults"]]
+    assert faults == ["disk-full-leader", "clock-jump-leader", "disk-full-follower", "clock-jump-follower"], out
+    logs = "".join(f.read_text() for f in (tmp_path / "logs").glob("*.log"))
+    assert logs.count("raft entries could not be written; stopping") >= 2, "both full disks stopped their broker"
 
 
 def test_isolated_leader_and_region_in_network_namespaces_lose_nothing(tmp_path):

@@ -99,6 +99,8 @@ fn apply_faults(settings: &Settings) {
     let ms = settings.i64("fault.disk.sync.delay.ms").max(0) as u64;
     runnel_storage::fault::set_sync_delay(std::time::Duration::from_millis(ms));
     runnel_storage::fault::set_sync_fails(settings.bool("fault.disk.sync.fail"));
+    runnel_storage::fault::set_disk_full(settings.bool("fault.disk.full"));
+    runnel_sync::clock::set_offset_ms(settings.i64("fault.clock.offset.ms"));
 }
 
 impl Catalog {

@@ -130,6 +130,8 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // Fault hook (benchmarks, `runnel chaos`): every fsync round first sleeps this long.
     ("fault.disk.sync.delay.ms", Kind::Int, "0"),
     ("fault.disk.sync.fail", Kind::Bool, "false"),
+    ("fault.disk.full", Kind::Bool, "false"),
+    ("fault.clock.offset.ms", Kind::Long, "0"),
     // `id@host:port,...`: dial these peers there instead of at their voter address (a proxy
     // that adds latency between regions, for fault injection). Read at start.
     ("fault.raft.dial", Kind::List, ""),
@@ -173,6 +175,8 @@ pub struct Settings {
 pub const DYNAMIC_SETTINGS: &[&str] = &[
     "fault.disk.sync.delay.ms",
     "fault.disk.sync.fail",
+    "fault.disk.full",
+    "fault.clock.offset.ms",
     "auto.create.topics.enable",
     "log.retention.ms",
     "log.retention.bytes",

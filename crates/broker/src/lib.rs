@@ -37,7 +37,8 @@ pub mod watchdog;
 pub use broker::Broker;
 pub use config::{BrokerConfig, Settings};
 
-/// Wall-clock milliseconds since the Unix epoch (Kafka timestamps).
+/// Wall-clock milliseconds since the Unix epoch (Kafka timestamps), as
+/// `fault.clock.offset.ms` may have shifted them.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    runnel_sync::clock::wall_ms()
 }

@@ -134,7 +134,7 @@ pub struct Coordinator {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    runnel_sync::clock::wall_ms()
 }
 
 impl Coordinator {

@@ -102,6 +102,10 @@ pub enum Fatal {
     /// what is on disk is unknown, so these replicas must not vote or acknowledge again.
     /// A restart recovers the logs and catches up from peers.
     Sync(io::Error),
+    /// Writing a round's entries or hard state failed (a full or failing disk): the log may
+    /// end in a torn write and raft-rs has handed out that ready for good, so the replica
+    /// cannot go on. A restart truncates the torn tail and catches up from peers.
+    Write(io::Error),
     /// The driver's task panicked (raft-rs panics on broken invariants), with this message.
     Panic(String),
 }
@@ -324,7 +328,10 @@ impl Driver {
                         collected.push((g, r, c));
                     }
                     Ok(None) => {}
-                    Err(e) => error!(group = g, error = %e, "raft ready could not be written"),
+                    Err(e) => {
+                        error!(group = g, error = %e, "raft entries could not be written; stopping");
+                        return Err(Fatal::Write(e));
+                    }
                 }
                 self.send(g, out);
             }

@@ -489,6 +489,8 @@ impl Sim {
             on_fatal: Arc::new(move |fatal| match fatal {
                 Fatal::Sync(e) => *guard(&sync_failed) = Some(e.to_string()),
                 Fatal::Panic(m) => guard(&world).violate(format!("node {id}: the driver panicked: {m}")),
+                // The simulated disk's writes do not fail; one that does is a bug.
+                Fatal::Write(e) => guard(&world).violate(format!("node {id}: a write failed: {e}")),
             }),
         };
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE_MAX);

@@ -26,6 +26,8 @@ use crate::verify::VerifyArgs;
 /// The storage layer's fault hooks, as dynamic broker settings.
 const SYNC_DELAY: &str = "fault.disk.sync.delay.ms";
 const SYNC_FAIL: &str = "fault.disk.sync.fail";
+const DISK_FULL: &str = "fault.disk.full";
+const CLOCK_OFFSET: &str = "fault.clock.offset.ms";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Fault {
@@ -41,6 +43,14 @@ pub enum Fault {
     SlowDiskFollower,
     /// Every fsync of a follower's disk fails (the broker stops; started again at the end).
     FailDiskFollower,
+    /// Every write to the leader's log fails with ENOSPC after writing half of it (the
+    /// broker stops; started again at the end).
+    DiskFullLeader,
+    DiskFullFollower,
+    /// The leader's wall clock jumps --clock-jump-ms (back to the real time when the fault
+    /// ends).
+    ClockJumpLeader,
+    ClockJumpFollower,
     /// Take the leader's network link down (needs network namespaces: root, iproute2).
     IsolateLeader,
     IsolateFollower,
@@ -61,6 +71,8 @@ impl Fault {
         match self {
             Fault::SlowDiskLeader | Fault::SlowDiskFollower => Some(SYNC_DELAY),
             Fault::FailDiskFollower => Some(SYNC_FAIL),
+            Fault::DiskFullLeader | Fault::DiskFullFollower => Some(DISK_FULL),
+            Fault::ClockJumpLeader | Fault::ClockJumpFollower => Some(CLOCK_OFFSET),
             _ => None,
         }
     }
@@ -110,6 +122,9 @@ pub struct ChaosArgs {
     /// What a slow disk adds to every fsync, in milliseconds.
     #[arg(long, default_value_t = 500)]
     disk_delay_ms: u64,
+    /// How far clock-jump moves a broker's wall clock, in milliseconds (negative: back).
+    #[arg(long, default_value_t = 600_000, allow_hyphen_values = true)]
+    clock_jump_ms: i64,
     /// What region-latency adds to each direction between regions, in milliseconds.
     #[arg(long, default_value_t = 50)]
     latency_ms: u64,
@@ -223,7 +238,7 @@ enum Applied {
     Paused(Vec<u16>),
     Config(u16, &'static str),
     /// The disk fails: the broker stops by itself, or is healed through the setting.
-    FailingDisk(u16),
+    FailingDisk(u16, &'static str),
     Isolated(Vec<u16>),
     Latency,
 }
@@ -234,6 +249,7 @@ struct Chaos<C: Brokers> {
     rng: Rng,
     regions: u16,
     disk_delay_ms: u64,
+    clock_jump_ms: i64,
     latency_ms: u64,
     /// The delay of every proxy between regions (none without region-latency).
     cross_region_delay: Option<Arc<AtomicU64>>,
@@ -269,7 +285,12 @@ impl<C: Brokers> Chaos<C> {
     async fn apply(&mut self, fault: Fault) -> Result<(String, Applied)> {
         let (leader, follower) = self.targets().await?;
         let target = match fault {
-            Fault::KillLeader | Fault::PauseLeader | Fault::SlowDiskLeader | Fault::IsolateLeader => leader,
+            Fault::KillLeader
+            | Fault::PauseLeader
+            | Fault::SlowDiskLeader
+            | Fault::DiskFullLeader
+            | Fault::ClockJumpLeader
+            | Fault::IsolateLeader => leader,
             _ => follower,
         };
         let what = format!("{} (broker {target})", fault.name());
@@ -293,10 +314,16 @@ impl<C: Brokers> Chaos<C> {
                 set_broker_config(&mut self.router, &addr, target, SYNC_DELAY, Some(&delay)).await?;
                 Applied::Config(target, SYNC_DELAY)
             }
-            Fault::FailDiskFollower => {
+            Fault::FailDiskFollower | Fault::DiskFullLeader | Fault::DiskFullFollower => {
+                let key = fault.disk_setting().unwrap_or(SYNC_FAIL);
                 self.may_exit.push(target);
-                set_broker_config(&mut self.router, &addr, target, SYNC_FAIL, Some("true")).await?;
-                Applied::FailingDisk(target)
+                set_broker_config(&mut self.router, &addr, target, key, Some("true")).await?;
+                Applied::FailingDisk(target, key)
+            }
+            Fault::ClockJumpLeader | Fault::ClockJumpFollower => {
+                let jump = self.clock_jump_ms.to_string();
+                set_broker_config(&mut self.router, &addr, target, CLOCK_OFFSET, Some(&jump)).await?;
+                Applied::Config(target, CLOCK_OFFSET)
             }
             Fault::IsolateLeader | Fault::IsolateFollower => {
                 self.links(&[target], false)?;
@@ -347,12 +374,12 @@ impl<C: Brokers> Chaos<C> {
                 let addr = self.cluster.address(b);
                 set_broker_config(&mut self.router, &addr, b, key, None).await?;
             }
-            Applied::FailingDisk(b) => {
+            Applied::FailingDisk(b, key) => {
                 self.check_exits().await;
                 if self.cluster.running(b) {
                     let addr = self.cluster.address(b);
                     // It may die between the look and the call; then it is started below.
-                    let _ = set_broker_config(&mut self.router, &addr, b, SYNC_FAIL, None).await;
+                    let _ = set_broker_config(&mut self.router, &addr, b, key, None).await;
                     self.check_exits().await;
                 }
                 if !self.cluster.running(b) {
@@ -519,6 +546,7 @@ async fn run<C: Brokers>(
         rng,
         regions: a.regions,
         disk_delay_ms: a.disk_delay_ms,
+        clock_jump_ms: a.clock_jump_ms,
         latency_ms: a.latency_ms,
         cross_region_delay,
         may_exit: Vec::new(),
@@ -534,7 +562,16 @@ async fn run<C: Brokers>(
             break;
         }
         let started = Instant::now();
-        match chaos.apply(p.fault).await {
+        // A connection to a broker that just restarted may be stale: try again twice.
+        let mut outcome = chaos.apply(p.fault).await;
+        for _ in 0..2 {
+            if outcome.is_ok() || workload.is_finished() || chaos.interrupted() {
+                break;
+            }
+            chaos.hold(Duration::from_secs(1)).await;
+            outcome = chaos.apply(p.fault).await;
+        }
+        match outcome {
             Ok((what, applied)) => {
                 println!("{:>7.1}s {what} for {:.1}s", started.duration_since(t0).as_secs_f64(), p.hold.as_secs_f64());
                 chaos.hold(p.hold).await;

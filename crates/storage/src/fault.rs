@@ -1,6 +1,6 @@
 //! Disk fault hooks for benchmarks and fault injection: compiled in, off unless enabled
-//! (the broker's `fault.disk.sync.delay.ms` and `fault.disk.sync.fail`, set at run time
-//! through IncrementalAlterConfigs on the broker resource).
+//! (the broker's `fault.disk.sync.delay.ms`, `fault.disk.sync.fail` and `fault.disk.full`,
+//! set at run time through IncrementalAlterConfigs on the broker resource).
 //!
 //! One setting per process, since a process is one broker with one disk.
 
@@ -9,6 +9,7 @@ use std::time::Duration;
 
 static SYNC_DELAY_MS: AtomicU64 = AtomicU64::new(0);
 static SYNC_FAILS: AtomicBool = AtomicBool::new(false);
+static DISK_FULL: AtomicBool = AtomicBool::new(false);
 
 /// Every [`crate::sync_files`] call first sleeps this long (0 turns the fault off): a disk
 /// whose flushes are slow, as a saturated or failing device's are.
@@ -34,6 +35,20 @@ pub(crate) fn before_sync() -> std::io::Result<()> {
     }
     if SYNC_FAILS.load(Ordering::Relaxed) {
         return Err(std::io::Error::from_raw_os_error(libc::EIO));
+    }
+    Ok(())
+}
+
+/// While this is on, every append to a segment writes half its bytes and fails with ENOSPC:
+/// a disk that filled up mid-write. What the replica does about it (stop: what reached the
+/// disk is torn) is the point of the fault.
+pub fn set_disk_full(full: bool) {
+    DISK_FULL.store(full, Ordering::Relaxed);
+}
+
+pub(crate) fn before_write() -> std::io::Result<()> {
+    if DISK_FULL.load(Ordering::Relaxed) {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
     }
     Ok(())
 }

@@ -156,6 +156,11 @@ impl Segment {
     /// Appends one stamped batch at the end of the file.
     pub fn append(&mut self, batch: &[u8], h: &BatchHeader) -> io::Result<()> {
         let pos = self.size;
+        if let Err(e) = crate::fault::before_write() {
+            // A full disk takes part of a write before it refuses the rest.
+            let _ = self.file.write_all_at(&batch[..batch.len() / 2], pos);
+            return Err(e);
+        }
         self.file.write_all_at(batch, pos)?;
         self.note_appended(h, pos, batch.len() as u64);
         self.size += batch.len() as u64;

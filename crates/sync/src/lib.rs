@@ -126,6 +126,26 @@ fn process_ms() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
+/// The process's wall clock (Kafka timestamps, retention, session deadlines), with the
+/// offset the `fault.clock.offset.ms` fault hook sets: a clock that jumped.
+pub mod clock {
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    static OFFSET_MS: AtomicI64 = AtomicI64::new(0);
+
+    /// Milliseconds since the Unix epoch, plus the injected offset.
+    pub fn wall_ms() -> i64 {
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        now.saturating_add(OFFSET_MS.load(Ordering::Relaxed))
+    }
+
+    /// Makes [`wall_ms`] jump by `ms` from the real time (0: the real time again).
+    pub fn set_offset_ms(ms: i64) {
+        OFFSET_MS.store(ms, Ordering::Relaxed);
+    }
+}
+
 #[cold]
 fn poisoned() -> ! {
     stop("a lock was poisoned: a panic left the state behind it half-changed")
