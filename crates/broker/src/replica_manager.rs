@@ -191,15 +191,7 @@ impl ReplicaManager {
     }
 
     fn send(&self, to: i32, msg: &PeerMessage) {
-        match serde_json::to_vec(msg) {
-            Ok(json) => {
-                let mut data = Vec::with_capacity(json.len() + 1);
-                data.push(REPLICAS_CHANNEL);
-                data.extend_from_slice(&json);
-                self.driver.forward(raft_id(to), data);
-            }
-            Err(e) => warn!(error = %e, "encoding a message to a peer"),
-        }
+        runnel_controller::send_on_channel(&self.driver, to, REPLICAS_CHANNEL, msg);
     }
 
     fn on_message(&self, from: u64, msg: PeerMessage) {
@@ -277,6 +269,9 @@ impl ReplicaManager {
             .with_context(|| format!("opening {}", dir.display()))?;
         if campaign {
             let _ = replica.campaign();
+        } else if replica.term() == 0 {
+            // A new group: leave the first election to the replica that campaigns at once.
+            replica.hold_elections(2 * cfg.election_tick);
         }
         let replica = Arc::new(Mutex::new(replica));
         self.driver.add_group(group, replica.clone());

@@ -175,15 +175,7 @@ impl Controller {
 
     /// Sends `msg` to broker `to` on the controller's channel.
     pub(crate) fn send(&self, to: i32, msg: &Message) {
-        match serde_json::to_vec(msg) {
-            Ok(json) => {
-                let mut data = Vec::with_capacity(json.len() + 1);
-                data.push(CONTROLLER_CHANNEL);
-                data.extend_from_slice(&json);
-                self.driver.forward(raft_id(to), data);
-            }
-            Err(e) => warn!(error = %e, "encoding a controller message"),
-        }
+        crate::records::send_on_channel(&self.driver, to, CONTROLLER_CHANNEL, msg);
     }
 
     /// Proposes records on the metadata log without waiting (controller only; a record

@@ -23,6 +23,21 @@ pub fn raft_id(broker: i32) -> u64 {
     broker as u64 + 1
 }
 
+/// Sends `msg` (as JSON) to broker `to` on `channel`, one of the channels that share the
+/// driver's forwarding (the controller's, the replica manager's): best effort, as Raft
+/// messages are.
+pub fn send_on_channel(driver: &runnel_raft::Driver, to: i32, channel: u8, msg: &impl Serialize) {
+    match serde_json::to_vec(msg) {
+        Ok(json) => {
+            let mut data = Vec::with_capacity(json.len() + 1);
+            data.push(channel);
+            data.extend_from_slice(&json);
+            driver.forward(raft_id(to), data);
+        }
+        Err(e) => tracing::warn!(error = %e, channel, "encoding a message to a peer"),
+    }
+}
+
 /// The broker with Raft id `raft_id`.
 pub fn broker_of(raft_id: u64) -> i32 {
     raft_id as i32 - 1

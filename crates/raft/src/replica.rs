@@ -126,6 +126,9 @@ pub struct Replica {
     led_term: u64,
     /// The log start DeleteRecords asked for (see `raise_log_start`).
     log_start_floor: i64,
+    /// Ticks still to pass before this replica's election clock starts (see
+    /// [`Replica::hold_elections`]).
+    held_ticks: usize,
 }
 
 impl Replica {
@@ -171,6 +174,7 @@ impl Replica {
             led_from: 0,
             led_term: 0,
             log_start_floor: 0,
+            held_ticks: 0,
         })
     }
 
@@ -248,7 +252,22 @@ impl Replica {
         self.node.raft.set_randomized_election_timeout(ticks);
     }
 
+    /// For a brand-new group's replicas other than the one meant to lead: its election
+    /// clock starts only after `ticks`, so the replica that campaigns at once wins even when
+    /// its first vote requests reached brokers that had not opened the group yet (its own
+    /// retry comes within an election timeout). It votes and follows as usual meanwhile.
+    pub fn hold_elections(&mut self, ticks: usize) {
+        self.held_ticks = ticks;
+    }
+
     pub fn tick(&mut self) -> bool {
+        if self.held_ticks > 0 {
+            self.held_ticks -= 1;
+            if self.node.raft.leader_id == raft::INVALID_ID {
+                return false;
+            }
+            self.held_ticks = 0;
+        }
         self.node.tick()
     }
 
