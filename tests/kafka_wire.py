@@ -7,6 +7,9 @@ Pure Python, no dependencies. It covers:
   * Produce v9 (flexible) request/response, with a hand-built RecordBatch v2
     whose CRC32C (Castagnoli) is computed here;
   * ListOffsets v1 and Fetch v4 request/response (both non-flexible);
+  * admin and group requests with just enough of their responses decoded to read the error
+    codes: Alter/ListPartitionReassignments, DescribeLogDirs, ConsumerGroupDescribe,
+    OffsetDelete, OffsetForLeaderEpoch, FindCoordinator, ElectLeaders;
   * a blocking `Conn` that frames requests with the int32 size prefix and reads responses.
 
 Everything is explicit so that a test can corrupt any field (CRC, magic, record count...).
@@ -611,3 +614,140 @@ def decode_alter_partition_reassignments_v0(r):
             out[(name, p)] = (code, msg)
     r.tags()
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# A few more requests, each with just enough of its response decoded to read the error codes
+# (tests/test_stress.py sends them from many connections at once).
+
+
+def list_partition_reassignments_v0_request(correlation_id, topics=None, timeout_ms=30000):
+    """ListPartitionReassignments v0 (flexible). topics: {name: [partitions]}, None for all."""
+    listed = None if topics is None else [
+        compact_string(t) + compact_array([i32(p) for p in ps]) + EMPTY_TAGS for t, ps in topics.items()]
+    return header_v2(46, 0, correlation_id) + i32(timeout_ms) + compact_array(listed) + EMPTY_TAGS
+
+
+def decode_list_partition_reassignments_v0(r):
+    """(error code, {(topic, partition): (replicas, adding, removing)})."""
+    r.i32()  # throttle
+    error = r.i16()
+    r.compact_string()  # error message
+    moving = {}
+
+    def ids(r):
+        return r.compact_array(lambda r: r.i32())
+
+    def partition(r):
+        p = (r.i32(), ids(r), ids(r), ids(r))
+        r.tags()
+        return p
+
+    def topic(r):
+        name = r.compact_string()
+        for index, replicas, adding, removing in r.compact_array(partition) or []:
+            moving[(name, index)] = (replicas, adding, removing)
+        r.tags()
+
+    r.compact_array(topic)
+    r.tags()
+    return error, moving
+
+
+def describe_log_dirs_v1_request(correlation_id, topics=None):
+    """DescribeLogDirs v1. topics: {name: [partitions]}, None for every replica."""
+    listed = None if topics is None else [string(t) + array([i32(p) for p in ps]) for t, ps in topics.items()]
+    return header_v1(35, 1, correlation_id) + array(listed)
+
+
+def decode_describe_log_dirs_v1(r):
+    """[(error code, log dir, {(topic, partition): size})]."""
+    r.i32()  # throttle
+
+    def partition(r):
+        index, size = r.i32(), r.i64()
+        r.i64(), r.bool()  # offset lag, is future
+        return index, size
+
+    def result(r):
+        error, path = r.i16(), r.string()
+        sizes = {}
+        for name, ps in r.array(lambda r: (r.string(), r.array(partition))) or []:
+            sizes.update({(name, index): size for index, size in ps or []})
+        return error, path, sizes
+
+    return r.array(result) or []
+
+
+def consumer_group_describe_v0_request(groups, correlation_id):
+    """ConsumerGroupDescribe v0 (flexible, KIP-848)."""
+    body = compact_array([compact_string(g) for g in groups]) + i8(0) + EMPTY_TAGS
+    return header_v2(69, 0, correlation_id) + body
+
+
+def decode_consumer_group_describe_v0_first(r):
+    """The first group's (error code, group id, state, group epoch); the members are not read."""
+    r.i32()  # throttle
+    if r.uvarint() < 2:
+        return None
+    error, _message, group = r.i16(), r.compact_string(), r.compact_string()
+    return error, group, r.compact_string(), r.i32()
+
+
+def offset_delete_v0_request(group, topics, correlation_id):
+    """OffsetDelete v0. topics: {name: [partitions]}."""
+    body = string(group) + array([string(t) + array([i32(p) for p in ps]) for t, ps in topics.items()])
+    return header_v1(47, 0, correlation_id) + body
+
+
+def decode_offset_delete_v0(r):
+    """(top-level error code, {(topic, partition): error code})."""
+    error = r.i16()
+    r.i32()  # throttle
+    codes = {}
+    for name, ps in r.array(lambda r: (r.string(), r.array(lambda r: (r.i32(), r.i16())))) or []:
+        codes.update({(name, index): code for index, code in ps or []})
+    return error, codes
+
+
+def offset_for_leader_epoch_v2_request(topic, partitions, correlation_id, leader_epoch=0):
+    """OffsetForLeaderEpoch v2: the end offset of `leader_epoch` (current epoch not checked)."""
+    parts = [i32(p) + i32(-1) + i32(leader_epoch) for p in partitions]
+    return header_v1(23, 2, correlation_id) + array([string(topic) + array(parts)])
+
+
+def decode_offset_for_leader_epoch_v2(r):
+    """{(topic, partition): (error code, leader epoch, end offset)}."""
+    r.i32()  # throttle
+    out = {}
+    for name, ps in r.array(lambda r: (r.string(), r.array(lambda r: (r.i16(), r.i32(), r.i32(), r.i64())))) or []:
+        out.update({(name, index): (code, epoch, end) for code, index, epoch, end in ps or []})
+    return out
+
+
+def find_coordinator_v1_request(key, correlation_id, key_type=0):
+    """FindCoordinator v1: the coordinator of a group (key_type 0) or transactional id (1)."""
+    return header_v1(10, 1, correlation_id) + string(key) + i8(key_type)
+
+
+def decode_find_coordinator_v1(r):
+    """(error code, error message, node id)."""
+    r.i32()  # throttle
+    error, message, node = r.i16(), r.string(), r.i32()
+    return error, message, node
+
+
+def elect_leaders_v1_request(topics, correlation_id, election_type=0, timeout_ms=5000):
+    """ElectLeaders v1 (0 preferred, 1 unclean). topics: {name: [partitions]}, None for all."""
+    listed = None if topics is None else [string(t) + array([i32(p) for p in ps]) for t, ps in topics.items()]
+    return header_v1(43, 1, correlation_id) + i8(election_type) + array(listed) + i32(timeout_ms)
+
+
+def decode_elect_leaders_v1(r):
+    """(top-level error code, {(topic, partition): (error code, message)})."""
+    r.i32()  # throttle
+    error = r.i16()
+    out = {}
+    for name, ps in r.array(lambda r: (r.string(), r.array(lambda r: (r.i32(), r.i16(), r.string())))) or []:
+        out.update({(name, index): (code, message) for index, code, message in ps or []})
+    return error, out
