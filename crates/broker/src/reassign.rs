@@ -113,7 +113,7 @@ fn next_step(r: &mut runnel_raft::Replica, target: &[i32]) -> Step {
     if !leaving.is_empty() {
         if !target.contains(&me) {
             // Leaving itself: hand the group to a target replica that has everything.
-            if let Some(to) = target.iter().copied().find(|t| r.has_everything(*t)) {
+            if let Some(to) = target.iter().copied().find(|t| r.has_everything(*t, 0)) {
                 r.transfer_leader(to);
                 return Step::Changed("handing leadership to a target replica");
             }

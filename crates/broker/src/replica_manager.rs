@@ -32,6 +32,9 @@ use crate::topic_config;
 const REPLICAS_CHANNEL: u8 = b'R';
 /// Such messages queued before new ones are dropped (both kinds are repeated).
 const PEER_INBOX_MAX: usize = 1024;
+/// Entries a preferred leader may lack and still be handed leadership (a busy partition's
+/// followers are always a few appends behind).
+const ELECT_LAG_MAX: u64 = 16;
 /// How often a broker announces the groups it leads to brokers that do not host them.
 const ANNOUNCE_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -165,15 +168,16 @@ impl ReplicaManager {
         }
     }
 
-    /// Hands a group this broker leads to `preferred`, if that replica is alive and has
-    /// every entry (else a transfer would stall writes for an election timeout and fail):
-    /// a Raft leadership transfer. Returns whether one started.
+    /// Hands a group this broker leads to `preferred`, if that replica is alive and lacks at
+    /// most `ELECT_LAG_MAX` entries (one round of appends catches it up; further behind, a
+    /// transfer would stall writes for an election timeout and fail): a Raft leadership
+    /// transfer. Returns whether one started.
     pub fn elect_here(&self, group: RaftGroupId, preferred: i32) -> bool {
         let Some(replica) = self.driver.group(group) else { return false };
         let started = {
             let mut r = lock(&replica);
             let to = raft_id(preferred);
-            let ok = r.is_leader() && r.id() != to && r.has_everything(to);
+            let ok = r.is_leader() && r.id() != to && r.has_everything(to, ELECT_LAG_MAX);
             if ok {
                 r.transfer_leader(to);
             }

@@ -279,13 +279,14 @@ impl Replica {
         self.node.campaign()
     }
 
-    /// Leader only: `peer` is a voter that answered recently and has every entry of the
-    /// leader's log (a leadership transfer to it completes at once).
-    pub fn has_everything(&self, peer: u64) -> bool {
+    /// Leader only: `peer` is a voter that answered recently and lacks at most `lag` of the
+    /// leader's entries (with 0: a leadership transfer to it completes at once; with a few,
+    /// after one round of appends, while proposals wait).
+    pub fn has_everything(&self, peer: u64, lag: u64) -> bool {
         let raft = &self.node.raft;
         self.is_leader()
             && raft.prs().conf().voters().contains(peer)
-            && raft.prs().get(peer).is_some_and(|p| p.recent_active && p.matched == raft.raft_log.last_index())
+            && raft.prs().get(peer).is_some_and(|p| p.recent_active && p.matched + lag >= raft.raft_log.last_index())
     }
 
     /// Leader only: `peer` (voter or learner) has acknowledged entries, answered recently,

@@ -1,8 +1,8 @@
 //! ElectLeaders (key 43, v0–2): preferred-leader election on demand (`kafka-leader-election
 //! --election-type preferred`). For each partition (all of them when the list is null), the
-//! broker leading it hands it to the preferred leader (first replica) if that replica is
-//! alive and has every entry, and the answer waits (up to `timeout_ms`) until Metadata here
-//! names the preferred leader. Unclean elections are never run: a Raft group elects only
+//! broker leading it hands it to the preferred leader (first replica) once that replica is
+//! alive and at most a few entries behind (asked again every half second), and the answer
+//! waits (until just before `timeout_ms`) until Metadata here names the preferred leader. Unclean elections are never run: a Raft group elects only
 //! replicas that have every committed entry.
 
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use std::time::Duration;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
+use runnel_controller::RaftGroupId;
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
@@ -18,6 +19,14 @@ use crate::ctx::Reply;
 use crate::partition::Partition;
 
 const UNCLEAN: i8 = 1;
+/// A partition whose preferred leader was asked to take over: (topic row, partition row),
+/// the partition, its Raft group, the preferred leader.
+type Waiting = ((usize, usize), Arc<Partition>, RaftGroupId, i32);
+
+/// How often a preferred leader that has not taken over is asked again.
+const ASK_AGAIN: Duration = Duration::from_millis(500);
+/// How much before the request's timeout_ms the answer goes out.
+const ANSWER_MARGIN: Duration = Duration::from_millis(200);
 /// Longest wait for the preferred leaders to take over, whatever the request asks.
 const WAIT_MAX_MS: i32 = 60_000;
 
@@ -37,7 +46,7 @@ pub fn handle(b: &Arc<Broker>, r: ElectLeadersRequest, v: i16) -> Reply {
     Box::pin(async move {
         let mut results: Vec<(String, Vec<PartitionResult>)> = Vec::with_capacity(wanted.len());
         // (result row, partition, preferred leader): transfers asked for, not yet seen.
-        let mut waiting: Vec<((usize, usize), Arc<Partition>, i32)> = Vec::new();
+        let mut waiting: Vec<Waiting> = Vec::new();
         for (name, partitions) in wanted {
             let topic = b.catalog.topic(&name);
             let mut rows = Vec::with_capacity(partitions.len());
@@ -81,20 +90,34 @@ pub fn handle(b: &Arc<Broker>, r: ElectLeadersRequest, v: i16) -> Reply {
                     continue;
                 };
                 b.replicas.ask_to_elect(leader, group, preferred);
-                waiting.push(((results.len(), rows.len()), part, preferred));
+                waiting.push(((results.len(), rows.len()), part, group, preferred));
                 rows.push(row);
             }
             results.push((name, rows));
         }
-        let deadline = tokio::time::Instant::now() + wait;
+        // Answer a little before timeout_ms: clients give up at the same moment.
+        let deadline = tokio::time::Instant::now() + wait.saturating_sub(ANSWER_MARGIN);
+        let mut asked = tokio::time::Instant::now();
         loop {
-            waiting.retain(|(_, part, preferred)| b.partition_leader(part).0 != *preferred);
-            if waiting.is_empty() || tokio::time::Instant::now() >= deadline {
+            waiting.retain(|(_, part, _, preferred)| b.partition_leader(part).0 != *preferred);
+            let now = tokio::time::Instant::now();
+            if waiting.is_empty() || now >= deadline {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // A preferred leader that was behind may have caught up, and a leader may have
+            // changed: ask again.
+            if now.duration_since(asked) >= ASK_AGAIN {
+                asked = now;
+                for (_, part, group, preferred) in &waiting {
+                    let leader = b.partition_leader(part).0;
+                    if leader >= 0 {
+                        b.replicas.ask_to_elect(leader, *group, *preferred);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100).min(deadline - now)).await;
         }
-        for ((t, p), _, preferred) in waiting {
+        for ((t, p), _, _, preferred) in waiting {
             let msg = format!("Broker {preferred} did not take over in time: it is down, or behind the leader.");
             let row = &mut results[t].1[p];
             row.error_code = ResponseError::PreferredLeaderNotAvailable.code();
