@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the project, installing what the tests need on the way:
 #   1. cargo fmt --check, the layout check (scripts/layout-check.sh), cargo clippy
-#      -D warnings, cargo test (unit, storage, Raft simulations, fuzz runs)
+#      -D warnings, cargo test (unit, storage, Raft simulations, mutation fuzzing), a short
+#      run of every cargo-fuzz target (scripts/fuzz.sh smoke: nightly toolchain, cargo-fuzz
+#      installed from crates.io when missing)
 #   2. a release build of `runnel`
 #   3. the integration tests (pytest): real `runnel` processes on 127.0.0.1 driven by real
 #      Kafka clients: librdkafka (confluent-kafka from PyPI), the Java client and Kafka's
@@ -23,6 +25,8 @@ step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test"
 cargo test --workspace
+step "fuzz smoke: every fuzz target a few seconds from its seeds (docs/fuzzing.md)"
+scripts/fuzz.sh smoke
 step "cargo build --release"
 cargo build --release
 

@@ -32,6 +32,7 @@ import kafka_wire as kw
 from conftest import create_topic, unique_topic
 
 ANY_BATCH_REJECTION = {kw.CORRUPT_MESSAGE, kw.INVALID_RECORD}
+INVALID_TOPIC_EXCEPTION = 17
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,6 +258,22 @@ def test_produce_to_missing_partition(broker):
     assert resp["index"] == 7
     assert resp["error_code"] == kw.UNKNOWN_TOPIC_OR_PARTITION, resp
     assert_partition_empty(broker.bootstrap, topic)
+
+
+def test_produce_to_an_internal_topic_is_refused(broker):
+    """Clients never write __consumer_offsets (the group coordinator replays it): Kafka
+    answers INVALID_TOPIC_EXCEPTION (17), "Cannot append to internal topic"."""
+    from confluent_kafka import Consumer, TopicPartition
+    topic = unique_topic("internal")
+    create_topic(broker.bootstrap, topic)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_topic("g")})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        c.close()
+    with kw.Conn(broker.bootstrap) as conn:
+        resp = conn.produce_v9("__consumer_offsets", 0, kw.record_batch([(b"k", b"forged")]))
+    assert resp["error_code"] == INVALID_TOPIC_EXCEPTION, resp
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ pub struct Broker {
     /// A creation of the offsets topic is under way (see `group_coordinator::locate`).
     pub offsets_creating: Arc<AtomicBool>,
     /// The requests in flight on every connection, for the watchdog's report.
-    pub requests: crate::watchdog::Requests,
+    pub requests: crate::inflight::Requests,
 }
 
 impl Broker {

@@ -124,7 +124,7 @@ pub async fn serve(
 async fn write_loop(
     wr: tokio::net::tcp::OwnedWriteHalf,
     mut rx: mpsc::Receiver<Queued>,
-    inflight: Arc<crate::watchdog::Connection>,
+    inflight: Arc<crate::inflight::Connection>,
 ) {
     let mut wr = BufWriter::with_capacity(64 * 1024, wr);
     while let Some((reply, permit)) = rx.recv().await {

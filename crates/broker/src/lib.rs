@@ -25,6 +25,7 @@ mod errors;
 mod fetch_session;
 mod group_coordinator;
 mod handlers;
+mod inflight;
 pub mod offsets_log;
 pub mod partition;
 mod preferred_leader;

@@ -153,7 +153,7 @@ impl Image {
                 let rf = replicas.first().map_or(0, |r| r.len());
                 let meta = TopicMeta { id, seq, rf, initial: replicas.clone(), replicas, configs };
                 self.topics.insert(name, meta);
-                self.next_seq = self.next_seq.max(seq + 1);
+                self.next_seq = self.next_seq.max(seq.saturating_add(1));
             }
             Record::AddPartitions { name, id, first, replicas } => {
                 if let Some(t) = self.topics.get_mut(&name).filter(|t| t.id == id && t.partitions() == first) {

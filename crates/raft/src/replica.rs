@@ -271,8 +271,51 @@ impl Replica {
         self.node.tick()
     }
 
+    /// Steps a message from a peer. Messages that no correct peer sends, and on which
+    /// raft-rs would panic, are refused first (the Raft port is reachable from the network).
     pub fn step(&mut self, m: Message) -> raft::Result<()> {
+        if let Err(why) = self.admissible(&m) {
+            return Err(raft::Error::ConfigInvalid(format!("{:?} from {} refused: {why}", m.get_msg_type(), m.from)));
+        }
         self.node.step(m)
+    }
+
+    /// Why raft-rs must not be handed `m`, if it must not. Peers exchange only these
+    /// message kinds, always with a term (raft-rs takes a term of 0 for a local message,
+    /// and forwarding a local kind such as MsgPropose back out panics); a leader sends a
+    /// follower a commit index only up to what the follower has (`commit_to` panics past the
+    /// log's end); an append's entries follow its index.
+    fn admissible(&self, m: &Message) -> Result<(), &'static str> {
+        use MessageType::*;
+        let kind = m.get_msg_type();
+        let from_peers = matches!(
+            kind,
+            MsgAppend
+                | MsgAppendResponse
+                | MsgRequestVote
+                | MsgRequestVoteResponse
+                | MsgRequestPreVote
+                | MsgRequestPreVoteResponse
+                | MsgSnapshot
+                | MsgHeartbeat
+                | MsgHeartbeatResponse
+                | MsgTimeoutNow
+        );
+        if !from_peers {
+            return Err("not a message Raft peers exchange");
+        }
+        if m.term == 0 {
+            return Err("no term");
+        }
+        if kind == MsgHeartbeat && m.commit > self.node.raft.raft_log.last_index() {
+            return Err("commit index past the end of the log");
+        }
+        if kind == MsgAppend
+            && !m.entries.iter().enumerate().all(|(i, e)| Some(e.index) == m.index.checked_add(i as u64 + 1))
+        {
+            return Err("entries that do not follow the append's index");
+        }
+        Ok(())
     }
 
     pub fn campaign(&mut self) -> raft::Result<()> {

@@ -114,9 +114,22 @@ impl RaftLog {
                 store.write_state()?;
             }
         }
+        if let Some(start) = store.log_start.filter(|s| *s > store.log.log_start_offset()) {
+            // A trim recorded its new start but did not delete the segments below it.
+            store.log.delete_records_before(start.min(store.log.log_end_offset()))?;
+        }
+        let kept_from = store.log.first_batch_offset();
         for (base, epoch) in headers {
             if base < store.first_offset {
                 continue;
+            }
+            if base < kept_from {
+                // Only a state file whose log start and Raft log start disagree gets here: an
+                // entry past the snapshot point whose segment the recorded start deleted.
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: the entry at offset {base} lies below the recorded log start", dir.display()),
+                ));
             }
             if store.offsets.is_empty() && base != store.first_offset {
                 return Err(io::Error::other(format!(
@@ -128,10 +141,6 @@ impl RaftLog {
             let index = store.snap_index + 1 + store.offsets.len() as u64;
             store.offsets.push_back(base);
             store.note_term(index, epoch.max(0) as u64);
-        }
-        if let Some(start) = store.log_start.filter(|s| *s > store.log.log_start_offset()) {
-            // A trim recorded its new start but did not delete the segments below it.
-            store.log.delete_records_before(start.min(store.log.log_end_offset()))?;
         }
         store.hard.commit = store.hard.commit.min(store.last()).max(store.snap_index);
         // After a crash the log's unsynced tail may still be only in the page cache; this
@@ -688,7 +697,7 @@ fn read_state(dir: &Path) -> io::Result<Option<Saved>> {
             _ => {}
         }
     }
-    Ok(Some(Saved {
+    let saved = Saved {
         hard,
         // Files from before the snapshot configuration was kept had no change since.
         snap_conf: snap_conf.unwrap_or_else(|| conf.clone()),
@@ -698,7 +707,56 @@ fn read_state(dir: &Path) -> io::Result<Option<Saved>> {
         snap_term: num(snap_term)?,
         first_offset: first_offset.parse::<i64>().map_err(|_| bad())?,
         log_start,
-    }))
+    };
+    // Every entry takes at least one offset: a Raft index past the largest offset is not one
+    // this store wrote (and would overflow the index arithmetic).
+    if saved.snap_index > i64::MAX as u64 {
+        return Err(bad());
+    }
+    let history = saved.conf_history.iter().map(|(_, c)| c);
+    if ![&saved.conf, &saved.snap_conf].into_iter().chain(history).all(restorable) {
+        return Err(bad());
+    }
+    Ok(Some(saved))
+}
+
+/// Whether raft-rs can start from this configuration: it replays a configuration as
+/// changes (raft's `confchange::restore`) when a replica starts or installs a snapshot,
+/// and panics when the result is not what it was given (`Raft::new`, `Raft::restore`).
+fn restorable(cs: &ConfState) -> bool {
+    use raft::eraftpb::{ConfChangeSingle, ConfChangeType};
+    use raft::{Changer, ProgressTracker};
+    let change = |node_id: &u64, t| {
+        let mut c = ConfChangeSingle { node_id: *node_id, ..Default::default() };
+        c.set_change_type(t);
+        c
+    };
+    let step = |tracker: &mut ProgressTracker, joint: bool, ccs: &[ConfChangeSingle]| {
+        let changed = if joint {
+            Changer::new(tracker).enter_joint(cs.auto_leave, ccs)
+        } else {
+            Changer::new(tracker).simple(ccs)
+        };
+        changed.map(|(conf, changes)| tracker.apply_conf(conf, changes, 1)).is_ok()
+    };
+    let mut incoming: Vec<_> = cs.voters_outgoing.iter().map(|id| change(id, ConfChangeType::RemoveNode)).collect();
+    incoming.extend(cs.voters.iter().map(|id| change(id, ConfChangeType::AddNode)));
+    incoming.extend(cs.learners.iter().chain(&cs.learners_next).map(|id| change(id, ConfChangeType::AddLearnerNode)));
+    let mut tracker = ProgressTracker::new(1);
+    let replayed = if cs.voters_outgoing.is_empty() {
+        incoming.iter().all(|c| step(&mut tracker, false, std::slice::from_ref(c)))
+    } else {
+        cs.voters_outgoing.iter().all(|id| step(&mut tracker, false, &[change(id, ConfChangeType::AddNode)]))
+            && step(&mut tracker, true, &incoming)
+    };
+    let got = tracker.conf().to_conf_state();
+    let same = |a: &[u64], b: &[u64]| a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x));
+    replayed
+        && same(&got.voters, &cs.voters)
+        && same(&got.learners, &cs.learners)
+        && same(&got.voters_outgoing, &cs.voters_outgoing)
+        && same(&got.learners_next, &cs.learners_next)
+        && got.auto_leave == cs.auto_leave
 }
 
 #[cfg(test)]
@@ -717,6 +775,54 @@ mod tests {
             let e = Entry { index: store.last() + 1, term, data: batch.into(), ..Default::default() };
             store.append(&[e], 0).expect("append");
         }
+    }
+
+    /// Found by the `raft_store_open` fuzz target (docs/fuzzing.md): a `raft.state` whose
+    /// configuration raft-rs cannot rebuild (here `auto_leave` outside a joint
+    /// configuration) made raft-rs panic when the replica started. It is an unreadable
+    /// state file now; configurations raft-rs writes still read.
+    #[test]
+    fn a_state_file_with_a_configuration_raft_cannot_rebuild_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let head = "v1 3 2 0 0 0 0\n";
+        for (conf, ok) in [
+            ("voters 2 3 1\nauto_leave 1\n", false),
+            ("voters 1 2\nlearners 2\n", false),
+            ("voters 1 2 3\nauto_leave 0\n", true),
+            ("voters 1 2\nvoters_outgoing 1 2 3\nlearners_next 3\nauto_leave 1\n", true),
+        ] {
+            std::fs::write(dir.path().join(STATE_FILE), format!("{head}{conf}")).expect("write");
+            let opened = RaftLog::open(dir.path(), LogConfig::default(), &[1], 0);
+            assert_eq!(opened.is_ok(), ok, "{conf:?}: {:?}", opened.err());
+            if ok {
+                let cfg = crate::ReplicaConfig::new(2, vec![1, 2, 3]);
+                crate::Replica::open(dir.path(), LogConfig::default(), &cfg, 0).expect("raft-rs starts");
+            }
+        }
+    }
+
+    /// Found by the `raft_store_open` fuzz target (docs/fuzzing.md): a `raft.state` whose
+    /// log start lies past entries after its snapshot point. Opening deleted their segment
+    /// (finishing what looks like an interrupted trim) yet listed them as entries, which a
+    /// read then found missing; such a state is refused now. So is a snapshot index past the
+    /// largest offset, which overflowed the index arithmetic.
+    #[test]
+    fn a_state_file_that_disagrees_with_the_log_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store =
+            RaftLog::open(dir.path(), LogConfig { segment_bytes: 600, ..LogConfig::default() }, &[1], 0).expect("open");
+        fill(&mut store, 6, 1);
+        store.close().expect("close");
+        drop(store);
+        let state = std::fs::read_to_string(dir.path().join(STATE_FILE)).expect("state");
+        let (head, rest) = state.split_once('\n').expect("head line");
+        // The recorded log start past every entry, with the snapshot point still at 0.
+        std::fs::write(dir.path().join(STATE_FILE), format!("{head} 5\n{rest}")).expect("write");
+        let err = RaftLog::open(dir.path(), LogConfig::default(), &[1], 0).err().expect("refused");
+        assert!(err.to_string().contains("below the recorded log start"), "{err}");
+        let huge = format!("v1 1 1 1 {} 0 0\nvoters 1\n", u64::MAX);
+        std::fs::write(dir.path().join(STATE_FILE), huge).expect("write");
+        assert!(RaftLog::open(dir.path(), LogConfig::default(), &[1], 0).is_err());
     }
 
     /// Entries of one keyed record each, keys k0..k3 in turn.

@@ -152,21 +152,85 @@ async fn peer_reader(mut stream: TcpStream, inbound: mpsc::Sender<Envelope>) {
         if stream.read_exact(&mut buf).await.is_err() {
             return;
         }
-        let mut b = &buf[..];
-        while b.remaining() >= 12 {
-            let group = b.get_u64();
-            let n = b.get_u32() as usize;
-            if n > b.remaining() {
-                warn!("malformed peer frame; closing the connection");
-                return;
-            }
-            match Message::parse_from_bytes(&b[..n]) {
-                Ok(m) => {
-                    let _ = inbound.try_send((group, m));
-                }
-                Err(e) => warn!(error = %e, "undecodable Raft message"),
-            }
-            b.advance(n);
+        let decoded = decode_frame(&buf, |envelope| {
+            let _ = inbound.try_send(envelope);
+        });
+        if let Err(e) = decoded {
+            warn!(error = %e, "malformed peer frame; closing the connection");
+            return;
         }
+    }
+}
+
+/// A frame whose message lengths run past its end: the connection is closed.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MalformedFrame;
+
+impl std::fmt::Display for MalformedFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a message length runs past the end of the frame")
+    }
+}
+
+/// Splits one frame from a peer (the bytes after its length) into its messages and hands
+/// each one that decodes to `deliver`, in order; one that does not decode is skipped.
+/// Fewer than 12 bytes left at the end are ignored.
+pub fn decode_frame(mut b: &[u8], mut deliver: impl FnMut(Envelope)) -> Result<(), MalformedFrame> {
+    while b.remaining() >= 12 {
+        let group = b.get_u64();
+        let n = b.get_u32() as usize;
+        if n > b.remaining() {
+            return Err(MalformedFrame);
+        }
+        match Message::parse_from_bytes(&b[..n]) {
+            Ok(m) => deliver((group, m)),
+            Err(e) => warn!(error = %e, "undecodable Raft message"),
+        }
+        b.advance(n);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(envelopes: &[Envelope]) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        for e in envelopes {
+            encode(&mut b, e);
+        }
+        b.to_vec()
+    }
+
+    #[test]
+    fn frames_split_into_their_messages() {
+        let m = |to, commit| Message { to, commit, ..Default::default() };
+        let sent = vec![(7, m(2, 5)), (u64::MAX, m(3, 0))];
+        let mut got = Vec::new();
+        decode_frame(&frame(&sent), |e| got.push(e)).expect("well-formed");
+        assert_eq!(got, sent);
+        // Fewer than 12 trailing bytes are ignored, as they always were.
+        let mut short = frame(&sent);
+        short.extend_from_slice(&[0; 11]);
+        assert_eq!(decode_frame(&short, |_| {}), Ok(()));
+    }
+
+    /// The `raft_transport` fuzz target drives this (docs/fuzzing.md): a message length
+    /// past the frame closes the connection; a message that does not decode is skipped.
+    #[test]
+    fn a_length_past_the_frame_is_malformed_and_garbage_is_skipped() {
+        let mut b = frame(&[(1, Message::default())]);
+        b.extend_from_slice(&9u64.to_be_bytes());
+        b.extend_from_slice(&1000u32.to_be_bytes());
+        b.extend_from_slice(&[0; 20]);
+        let mut got = 0;
+        assert_eq!(decode_frame(&b, |_| got += 1), Err(MalformedFrame));
+        assert_eq!(got, 1);
+        let mut garbage = 5u64.to_be_bytes().to_vec();
+        garbage.extend_from_slice(&3u32.to_be_bytes());
+        garbage.extend_from_slice(&[0xff, 0xff, 0xff]);
+        assert_eq!(decode_frame(&garbage, |_| got += 1), Ok(()));
+        assert_eq!(got, 1);
     }
 }

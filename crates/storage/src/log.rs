@@ -165,7 +165,8 @@ impl Log {
             .filter_map(|e| e.ok())
             .filter_map(|e| {
                 let name = e.file_name().into_string().ok()?;
-                name.strip_suffix(".log")?.parse::<i64>().ok()
+                // A negative base offset names no segment this log writes.
+                name.strip_suffix(".log")?.parse::<i64>().ok().filter(|base| *base >= 0)
             })
             .collect();
         bases.sort_unstable();
@@ -276,8 +277,8 @@ impl Log {
         if let Some((base_offset, last_offset)) = self.producers.check(h).map_err(AppendError::Producer)? {
             return Ok(AppendInfo { base_offset, last_offset, duplicate: true });
         }
-        self.maybe_roll(batch.len() as u64, now_ms)?;
         let base_offset = self.log_end_offset();
+        self.maybe_roll(batch.len() as u64, base_offset.saturating_add(h.last_offset_delta as i64), now_ms)?;
         self.scratch.clear();
         self.scratch.extend_from_slice(batch);
         stamp(&mut self.scratch, base_offset, self.leader_epoch);
@@ -301,7 +302,7 @@ impl Log {
     /// follower that becomes leader answers retries as the old leader would have.
     pub fn append_stamped(&mut self, batch: &[u8], h: &BatchHeader, now_ms: i64) -> io::Result<()> {
         assert_eq!(h.base_offset, self.log_end_offset(), "a replicated batch must start at the log end");
-        self.maybe_roll(batch.len() as u64, now_ms)?;
+        self.maybe_roll(batch.len() as u64, h.last_offset(), now_ms)?;
         if let Err(e) = self.active_mut().append(batch, h) {
             let size = self.active().size;
             let _ = self.active_mut().truncate_to(size);
@@ -387,7 +388,7 @@ impl Log {
         }
         self.reset(batches.first().map_or(end, |(h, _)| h.base_offset), now_ms)?;
         for (h, range) in &batches {
-            self.maybe_roll(range.len() as u64, now_ms)?;
+            self.maybe_roll(range.len() as u64, h.last_offset(), now_ms)?;
             self.active_mut().append(&prefix[range.clone()], h)?;
             self.producers.record(h);
         }
@@ -431,11 +432,16 @@ impl Log {
         }
     }
 
-    fn maybe_roll(&mut self, incoming: u64, now_ms: i64) -> io::Result<()> {
+    /// Rolls before a batch of `incoming` bytes ending at `last_offset` when the active
+    /// segment is full, old, or could not index that offset (the index holds offsets
+    /// relative to the segment's base in 32 bits; batches may claim up to 2^31 records, so
+    /// as Kafka does, a segment never spans more than i32::MAX offsets).
+    fn maybe_roll(&mut self, incoming: u64, last_offset: i64, now_ms: i64) -> io::Result<()> {
         let active = self.active();
         let full = active.size + incoming > self.config.segment_bytes.min(SEGMENT_BYTES_MAX);
         let old = now_ms - active.created_ms >= self.config.segment_ms;
-        if active.size > 0 && (full || old) {
+        let far = last_offset.saturating_sub(active.base_offset) > i32::MAX as i64;
+        if active.size > 0 && (full || old || far) {
             self.roll(now_ms)?;
         }
         Ok(())

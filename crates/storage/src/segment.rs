@@ -133,6 +133,9 @@ impl Segment {
             if h.base_offset < self.next_offset || h.last_offset_delta < 0 {
                 break Some(format!("offset {} at position {pos} goes backwards", h.base_offset));
             }
+            if h.base_offset.checked_add(h.last_offset_delta as i64 + 1).is_none() {
+                break Some(format!("offsets of the batch at position {pos} run past the largest offset"));
+            }
             if h.last_offset() >= validate_from {
                 body.resize(total as usize, 0);
                 self.file.read_exact_at(&mut body, pos)?;
@@ -260,4 +263,52 @@ pub(crate) fn remove_files(dir: &Path, base_offset: i64) -> io::Result<()> {
         let _ = std::fs::remove_file(dir.join(file_name(base_offset, ext)));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use runnel_wire::batch::stamp;
+    use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_NONE};
+
+    use super::*;
+    use crate::{Log, LogConfig};
+
+    fn batch(base_offset: i64, records: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new(1_000);
+        for _ in 0..records {
+            b.push(1_000, Some(b"k"), Some(b"v"));
+        }
+        let mut bytes = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
+        stamp(&mut bytes, base_offset, 0);
+        bytes
+    }
+
+    /// Found by the `storage_open` fuzz target (docs/fuzzing.md): a batch on disk whose
+    /// offsets run past i64::MAX overflowed the scan's offset arithmetic (a panic in a debug
+    /// build; in a release build the last offset wrapped negative and the batch skipped its
+    /// CRC check). It is a torn tail now.
+    #[test]
+    fn a_batch_whose_offsets_overflow_is_a_torn_tail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let good = batch(0, 2);
+        let data = [good.clone(), batch(i64::MAX - 1, 3)].concat();
+        std::fs::write(dir.path().join(file_name(0, "log")), &data).expect("write");
+        let mut seg = Segment::open(dir.path(), 0, 4096, 0).expect("open");
+        let outcome = seg.scan(0, |_, _| {}).expect("scan");
+        assert_eq!(outcome.valid_bytes, good.len() as u64);
+        assert!(outcome.torn.expect("torn").contains("largest offset"));
+        assert_eq!(seg.next_offset, 2);
+    }
+
+    /// Found by the `storage_open` fuzz target: a segment file named with a negative base
+    /// offset (which no log writes) made the index's relative offsets overflow. Such a file
+    /// is not taken for a segment.
+    #[test]
+    fn a_segment_named_with_a_negative_offset_is_not_a_segment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join(file_name(i64::MIN, "log")), batch(0, 1)).expect("write");
+        std::fs::write(dir.path().join(file_name(5, "log")), batch(5, 1)).expect("write");
+        let log = Log::open(dir.path(), LogConfig::default(), 0).expect("open");
+        assert_eq!((log.first_batch_offset(), log.log_end_offset(), log.segment_count()), (5, 6, 1));
+    }
 }

@@ -203,3 +203,28 @@ fn replicated_appends_and_truncation_at_any_batch_boundary() {
     let log = Log::open(dir.path(), small_segments(), 0).expect("reopen");
     assert_eq!(log.log_end_offset(), bases[20]);
 }
+
+/// Found while fuzzing (docs/fuzzing.md): a compressed batch may claim up to 2^31 records
+/// (its records are not counted on produce), so a few of them would make one segment span
+/// more offsets than its index's 32-bit relative offsets hold. As in Kafka, the segment
+/// rolls first, and every batch stays findable by offset.
+#[test]
+fn a_segment_never_spans_more_than_i32_max_offsets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log = Log::open(dir.path(), LogConfig::default(), 0).expect("open");
+    let b = batch(1, 1_000, -1, -1);
+    let mut h = BatchHeader::validate(&b).expect("valid");
+    h.last_offset_delta = (1 << 30) - 1;
+    h.records_count = 1 << 30;
+    let mut bases = Vec::new();
+    for _ in 0..5 {
+        bases.push(log.append(&b, &h, 1_000).expect("append").base_offset);
+    }
+    assert_eq!(bases, (0..5).map(|i| i << 30).collect::<Vec<i64>>());
+    assert!(log.segment_count() >= 3, "{} segments for {} offsets", log.segment_count(), 5i64 << 30);
+    for base in bases {
+        let bytes = log.read(base, 1 << 20, log.log_end_offset(), true).expect("read").execute().expect("execute");
+        let first = Batches::new(&bytes).next().map(|r| r.expect("whole batch").0.base_offset);
+        assert_eq!(first, Some(base), "the batch at {base} is found by its offset");
+    }
+}

@@ -107,13 +107,15 @@ impl BatchHeader {
         self.batch_length as usize + LOG_OVERHEAD_BYTES
     }
 
+    /// The offset of the last record. Saturates: a header read off the wire or a disk may
+    /// claim offsets past i64::MAX, and a caller must see them as large, not wrapped around.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset + self.last_offset_delta as i64
+        self.base_offset.saturating_add(self.last_offset_delta as i64)
     }
 
-    /// Offset one past this batch: where the next batch starts.
+    /// Offset one past this batch: where the next batch starts (saturating, as above).
     pub fn next_offset(&self) -> i64 {
-        self.last_offset() + 1
+        self.last_offset().saturating_add(1)
     }
 
     pub fn compression(&self) -> i16 {
@@ -361,6 +363,21 @@ mod tests {
         assert!(it.next().expect("first").is_ok());
         assert!(matches!(it.next(), Some(Err(BatchError::Truncated { .. }))));
         assert_eq!(it.position(), a.len());
+    }
+
+    /// Found by the `record_batch` fuzz target (docs/fuzzing.md): a header claiming offsets
+    /// past i64::MAX overflowed `last_offset`/`next_offset` (a panic in a debug build; in a
+    /// release build the offsets wrapped negative, so a reader took the batch for an old one).
+    #[test]
+    fn offsets_past_the_largest_saturate() {
+        let mut b = encode(3, Compression::None);
+        stamp(&mut b, i64::MAX - 1, 0);
+        let h = BatchHeader::parse(&b).expect("header");
+        assert_eq!((h.last_offset(), h.next_offset()), (i64::MAX, i64::MAX));
+        stamp(&mut b, i64::MIN, 0);
+        b[23..27].copy_from_slice(&(-5i32).to_be_bytes());
+        let h = BatchHeader::parse(&b).expect("header");
+        assert_eq!(h.last_offset(), i64::MIN);
     }
 
     #[test]

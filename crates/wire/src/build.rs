@@ -259,6 +259,29 @@ mod tests {
         assert!(decompress(CODEC_SNAPPY, &framed, DECOMPRESSED_BYTES_MAX).is_err());
     }
 
+    /// Found by the `record_batch` fuzz target (docs/fuzzing.md): a compressed batch whose
+    /// recordsCount claims a billion records passes `validate_for_append` (only an
+    /// uncompressed records section is counted), and `kafka-protocol`'s decoder reserved
+    /// room for that many records, aborting the broker on a ListOffsets by timestamp. The
+    /// vendored copy now bounds the reservation by the bytes left (vendor/kafka-protocol).
+    #[test]
+    fn a_record_count_past_the_records_is_an_error_not_an_allocation() {
+        for codec in [CODEC_NONE, CODEC_GZIP, CODEC_ZSTD] {
+            let mut b = BatchBuilder::new(1_000);
+            b.push(1_000, Some(b"k"), Some(b"v"));
+            let mut bytes = b.finish(codec, ProducerFields::NONE).expect("finish");
+            let count = 1_000_000_000i32;
+            bytes[23..27].copy_from_slice(&(count - 1).to_be_bytes());
+            bytes[57..61].copy_from_slice(&count.to_be_bytes());
+            let crc = crc32c::crc32c(&bytes[21..]);
+            bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+            if codec != CODEC_NONE {
+                BatchHeader::validate_for_append(&bytes).expect("the count of a compressed batch is not checked");
+            }
+            assert!(RecordBatchDecoder::decode(&mut Bytes::from(bytes)).is_err(), "codec {codec}");
+        }
+    }
+
     #[test]
     fn built_batches_validate_and_decode_for_every_codec() {
         for codec in [CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD] {

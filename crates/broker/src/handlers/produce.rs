@@ -127,6 +127,14 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Reply {
                         if v >= 13 { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
                     return Err((code, "This server does not host this topic-partition.".into()));
                 };
+                if &*topic.name == crate::offsets_log::OFFSETS_TOPIC {
+                    // As Kafka: clients never write internal topics (the group coordinator
+                    // appends to them through the partition, not through Produce).
+                    return Err((
+                        ResponseError::InvalidTopicException,
+                        format!("Cannot append to internal topic {}", topic.name),
+                    ));
+                }
                 let Some(part) = topic.partitions.get(p.index as usize) else {
                     return Err((
                         ResponseError::UnknownTopicOrPartition,

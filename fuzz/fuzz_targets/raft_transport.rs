@@ -1,0 +1,27 @@
+//! One frame from a Raft peer (the bytes after its u32 length), as the transport's reader
+//! splits it (`runnel_raft::transport::decode_frame`: group id, length, protobuf
+//! `eraftpb::Message`, repeated), then what the receiving side decodes from each message:
+//! a forwarded message (the pseudo group `FORWARD_GROUP`) on the controller's channel is a
+//! JSON controller message (`crates/controller/src/records.rs` `Message`, `Call`); a Raft
+//! message's snapshot data and entries are what `raft_step` feeds a replica.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use protobuf::Message as _;
+use runnel_raft::driver::FORWARD_GROUP;
+use runnel_raft::transport::decode_frame;
+
+fuzz_target!(|data: &[u8]| {
+    let mut messages = Vec::new();
+    let _ = decode_frame(data, |envelope| messages.push(envelope));
+    for (group, m) in messages {
+        // What the writer would send again is what was read.
+        let again = raft::eraftpb::Message::parse_from_bytes(&m.write_to_bytes().expect("encode")).expect("decode");
+        assert_eq!(again, m);
+        if group == FORWARD_GROUP {
+            if let Some((&runnel_fuzz::CONTROLLER_CHANNEL, json)) = m.context.split_first() {
+                runnel_fuzz::controller_message(json);
+            }
+        }
+    }
+});
