@@ -42,6 +42,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+from conftest import free_port, wait_for_port  # noqa: E402  (the tests' helpers)
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SEPARATOR = b"\n--runnel-fuzz-file--\n"
 FRAME_BYTES_MAX = 32 << 10
@@ -54,23 +57,6 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 def log(*a):
     print("capture:", *a, file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"nothing listening on {port}")
 
 
 class Corpus:
@@ -333,7 +319,7 @@ def capture_requests(runnel, out, work):
          "--set", "offsets.topic.num.partitions=2", "--set", "log.cleaner.backoff.ms=500"],
         stdout=subprocess.DEVNULL, stderr=open(work / "single.log", "wb"))
     try:
-        wait_port(port)
+        wait_for_port(port, timeout_s=30)
         bootstrap = f"127.0.0.1:{proxy_port}"
         log("librdkafka clients")
         librdkafka_clients(bootstrap)
@@ -433,7 +419,7 @@ def capture_raft(runnel, out, work):
                                start_new_session=True)
     try:
         for i in range(3):
-            wait_port(port + i, timeout=60)
+            wait_for_port(port + i, timeout_s=60)
         time.sleep(3)
         log("cluster traffic")
         cluster_traffic(f"127.0.0.1:{port}")
