@@ -7,9 +7,9 @@
 //! much is slowed down; and the bytes of every frame read and not yet answered, over all
 //! connections, are bounded by `queued.max.request.bytes` (a reader waits for room before
 //! it reads the next frame), and a connection that sends nothing, or not the rest of a
-//! frame, for `connections.max.idle.ms` is closed. A frame that cannot be decoded ends this connection, never the
-//! process, and so does a panic in this connection's tasks (they run as
-//! `runnel_sync::restartable`: they own no shared state).
+//! frame, for `connections.max.idle.ms` is closed. A frame that cannot be decoded ends
+//! this connection, never the process, and so does a panic in this connection's tasks
+//! (they run as `runnel_sync::restartable`: they own no shared state).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
