@@ -11,6 +11,7 @@
 //! (append, replicate, one fsync per round) → commit (the high watermark moves) → response.
 
 pub mod driver;
+mod offsets;
 pub mod replica;
 pub mod store;
 pub mod transport;

@@ -141,7 +141,7 @@ impl Replica {
             store.set_commit(store.last());
         }
         let commit = store.hard_state().commit;
-        let high_watermark = store.end_offset_of(commit);
+        let high_watermark = store.end_offset_of(commit)?;
         let config = Config {
             id: cfg.id,
             election_tick: cfg.election_tick,
@@ -459,8 +459,14 @@ impl Replica {
     /// A compaction pass over committed, applied entries, if the log's policy wants one.
     pub fn clean_plan(&self, now_ms: i64) -> Option<CleanPlan> {
         let store = self.node.store();
-        let upper = self.high_watermark.min(store.end_offset_of(self.applied_index()));
-        store.log().clean_plan(upper, now_ms)
+        let end = match store.end_offset_of(self.applied_index()) {
+            Ok(end) => end,
+            Err(e) => {
+                tracing::warn!(dir = %store.dir().display(), error = %e, "no compaction: the log could not be read");
+                return None;
+            }
+        };
+        store.log().clean_plan(self.high_watermark.min(end), now_ms)
     }
 
     /// Swaps in a pass from [`Replica::clean_plan`] (see [`RaftLog::compact`]).
@@ -508,8 +514,13 @@ impl Replica {
     /// Raft index of the entry whose batch starts at `offset` (written or pending).
     fn index_holding(&self, offset: i64) -> Option<u64> {
         let store = self.node.store();
-        if let Some(i) = store.index_of(offset) {
-            return Some(i);
+        match store.index_of(offset) {
+            Ok(Some(i)) => return Some(i),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(dir = %store.dir().display(), offset, error = %e, "could not find the entry holding an offset");
+                return None;
+            }
         }
         let unstable = &self.node.raft.raft_log.unstable.entries;
         unstable
@@ -635,7 +646,8 @@ impl Replica {
     fn release_waiters(&mut self) -> bool {
         let synced = self.node.store().synced_index();
         let durable = self.node.raft.raft_log.committed.min(synced);
-        let hw = self.node.store().end_offset_of(durable);
+        // Entries past the durable point are never settled, so this reads no disk.
+        let hw = self.node.store().settled_end_offset(durable).expect("the offsets of unsettled entries are in memory");
         let moved = hw > self.high_watermark;
         self.high_watermark = self.high_watermark.max(hw);
         self.durable_index = self.durable_index.max(durable);

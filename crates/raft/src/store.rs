@@ -11,7 +11,7 @@
 //! vote or configuration change, not on every commit (a lost commit index is re-learned
 //! from the leader).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -23,6 +23,8 @@ use runnel_storage::{CleanStats, Cleaned, Log, LogConfig};
 use runnel_wire::batch::{stamp, Batches};
 use runnel_wire::build::BatchBuilder;
 use runnel_wire::BatchHeader;
+
+use crate::offsets::EntryOffsets;
 
 const STATE_FILE: &str = "raft.state";
 const STATE_VERSION: &str = "v1";
@@ -46,10 +48,10 @@ const READ_CHUNK_BYTES: usize = 1 << 20;
 pub struct RaftLog {
     log: Log,
     dir: PathBuf,
-    /// Base offset of each entry from `first_index` on.
-    offsets: VecDeque<i64>,
-    /// Runs of equal terms, ascending: (first index of the run, term).
-    terms: Vec<(u64, u64)>,
+    /// Where each entry from `first()` on starts in the log.
+    offsets: EntryOffsets,
+    /// Runs of equal terms, ascending: (first index of the run, term, its base offset).
+    terms: Vec<(u64, u64, i64)>,
     /// Index and term of the entry just before the first stored one (0, 0 for a new log).
     snap_index: u64,
     snap_term: u64,
@@ -84,7 +86,7 @@ impl RaftLog {
         let mut store = RaftLog {
             log,
             dir: dir.to_path_buf(),
-            offsets: VecDeque::new(),
+            offsets: EntryOffsets::new(1),
             terms: Vec::new(),
             snap_index: 0,
             snap_term: 0,
@@ -118,6 +120,7 @@ impl RaftLog {
             // A trim recorded its new start but did not delete the segments below it.
             store.log.delete_records_before(start.min(store.log.log_end_offset()))?;
         }
+        store.offsets.reset(store.snap_index + 1);
         let kept_from = store.log.first_batch_offset();
         for (base, epoch) in headers {
             if base < store.first_offset {
@@ -138,9 +141,10 @@ impl RaftLog {
                     store.first_offset
                 )));
             }
-            let index = store.snap_index + 1 + store.offsets.len() as u64;
-            store.offsets.push_back(base);
-            store.note_term(index, epoch.max(0) as u64);
+            let index = store.snap_index + 1 + store.offsets.len();
+            // Everything on disk is about to count as fsynced, up to the recorded commit.
+            store.offsets.push(base, store.hard.commit);
+            store.note_term(index, epoch.max(0) as u64, base);
         }
         store.hard.commit = store.hard.commit.min(store.last()).max(store.snap_index);
         // After a crash the log's unsynced tail may still be only in the page cache; this
@@ -168,7 +172,7 @@ impl RaftLog {
     }
 
     pub fn last(&self) -> u64 {
-        self.snap_index + self.offsets.len() as u64
+        self.snap_index + self.offsets.len()
     }
 
     pub fn conf_state(&self) -> &ConfState {
@@ -187,29 +191,43 @@ impl RaftLog {
         self.synced_index = self.synced_index.max(index.min(self.last()));
     }
 
-    /// Offset one past entry `index` (the high watermark when `index` is committed).
-    pub fn end_offset_of(&self, index: u64) -> i64 {
+    /// Entries up to here are committed and fsynced: only their offsets may leave memory.
+    fn settled(&self) -> u64 {
+        self.hard.commit.min(self.synced_index)
+    }
+
+    /// Offset one past entry `index` (the high watermark when `index` is committed). May
+    /// read batch headers for an entry well before the settled point.
+    pub fn end_offset_of(&self, index: u64) -> io::Result<i64> {
         if index <= self.snap_index {
-            return self.first_offset;
+            return Ok(self.first_offset);
         }
-        match self.offsets.get((index - self.snap_index) as usize) {
-            Some(next) => *next,
-            None => self.log.log_end_offset(),
+        Ok(self.offsets.get(index + 1, &self.log)?.unwrap_or(self.log.log_end_offset()))
+    }
+
+    /// [`RaftLog::end_offset_of`] from memory, for an entry at or past the settled point
+    /// (the high watermark as it moves): None for one further back.
+    pub fn settled_end_offset(&self, index: u64) -> Option<i64> {
+        if index <= self.snap_index {
+            return Some(self.first_offset);
         }
+        if index >= self.last() {
+            return Some(self.log.log_end_offset());
+        }
+        self.offsets.recent(index + 1)
     }
 
     /// Base offset of entry `index` if it is stored.
-    pub fn offset_of(&self, index: u64) -> Option<i64> {
-        index.checked_sub(self.first()).and_then(|i| self.offsets.get(i as usize)).copied()
+    pub fn offset_of(&self, index: u64) -> io::Result<Option<i64>> {
+        self.offsets.get(index, &self.log)
     }
 
     /// Index of the entry holding `offset`, if stored.
-    pub fn index_of(&self, offset: i64) -> Option<u64> {
+    pub fn index_of(&self, offset: i64) -> io::Result<Option<u64>> {
         if offset < self.first_offset || offset >= self.log.log_end_offset() {
-            return None;
+            return Ok(None);
         }
-        let i = self.offsets.partition_point(|o| *o <= offset).checked_sub(1)?;
-        Some(self.first() + i as u64)
+        self.offsets.index_of(offset, &self.log)
     }
 
     fn term_at(&self, index: u64) -> Option<u64> {
@@ -219,28 +237,28 @@ impl RaftLog {
         if index < self.first() || index > self.last() {
             return None;
         }
-        let run = self.terms.partition_point(|(start, _)| *start <= index).checked_sub(1)?;
+        let run = self.terms.partition_point(|(start, _, _)| *start <= index).checked_sub(1)?;
         Some(self.terms[run].1)
     }
 
     /// The last offset written in each term up to `epoch`, for OffsetForLeaderEpoch: the
     /// end offset of `epoch` is the start of the first later term (or the log end).
     pub fn end_offset_for_epoch(&self, epoch: u64) -> Option<(u64, i64)> {
-        let run = self.terms.partition_point(|(_, t)| *t <= epoch);
+        let run = self.terms.partition_point(|(_, t, _)| *t <= epoch);
         if run == 0 {
             return None;
         }
         let term = self.terms[run - 1].1;
         let end = match self.terms.get(run) {
-            Some((start, _)) => self.offset_of(*start).unwrap_or(self.log.log_end_offset()),
+            Some((_, _, offset)) => *offset,
             None => self.log.log_end_offset(),
         };
         Some((term, end))
     }
 
-    fn note_term(&mut self, index: u64, term: u64) {
-        if self.terms.last().map(|(_, t)| *t) != Some(term) {
-            self.terms.push((index, term));
+    fn note_term(&mut self, index: u64, term: u64, offset: i64) {
+        if self.terms.last().map(|(_, t, _)| *t) != Some(term) {
+            self.terms.push((index, term, offset));
         }
     }
 
@@ -252,10 +270,10 @@ impl RaftLog {
         let at = first.index;
         assert!(at > self.snap_index, "entry {at} is inside the snapshot ({})", self.snap_index);
         if at <= self.last() {
-            let offset = self.offsets[(at - self.first()) as usize];
+            let offset = self.offset_of(at)?.ok_or_else(|| io::Error::other(format!("entry {at} is not stored")))?;
             self.log.truncate_from(offset, now_ms)?;
-            self.offsets.truncate((at - self.first()) as usize);
-            while self.terms.last().is_some_and(|(start, _)| *start >= at) {
+            self.offsets.truncate_from(at);
+            while self.terms.last().is_some_and(|(start, _, _)| *start >= at) {
                 self.terms.pop();
             }
             self.synced_index = self.synced_index.min(at - 1);
@@ -279,8 +297,9 @@ impl RaftLog {
                 let h = BatchHeader::parse(&batch).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
                 self.log.append_stamped(&batch, &h, now_ms)?;
             }
-            self.offsets.push_back(base);
-            self.note_term(e.index, e.term);
+            let settled = self.settled();
+            self.offsets.push(base, settled);
+            self.note_term(e.index, e.term, base);
         }
         Ok(())
     }
@@ -318,7 +337,7 @@ impl RaftLog {
             cleaned_bytes = prefix.len(),
             "the leader no longer has the entries this replica lacks: restarting the log from its snapshot");
         self.log.restore(prefix, log_start, first_offset, now_ms)?;
-        self.offsets.clear();
+        self.offsets.reset(meta.index + 1);
         self.terms.clear();
         self.snap_index = meta.index;
         self.snap_term = meta.term;
@@ -339,13 +358,13 @@ impl RaftLog {
     /// leaves segments that the next open deletes. Returns the new log start if it moved.
     pub fn trim(&mut self, log_start: i64, applied: u64) -> io::Result<Option<i64>> {
         let applied = applied.min(self.last());
-        let log_start = log_start.min(self.end_offset_of(applied));
+        let log_start = log_start.min(self.end_offset_of(applied)?);
         if log_start <= self.log.log_start_offset() {
             return Ok(None);
         }
         // The first entry kept: the one holding `log_start`, or the one after `applied`
         // (none moves when the start stays in a compacted log's cleaned part).
-        let keep = match self.index_of(log_start) {
+        let keep = match self.index_of(log_start)? {
             _ if log_start < self.first_offset => self.first(),
             Some(i) if i <= applied => i,
             _ => applied + 1,
@@ -365,10 +384,14 @@ impl RaftLog {
     pub fn compact(&mut self, cleaned: Cleaned, applied: u64, now_ms: i64) -> io::Result<Option<CleanStats>> {
         let through = cleaned.cleaned_through();
         let applied = applied.min(self.last());
-        let keep = if through == self.end_offset_of(applied) {
+        let keep = if through == self.end_offset_of(applied)? {
             Some(applied + 1)
         } else {
-            self.index_of(through).filter(|i| *i <= applied && self.offset_of(*i) == Some(through))
+            // The pass must end where an entry starts.
+            match self.index_of(through)? {
+                Some(i) if i <= applied && self.offset_of(i)? == Some(through) => Some(i),
+                _ => None,
+            }
         };
         let Some(keep) = keep.filter(|_| cleaned.stats.bytes_after <= SNAPSHOT_PREFIX_BYTES_MAX) else {
             if cleaned.stats.bytes_after > SNAPSHOT_PREFIX_BYTES_MAX {
@@ -391,12 +414,13 @@ impl RaftLog {
             return Ok(());
         }
         let snap_term = self.term_at(keep - 1).ok_or_else(|| io::Error::other("no term below the log start"))?;
-        self.first_offset = self.end_offset_of(keep - 1);
-        self.offsets.drain(..(keep - self.first()) as usize);
-        let runs_before = self.terms.partition_point(|(start, _)| *start <= keep).saturating_sub(1);
+        self.first_offset = self.end_offset_of(keep - 1)?;
+        self.offsets.drop_before(keep, self.first_offset);
+        let runs_before = self.terms.partition_point(|(start, _, _)| *start <= keep).saturating_sub(1);
         self.terms.drain(..runs_before);
-        if let Some(run) = self.terms.first_mut() {
-            run.0 = run.0.max(keep);
+        if let Some(run) = self.terms.first_mut().filter(|run| run.0 < keep) {
+            run.0 = keep;
+            run.2 = self.first_offset;
         }
         self.snap_index = keep - 1;
         self.snap_term = snap_term;
@@ -462,9 +486,9 @@ impl RaftLog {
         let mut out = Vec::new();
         let mut size = 0u64;
         let mut index = low;
-        let to = self.end_offset_of(high - 1);
+        let to = self.end_offset_of(high - 1)?;
+        let mut from = self.offset_of(low)?.ok_or_else(|| io::Error::other(format!("entry {low} is not stored")))?;
         while index < high {
-            let from = self.offsets[(index - self.first()) as usize];
             let chunk = Bytes::from(self.log.read_range(from, to, READ_CHUNK_BYTES)?);
             if chunk.is_empty() {
                 return Err(io::Error::other(format!("entry {index} at offset {from} is missing from the log")));
@@ -474,13 +498,14 @@ impl RaftLog {
                 if index >= high || (size > 0 && size + range.len() as u64 > max_bytes) {
                     return Ok(out);
                 }
-                let expected = self.offsets[(index - self.first()) as usize];
-                if h.base_offset != expected {
+                // Entries are consecutive batches: each starts where the one before ended.
+                if h.base_offset != from {
                     return Err(io::Error::other(format!(
-                        "entry {index}: batch at {} where {expected} was expected",
+                        "entry {index}: batch at {} where {from} was expected",
                         h.base_offset
                     )));
                 }
+                from = h.next_offset();
                 size += range.len() as u64;
                 out.push(entry_of(index, &h, chunk.slice(range))?);
                 index += 1;
@@ -843,7 +868,7 @@ mod tests {
         let config = LogConfig { segment_bytes: 1024, compact: true, delete: false, ..LogConfig::default() };
         let mut leader = RaftLog::open(&dir.path().join("a"), config, &[1, 2, 3], 0).expect("open");
         fill_keyed(&mut leader, 40, 1);
-        let plan = leader.log().clean_plan(leader.end_offset_of(30), 0).expect("a pass is due");
+        let plan = leader.log().clean_plan(leader.end_offset_of(30).expect("read"), 0).expect("a pass is due");
         let cleaned = plan.execute(0).expect("execute");
         let through = cleaned.cleaned_through();
         let stats = leader.compact(cleaned, 30, 0).expect("compact").expect("swapped in");
@@ -925,6 +950,55 @@ mod tests {
         assert_eq!(store.term(14).expect("snapshot term"), 2);
         let entries = store.entries(15, 21, None, GetEntriesContext::empty(false)).expect("entries");
         assert_eq!(entries.iter().map(|e| e.index).collect::<Vec<_>>(), (15..=20).collect::<Vec<_>>());
-        assert_eq!(store.end_offset_of(20), 20);
+        assert_eq!(store.end_offset_of(20).expect("read"), 20);
+    }
+
+    /// A long, settled log keeps only some entries' offsets in memory; every lookup, read,
+    /// truncation and trim still finds the right batches, and the high watermark's lookup
+    /// never needs the disk.
+    #[test]
+    fn a_long_settled_log_is_read_right_from_a_sparse_index() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LogConfig { segment_bytes: 64 << 10, ..LogConfig::default() };
+        let mut store = RaftLog::open(dir.path(), config, &[1, 2, 3], 0).expect("open");
+        fill(&mut store, 700, 1);
+        store.set_hard_state(HardState { term: 2, vote: 1, commit: 700, ..Default::default() }).expect("hard state");
+        store.mark_synced(700);
+        fill(&mut store, 700, 2);
+        assert_eq!(store.last(), 1400);
+        assert!(store.settled_end_offset(100).is_none(), "an early settled entry left memory");
+        assert_eq!(store.settled_end_offset(700), Some(700), "unsettled entries stay in memory");
+        for index in [1, 2, 63, 64, 65, 500, 699, 700, 701, 1400] {
+            let offset = index as i64 - 1;
+            assert_eq!(store.offset_of(index).expect("offset_of"), Some(offset));
+            assert_eq!(store.index_of(offset).expect("index_of"), Some(index));
+            assert_eq!(store.end_offset_of(index).expect("end_offset_of"), offset + 1);
+        }
+        assert_eq!(store.end_offset_for_epoch(1), Some((1, 700)));
+        let entries = store.entries(90, 1300, None, GetEntriesContext::empty(false)).expect("entries");
+        assert_eq!(entries.iter().map(|e| e.index).collect::<Vec<_>>(), (90..1300).collect::<Vec<_>>());
+        assert_eq!(entries[0].term, 1);
+        assert_eq!(entries[700].term, 2);
+
+        // A new leader replaces entries from 1000 on.
+        let mut b = BatchBuilder::new(1_000);
+        b.push(1_000, None, Some(&[8u8; 200]));
+        let mut batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
+        stamp(&mut batch, 999, 3);
+        store.append(&[Entry { index: 1000, term: 3, data: batch.into(), ..Default::default() }], 0).expect("append");
+        assert_eq!((store.last(), store.offset_of(1000).expect("offset_of")), (1000, Some(999)));
+        assert_eq!(store.term(1000).expect("term"), 3);
+
+        assert_eq!(store.trim(300, 700).expect("trim"), Some(300));
+        assert_eq!(store.first(), 301);
+        assert_eq!(store.offset_of(301).expect("offset_of"), Some(300));
+        assert_eq!(store.offset_of(300).expect("offset_of"), None);
+        store.close().expect("close");
+
+        let store = RaftLog::open(dir.path(), config, &[1, 2, 3], 0).expect("reopen");
+        assert_eq!((store.first(), store.last()), (301, 1000));
+        let entries = store.entries(301, 1001, None, GetEntriesContext::empty(false)).expect("entries");
+        assert_eq!(entries.len(), 700);
+        assert_eq!(store.index_of(640).expect("index_of"), Some(641));
     }
 }

@@ -432,6 +432,19 @@ impl Log {
         }
     }
 
+    /// Hands the header of the batch holding `from` and of every later batch to `visit`, in
+    /// order, until it returns false. Like [`Log::read_range`], batches below the log start
+    /// that are still on disk are included. Reads headers only.
+    pub fn walk_batches(&self, from: i64, mut visit: impl FnMut(&BatchHeader) -> bool) -> io::Result<()> {
+        let first = self.segments.partition_point(|s| s.base_offset <= from).saturating_sub(1);
+        for seg in &self.segments[first..] {
+            if seg.walk_from(from, &mut visit)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Rolls before a batch of `incoming` bytes ending at `last_offset` when the active
     /// segment is full, old, or could not index that offset (the index holds offsets
     /// relative to the segment's base in 32 bits; batches may claim up to 2^31 records, so

@@ -214,6 +214,14 @@ impl Segment {
         Ok(None)
     }
 
+    /// Hands the header of the batch holding `offset` (or of the first batch after it) and
+    /// of every later batch in the segment to `visit`, in order, until it returns false.
+    /// Returns true when `visit` stopped the walk.
+    pub fn walk_from(&self, offset: i64, mut visit: impl FnMut(&BatchHeader) -> bool) -> io::Result<bool> {
+        let Some((mut pos, _)) = self.position_of(offset)? else { return Ok(false) };
+        Ok(self.find_batch(&mut pos, |h| !visit(h))?.is_some())
+    }
+
     /// Hands every batch header, in order, to `visit` (the segment was scanned already).
     pub fn for_each_header(&self, mut visit: impl FnMut(&BatchHeader)) -> io::Result<()> {
         self.find_batch(&mut 0, |h| {
