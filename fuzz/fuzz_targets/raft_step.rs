@@ -8,10 +8,9 @@
 //! A message's group id picks the replica kind: odd ids deliver committed entries (the
 //! metadata group), even ones do not (a partition).
 //!
-//! raft-rs assumes its peers are correct and panics on messages no correct peer sends. The
-//! kinds found first are refused by `Replica::step` (crates/raft/tests/hostile_peer.rs);
-//! forged appends still reach raft-rs panics within seconds (docs/fuzzing.md), so this
-//! target is out of `scripts/fuzz.sh smoke` until the Raft port takes authenticated peers.
+//! raft-rs assumes its peers are correct and panics on messages no correct peer sends;
+//! `Replica::step` refuses those first (crates/raft/tests/hostile_peer.rs lists what this
+//! target found).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -284,7 +284,7 @@ impl Replica {
     /// message kinds, always with a term (raft-rs takes a term of 0 for a local message,
     /// and forwarding a local kind such as MsgPropose back out panics); a leader sends a
     /// follower a commit index only up to what the follower has (`commit_to` panics past the
-    /// log's end); an append's entries follow its index.
+    /// log's end); an append's entries follow its index, with terms as a log has them.
     fn admissible(&self, m: &Message) -> Result<(), &'static str> {
         use MessageType::*;
         let kind = m.get_msg_type();
@@ -310,10 +310,24 @@ impl Replica {
         if kind == MsgHeartbeat && m.commit > self.node.raft.raft_log.last_index() {
             return Err("commit index past the end of the log");
         }
-        if kind == MsgAppend
-            && !m.entries.iter().enumerate().all(|(i, e)| Some(e.index) == m.index.checked_add(i as u64 + 1))
-        {
-            return Err("entries that do not follow the append's index");
+        if kind == MsgAppend {
+            if !m.entries.iter().enumerate().all(|(i, e)| Some(e.index) == m.index.checked_add(i as u64 + 1)) {
+                return Err("entries that do not follow the append's index");
+            }
+            // Every entry has a term, at most the leader's, and terms never go down along a
+            // log; only the empty log's index 0 has term 0 (raft-rs reads an index past its
+            // log as term 0, so a forged "after entry N of term 0" matched and then broke
+            // its unstable log).
+            if m.log_term > m.term || (m.index > 0 && m.log_term == 0) {
+                return Err("an append after an entry of an impossible term");
+            }
+            let mut floor = m.log_term.max(1);
+            for e in &m.entries {
+                if e.term < floor || e.term > m.term {
+                    return Err("entries whose terms go down or past the leader's");
+                }
+                floor = e.term;
+            }
         }
         Ok(())
     }

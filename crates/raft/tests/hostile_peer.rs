@@ -78,3 +78,42 @@ fn local_message_kinds_from_a_peer_are_refused() {
     ));
     assert!(step_frame(&frame) >= 1);
 }
+
+/// A MsgAppend from leader 1 in `term`, after entry `index` of `log_term`, with `entries`
+/// as (index, term), as a transport frame.
+fn append_frame(term: u64, index: u64, log_term: u64, entries: &[(u64, u64)]) -> Vec<u8> {
+    use protobuf::Message as _;
+    use runnel_raft::Message;
+    let mut m = Message::default();
+    m.set_msg_type(raft::eraftpb::MessageType::MsgAppend);
+    m.from = 1;
+    m.term = term;
+    m.index = index;
+    m.log_term = log_term;
+    for (index, term) in entries {
+        m.mut_entries().push(raft::eraftpb::Entry { index: *index, term: *term, ..Default::default() });
+    }
+    let body = m.write_to_bytes().expect("encode");
+    let mut frame = 1u64.to_be_bytes().to_vec();
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+#[test]
+fn an_append_after_an_entry_of_term_zero_is_refused() {
+    // Found by raft_step: "after entry 1 of term 0" into an empty log matched (raft-rs
+    // reads an index past its log as term 0), and appending entry 2 then panicked with
+    // "unstable.slice[1, 2] out of bound[1, 1]".
+    assert_eq!(step_frame(&append_frame(1, 1, 0, &[(2, 1)])), 1);
+}
+
+#[test]
+fn appends_with_impossible_terms_are_refused() {
+    assert_eq!(step_frame(&append_frame(1, 0, 2, &[])), 1, "previous entry's term past the leader's");
+    assert_eq!(step_frame(&append_frame(2, 0, 0, &[(1, 3)])), 1, "an entry's term past the leader's");
+    assert_eq!(step_frame(&append_frame(3, 0, 0, &[(1, 2), (2, 1)])), 1, "terms going down");
+    assert_eq!(step_frame(&append_frame(3, 0, 0, &[(1, 0)])), 1, "an entry of term 0");
+    // What a correct leader sends is taken.
+    assert_eq!(step_frame(&append_frame(3, 0, 0, &[(1, 1), (2, 3), (3, 3)])), 0);
+}
