@@ -17,8 +17,10 @@ import socket
 import threading
 import time
 
+import pytest
+
 import kafka_wire as kw
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from conftest import Broker, admin_client, create_topic, unique_topic, wait_for
@@ -245,3 +247,48 @@ def test_watchdog_stops_a_broker_whose_raft_driver_is_stuck(tmp_path):
         assert end >= 2, "the record acknowledged before the stall is kept"
     finally:
         assert b.stop() == 0
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_group_max_size_turns_away_a_member_past_it(tmp_path, protocol):
+    """group.max.size (classic) and group.consumer.max.size (KIP-848) with librdkafka
+    consumers: two members share the partitions, the third gets GROUP_MAX_SIZE_REACHED (a
+    fatal error for a KIP-848 member, as librdkafka treats it), and the two are unaffected."""
+    b = Broker(tmp_path / "data", settings={"group.max.size": "2", "group.consumer.max.size": "2"}).start()
+    consumers = []
+    try:
+        topic = unique_topic("gms")
+        create_topic(b.bootstrap, topic, partitions=4)
+        errors = {0: [], 1: [], 2: []}
+        for i in range(3):
+            config = {"bootstrap.servers": b.bootstrap, "group.id": f"g-{protocol}", "group.protocol": protocol,
+                      "error_cb": lambda e, i=i: errors[i].append(e)}
+            if protocol == "classic":
+                config["session.timeout.ms"] = 6000
+            c = Consumer(config)
+            c.subscribe([topic])
+            consumers.append(c)
+            if i < 2:
+                # The third joins once the first two are members (each poll serves a rebalance).
+                wait_for(lambda: [m.poll(0.1) for m in consumers] and c.assignment(), f"member {i} is assigned", 30)
+
+        def third_refused():
+            for c in consumers:
+                m = c.poll(0.1)
+                if m is not None and m.error() is not None:
+                    errors[consumers.index(c)].append(m.error())
+            return [e for e in errors[2] if e.code() == KafkaError.GROUP_MAX_SIZE_REACHED
+                    or (e.code() == KafkaError._FATAL and "maximum size" in e.str())]
+        wait_for(third_refused, "the third member is refused", 30, lambda: f"errors: {errors}")
+        assert consumers[2].assignment() == []
+        wait_for(lambda: [c.poll(0.1) for c in consumers[:2]] and
+                 sorted(len(c.assignment()) for c in consumers[:2]) == [2, 2],
+                 "the two members share the partitions", 30)
+        assert not errors[0] and not errors[1], f"members inside the bound saw errors: {errors}"
+    finally:
+        for c in consumers:
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 (a fatally failed KIP-848 consumer may refuse)
+                pass
+        b.stop()

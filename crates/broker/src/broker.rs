@@ -60,6 +60,8 @@ impl Broker {
                 .trim()
                 .to_string(),
             offsets_retention_ms: s.i64("offsets.retention.minutes").max(1).saturating_mul(60_000),
+            group_max_size: s.usize("group.max.size").max(1),
+            consumer_group_max_size: s.usize("group.consumer.max.size").max(1),
         };
         let offsets_partitions = s.i64("offsets.topic.num.partitions").max(1) as i32;
         let voters = parse_voters(s.get("controller.quorum.voters"))?;

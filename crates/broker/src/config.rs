@@ -127,6 +127,9 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("group.consumer.session.timeout.ms", Kind::Int, "45000"),
     ("group.consumer.heartbeat.interval.ms", Kind::Int, "5000"),
     ("group.consumer.assignors", Kind::List, "uniform,range"),
+    // Members per group: a new member past the bound gets GROUP_MAX_SIZE_REACHED.
+    ("group.max.size", Kind::Int, "2147483647"),
+    ("group.consumer.max.size", Kind::Int, "2147483647"),
     // Fault hook (benchmarks, `runnel chaos`): every fsync round first sleeps this long.
     ("fault.disk.sync.delay.ms", Kind::Int, "0"),
     ("fault.disk.sync.fail", Kind::Bool, "false"),

@@ -277,12 +277,14 @@ impl ConsumerGroup {
         }
     }
 
-    /// One heartbeat; `topics` answers for the cluster's topics.
+    /// One heartbeat; `topics` answers for the cluster's topics. A new member finds room
+    /// only while the group has fewer than `max_members`.
     pub fn heartbeat(
         &mut self,
         req: HeartbeatIn,
         topics: &dyn Topics,
         now: Instant,
+        max_members: usize,
     ) -> Result<HeartbeatOut, (E, String)> {
         if req.member_epoch == -1 || req.member_epoch == -2 {
             if self.members.remove(&req.member_id).is_some() {
@@ -302,6 +304,17 @@ impl ConsumerGroup {
         let member_id =
             if req.member_id.is_empty() { Uuid::new_v4().simple().to_string() } else { req.member_id.clone() };
         if req.member_epoch == 0 {
+            let rejoin = self.members.contains_key(&member_id)
+                || req
+                    .instance_id
+                    .as_ref()
+                    .is_some_and(|i| self.members.values().any(|m| m.instance_id.as_ref() == Some(i)));
+            if !rejoin && self.members.len() >= max_members {
+                return Err((
+                    E::GroupMaxSizeReached,
+                    format!("the group has {max_members} members (group.consumer.max.size)"),
+                ));
+            }
             // A (re)join: a member that lost its state starts over, and so does the group
             // view of it.
             if self.members.remove(&member_id).is_some() {

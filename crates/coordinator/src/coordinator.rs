@@ -47,6 +47,11 @@ pub struct CoordinatorConfig {
     pub consumer_default_assignor: String,
     /// `offsets.retention.minutes` in ms (KIP-211).
     pub offsets_retention_ms: i64,
+    /// `group.max.size` (classic groups, members and member ids handed out but not yet
+    /// joined) and `group.consumer.max.size` (KIP-848 groups): a new member past it gets
+    /// GROUP_MAX_SIZE_REACHED.
+    pub group_max_size: usize,
+    pub consumer_group_max_size: usize,
 }
 
 impl Default for CoordinatorConfig {
@@ -60,6 +65,8 @@ impl Default for CoordinatorConfig {
             consumer_heartbeat_interval_ms: 5_000,
             consumer_default_assignor: "uniform".into(),
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
+            group_max_size: i32::MAX as usize,
+            consumer_group_max_size: i32::MAX as usize,
         }
     }
 }
@@ -223,7 +230,7 @@ impl Coordinator {
             let g = groups
                 .entry(group_id.to_string())
                 .or_insert_with(|| ConsumerGroup::new(&self.config.consumer_default_assignor));
-            let out = g.heartbeat(req, topics, Instant::now());
+            let out = g.heartbeat(req, topics, Instant::now(), self.config.consumer_group_max_size);
             let touched = out.as_ref().ok().map(|o| o.member_id.as_str());
             let records = g.changes(group_id, touched);
             (out, (!records.is_empty()).then(|| self.log.append(self.partition_for(group_id), records)))
@@ -426,7 +433,7 @@ impl Coordinator {
                 return JoinResult::error(E::InconsistentGroupProtocol, &member_id);
             }
             let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, t.now));
-            g.join(req, &t)
+            g.join(req, &t, c.group_max_size)
         };
         match pending {
             Pending::Now(r) => r,

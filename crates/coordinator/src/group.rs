@@ -118,8 +118,9 @@ pub struct Group {
     pub protocol: Option<String>,
     pub leader: Option<String>,
     pub members: BTreeMap<String, Member>,
-    /// Member ids handed out with MEMBER_ID_REQUIRED, not yet joined.
-    pending: HashSet<String>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED, not yet joined, with when they
+    /// expire (the session timeout of the join that got them, as in Kafka).
+    pending: HashMap<String, Instant>,
     /// group.instance.id → member id (KIP-345).
     static_members: HashMap<String, String>,
     pub offsets: BTreeMap<(String, i32), OffsetValue>,
@@ -148,7 +149,7 @@ impl Group {
             protocol: None,
             leader: None,
             members: BTreeMap::new(),
-            pending: HashSet::new(),
+            pending: HashMap::new(),
             static_members: HashMap::new(),
             offsets: BTreeMap::new(),
             join_not_before: now,
@@ -191,7 +192,9 @@ impl Group {
         Ok(())
     }
 
-    pub fn join(&mut self, req: JoinRequest, t: &Timing) -> Pending<JoinResult> {
+    /// A JoinGroup. A new member finds room only while the group has fewer than
+    /// `max_size` members and member ids handed out (`group.max.size`).
+    pub fn join(&mut self, req: JoinRequest, t: &Timing, max_size: usize) -> Pending<JoinResult> {
         if !self.is_empty() {
             let same_type = self.protocol_type.as_deref() == Some(req.protocol_type.as_str());
             if !same_type || self.common_protocols(&req.protocols).is_empty() {
@@ -199,6 +202,10 @@ impl Group {
             }
         }
         if req.member_id.is_empty() {
+            let returning = req.instance_id.as_ref().is_some_and(|i| self.static_members.contains_key(i));
+            if !returning && self.members.len() + self.pending.len() >= max_size {
+                return Pending::Now(JoinResult::error(E::GroupMaxSizeReached, ""));
+            }
             return self.join_new(req, t);
         }
         if let Some(inst) = &req.instance_id {
@@ -206,7 +213,7 @@ impl Group {
                 return Pending::Now(JoinResult::error(E::FencedInstanceId, &req.member_id));
             }
         }
-        if self.pending.remove(&req.member_id) {
+        if self.pending.remove(&req.member_id).is_some() {
             return self.add_member(req.member_id.clone(), req, t);
         }
         let Some(member) = self.members.get_mut(&req.member_id) else {
@@ -239,7 +246,8 @@ impl Group {
             return self.add_member(new_id, req, t);
         }
         if req.require_known_member_id {
-            self.pending.insert(new_id.clone());
+            let expiry = t.now + Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+            self.pending.insert(new_id.clone(), expiry);
             return Pending::Now(JoinResult::error(E::MemberIdRequired, &new_id));
         }
         self.add_member(new_id, req, t)
@@ -561,6 +569,8 @@ impl Group {
             .filter(|m| t.now.duration_since(m.last_seen) > Duration::from_millis(m.session_timeout_ms.max(0) as u64))
             .map(|m| m.id.clone())
             .collect();
+        // A member id handed out whose join never came (Kafka's pending member expiry).
+        self.pending.retain(|_, expiry| *expiry > t.now);
         let departed = !expired.is_empty();
         for id in &expired {
             tracing::info!(group = %self.id, member = %id, "member session expired");

@@ -453,3 +453,41 @@ async fn a_coordinator_serves_only_the_partitions_it_has_loaded() {
     assert_eq!(c.owner_error("kept"), None);
     assert_eq!(committed(&c, "kept", "t"), Some(9));
 }
+
+#[tokio::test]
+async fn a_classic_group_stops_at_group_max_size_and_unjoined_member_ids_expire() {
+    let c = Arc::new(serving(Arc::new(MemLog::default()), CoordinatorConfig { group_max_size: 2, ..config() }));
+    let a = join_new(&c, "g").await;
+    assert_eq!(a.error, 0);
+    // A member id handed out (MEMBER_ID_REQUIRED) counts: the group is full with it.
+    let handed = c.join("g", join_req("", None, 50)).await;
+    assert_eq!(handed.error, E::MemberIdRequired.code());
+    assert_eq!(c.join("g", join_req("", None, 50)).await.error, E::GroupMaxSizeReached.code());
+    // Its join never comes: after its session timeout it no longer holds a place.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    c.sync("g", a.generation, &a.member_id, None, vec![]).await;
+    assert_eq!(c.heartbeat("g", a.generation, &a.member_id, None), Ok(()));
+    c.tick().await;
+    assert_eq!(c.join("g", join_req(&handed.member_id, None, 50)).await.error, E::UnknownMemberId.code());
+    assert_eq!(c.join("g", join_req("", None, 10_000)).await.error, E::MemberIdRequired.code());
+    // Members already in the group still rejoin.
+    let again = c.clone();
+    let a_id = a.member_id.clone();
+    let rejoin = tokio::spawn(async move { again.join("g", join_req(&a_id, None, 10_000)).await });
+    assert_eq!(rejoin.await.expect("rejoin").error, 0);
+}
+
+#[tokio::test]
+async fn a_kip848_group_stops_at_group_consumer_max_size() {
+    let resolve = Cluster::with(&[("t", 4)]);
+    let c = serving(Arc::new(MemLog::default()), CoordinatorConfig { consumer_group_max_size: 2, ..config() });
+    let a = c.consumer_heartbeat("g", hb("a", 0, Some(&["t"]), Some(vec![])), &resolve).await.expect("join a");
+    c.consumer_heartbeat("g", hb("b", 0, Some(&["t"]), Some(vec![])), &resolve).await.expect("join b");
+    let full = c.consumer_heartbeat("g", hb("c", 0, Some(&["t"]), Some(vec![])), &resolve).await;
+    assert_eq!(full.map(|_| ()).map_err(|(e, _)| e), Err(E::GroupMaxSizeReached));
+    // A member that is in the group may rejoin (epoch 0) and heartbeat.
+    c.consumer_heartbeat("g", hb("a", 0, Some(&["t"]), Some(vec![])), &resolve).await.expect("a rejoins");
+    c.consumer_heartbeat("g", hb("b", -1, None, None), &resolve).await.expect("b leaves");
+    c.consumer_heartbeat("g", hb("c", 0, Some(&["t"]), Some(vec![])), &resolve).await.expect("room for c");
+    assert!(a.member_epoch > 0);
+}
