@@ -792,12 +792,16 @@ def test_compaction_of_a_replicated_log_reaches_a_follower_that_missed_it_throug
                               request_timeout=30)[topic].result(timeout=30)
         wait_for_topic(c.admin, topic, 1)
         records = [(f"k{i % 10}".encode(), f"k{i % 10}-{i:04d}".encode() + b"x" * 80) for i in range(600)]
-        with PreferredLeaderAway(c, topic):
+        with PreferredLeaderAway(c, topic) as away:
             acked = produce_acked(c, topic, records)
 
+            # Every replica cleans its own log; the one that matters is the leader's, whose
+            # cleaned part becomes the snapshot the returning replica must get.
             def compacted():
                 c.log.flush()
-                return re.search(rf"compacted topic={topic} .* records_removed=[1-9]", pathlib.Path(c.log.name).read_text())
+                leader = c.leaders_seen_by(away.observer, topic).get(0, -1)
+                return re.search(rf"compacted topic={topic} partition=0 node_id={leader} .* records_removed=[1-9]",
+                                 pathlib.Path(c.log.name).read_text())
             wait_for(compacted, "the leader to compact the partition", 30, c.diagnostics)
 
         latest = {k: v for k, v in records}

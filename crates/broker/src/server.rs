@@ -216,7 +216,8 @@ async fn cleaner_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
                     // becomes the Raft snapshot.
                     match p.compact(crate::now_ms()) {
                         Ok(Some(s)) => info!(
-                            topic = %t.name, partition = p.index, segments_before = s.segments_before,
+                            topic = %t.name, partition = p.index, node_id = b.node_id(),
+                            segments_before = s.segments_before,
                             segments_after = s.segments_after, bytes_before = s.bytes_before,
                             bytes_after = s.bytes_after, records_removed = s.records_removed,
                             ms = started.elapsed().as_millis() as u64, "compacted"
