@@ -44,6 +44,7 @@ impl EntryOffsets {
         self.len
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -71,6 +71,13 @@ pub struct RaftLog {
     synced_index: u64,
 }
 
+/// Starts a new run in `terms` when entry `index` (at `offset`) has a new term.
+fn note_term(terms: &mut Vec<(u64, u64, i64)>, index: u64, term: u64, offset: i64) {
+    if terms.last().map(|(_, t, _)| *t) != Some(term) {
+        terms.push((index, term, offset));
+    }
+}
+
 fn storage_err(e: io::Error) -> raft::Error {
     raft::Error::Store(StorageError::Other(Box::new(e)))
 }
@@ -81,13 +88,29 @@ impl RaftLog {
     pub fn open(dir: &Path, config: LogConfig, voters: &[u64], now_ms: i64) -> io::Result<RaftLog> {
         fs::create_dir_all(dir)?;
         let saved = read_state(dir)?;
-        let mut headers = Vec::new();
-        let log = Log::open_visiting(dir, config, now_ms, |h| headers.push((h.base_offset, h.partition_leader_epoch)))?;
+        // The entry map is built as the recovery scan reads the headers, not from a list of
+        // them all (which would cost 16 bytes per batch of the log while the replica opens).
+        // Entries start at the snapshot point's offset (in a new log, at its first batch).
+        let from = saved.as_ref().map(|s| s.first_offset);
+        let (snap_index, commit) = saved.as_ref().map(|s| (s.snap_index, s.hard.commit)).unwrap_or_default();
+        let mut offsets = EntryOffsets::new(snap_index.saturating_add(1));
+        let mut terms = Vec::new();
+        let mut first_base = None;
+        let log = Log::open_visiting(dir, config, now_ms, |h| {
+            if from.is_some_and(|f| h.base_offset < f) {
+                return;
+            }
+            first_base.get_or_insert(h.base_offset);
+            let index = snap_index.saturating_add(1).saturating_add(offsets.len());
+            // Everything on disk is about to count as fsynced, up to the recorded commit.
+            offsets.push(h.base_offset, commit);
+            note_term(&mut terms, index, h.partition_leader_epoch.max(0) as u64, h.base_offset);
+        })?;
         let mut store = RaftLog {
             log,
             dir: dir.to_path_buf(),
-            offsets: EntryOffsets::new(1),
-            terms: Vec::new(),
+            offsets,
+            terms,
             snap_index: 0,
             snap_term: 0,
             first_offset: 0,
@@ -120,13 +143,8 @@ impl RaftLog {
             // A trim recorded its new start but did not delete the segments below it.
             store.log.delete_records_before(start.min(store.log.log_end_offset()))?;
         }
-        store.offsets.reset(store.snap_index + 1);
-        let kept_from = store.log.first_batch_offset();
-        for (base, epoch) in headers {
-            if base < store.first_offset {
-                continue;
-            }
-            if base < kept_from {
+        if let Some(base) = first_base {
+            if base < store.log.first_batch_offset() {
                 // Only a state file whose log start and Raft log start disagree gets here: an
                 // entry past the snapshot point whose segment the recorded start deleted.
                 return Err(io::Error::new(
@@ -134,17 +152,13 @@ impl RaftLog {
                     format!("{}: the entry at offset {base} lies below the recorded log start", dir.display()),
                 ));
             }
-            if store.offsets.is_empty() && base != store.first_offset {
+            if base != store.first_offset {
                 return Err(io::Error::other(format!(
                     "{}: the first batch at {base} is not the Raft log start {}",
                     dir.display(),
                     store.first_offset
                 )));
             }
-            let index = store.snap_index + 1 + store.offsets.len();
-            // Everything on disk is about to count as fsynced, up to the recorded commit.
-            store.offsets.push(base, store.hard.commit);
-            store.note_term(index, epoch.max(0) as u64, base);
         }
         store.hard.commit = store.hard.commit.min(store.last()).max(store.snap_index);
         // After a crash the log's unsynced tail may still be only in the page cache; this
@@ -256,12 +270,6 @@ impl RaftLog {
         Some((term, end))
     }
 
-    fn note_term(&mut self, index: u64, term: u64, offset: i64) {
-        if self.terms.last().map(|(_, t, _)| *t) != Some(term) {
-            self.terms.push((index, term, offset));
-        }
-    }
-
     /// Writes entries handed over by raft-rs (not fsynced: the caller syncs the log and
     /// then reports the ready persisted). Entries that conflict with stored ones replace
     /// them: the log is cut at the first of them.
@@ -299,7 +307,7 @@ impl RaftLog {
             }
             let settled = self.settled();
             self.offsets.push(base, settled);
-            self.note_term(e.index, e.term, base);
+            note_term(&mut self.terms, e.index, e.term, base);
         }
         Ok(())
     }
