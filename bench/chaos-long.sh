@@ -7,8 +7,8 @@
 #   bench/chaos-long.sh 9 [SECONDS]   9 brokers in 3 regions, RF 3 (one replica per region),
 #                                     with whole-region isolation and latency between regions
 #
-# Network faults need root and iproute2 (network namespaces); without them, drop the
-# isolate-* and region-latency faults from FAULTS. Output in OUT (default
+# Network faults need root and iproute2 (network namespaces); without them, set FAULTS
+# without the isolate-* and region-latency faults. Output in OUT (default
 # bench/results/chaos-long-N-DATE): chaos.out (the summary), report.json, chart.svg,
 # samples.txt (time pid port rss_kb fds), broker logs.
 set -euo pipefail
@@ -21,13 +21,16 @@ RUNNEL="${RUNNEL:-target/release/runnel}"
 [[ -x "$RUNNEL" ]] || cargo build --release
 mkdir -p "$OUT"
 
-FAULTS=kill-leader,kill-follower,pause-leader,pause-follower,slow-disk-leader,slow-disk-follower,fail-disk-follower
-FAULTS+=,disk-full-leader,disk-full-follower,clock-jump-leader,clock-jump-follower,isolate-leader,isolate-follower
+ALL=kill-leader,kill-follower,pause-leader,pause-follower,slow-disk-leader,slow-disk-follower,fail-disk-follower
+ALL+=,disk-full-leader,disk-full-follower,clock-jump-leader,clock-jump-follower,isolate-leader,isolate-follower
 ARGS=(--brokers "$BROKERS" --partitions 3 --replication-factor 3)
 if [[ "$BROKERS" -ge 9 ]]; then
-  FAULTS+=,isolate-region,region-latency
+  ALL+=,isolate-region,region-latency
   ARGS=(--brokers "$BROKERS" --regions 3 --partitions 6 --replication-factor 3)
 fi
+# FAULTS=... picks some: e.g. only those that never restart a broker (pause, isolate,
+# slow disk, clock jump), to watch the memory of long-lived processes.
+FAULTS="${FAULTS:-$ALL}"
 
 sample() {
   while true; do
