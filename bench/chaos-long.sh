@@ -35,7 +35,7 @@ FAULTS="${FAULTS:-$ALL}"
 sample() {
   while true; do
     local ts; ts=$(date +%s)
-    for p in $(pgrep -f "runnel dev --port" || true); do
+    for p in $(pgrep -f " dev --port " || true); do
       local port rss fds
       port=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -o -- '--port [0-9]*' | awk '{print $2}') || continue
       (( port >= PORT && port < PORT + BROKERS )) || continue
