@@ -661,7 +661,8 @@ impl Replica {
         let synced = self.node.store().synced_index();
         let durable = self.node.raft.raft_log.committed.min(synced);
         // Entries past the durable point are never settled, so this reads no disk.
-        let hw = self.node.store().settled_end_offset(durable).expect("the offsets of unsettled entries are in memory");
+        let hw =
+            self.node.store().end_offset_in_memory(durable).expect("the offsets of unsettled entries are in memory");
         let moved = hw > self.high_watermark;
         self.high_watermark = self.high_watermark.max(hw);
         self.durable_index = self.durable_index.max(durable);

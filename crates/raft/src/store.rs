@@ -213,15 +213,15 @@ impl RaftLog {
     /// Offset one past entry `index` (the high watermark when `index` is committed). May
     /// read batch headers for an entry well before the settled point.
     pub fn end_offset_of(&self, index: u64) -> io::Result<i64> {
-        if index <= self.snap_index {
-            return Ok(self.first_offset);
+        if let Some(end) = self.end_offset_in_memory(index) {
+            return Ok(end);
         }
         Ok(self.offsets.get(index + 1, &self.log)?.unwrap_or(self.log.log_end_offset()))
     }
 
-    /// [`RaftLog::end_offset_of`] from memory, for an entry at or past the settled point
-    /// (the high watermark as it moves): None for one further back.
-    pub fn settled_end_offset(&self, index: u64) -> Option<i64> {
+    /// [`RaftLog::end_offset_of`] from memory, which always answers for an entry at or past
+    /// the settled point (the high watermark as it moves): None for one further back.
+    pub fn end_offset_in_memory(&self, index: u64) -> Option<i64> {
         if index <= self.snap_index {
             return Some(self.first_offset);
         }
@@ -974,8 +974,8 @@ mod tests {
         store.mark_synced(700);
         fill(&mut store, 700, 2);
         assert_eq!(store.last(), 1400);
-        assert!(store.settled_end_offset(100).is_none(), "an early settled entry left memory");
-        assert_eq!(store.settled_end_offset(700), Some(700), "unsettled entries stay in memory");
+        assert!(store.end_offset_in_memory(100).is_none(), "an early settled entry left memory");
+        assert_eq!(store.end_offset_in_memory(700), Some(700), "unsettled entries stay in memory");
         for index in [1, 2, 63, 64, 65, 500, 699, 700, 701, 1400] {
             let offset = index as i64 - 1;
             assert_eq!(store.offset_of(index).expect("offset_of"), Some(offset));
