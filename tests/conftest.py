@@ -79,7 +79,8 @@ class Broker:
     # first rebalance (Kafka's default is 3 s).
     DEFAULT_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
 
-    def __init__(self, data_dir, port=None, settings=None):
+    def __init__(self, data_dir, port=None, settings=None, args=()):
+        self.args = list(args)
         self.data_dir = pathlib.Path(data_dir)
         self.port = port or free_port()
         self.settings = {**self.DEFAULT_SETTINGS, **(settings or {})}
@@ -92,7 +93,7 @@ class Broker:
 
     def start(self):
         assert self.proc is None or self.proc.poll() is not None, "already running"
-        args = [RUNNEL_BIN, "dev", "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        args = [RUNNEL_BIN, "dev", *self.args, "--port", str(self.port), "--data-dir", str(self.data_dir)]
         for k, v in self.settings.items():
             args += ["--set", f"{k}={v}"]
         log = open(self.log_path, "ab")

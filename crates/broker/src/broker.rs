@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use tokio::sync::Notify;
 
-use runnel_controller::{parse_location, parse_voters, BrokerInfo, Controller, ControllerConfig};
+use runnel_controller::{parse_location, parse_voters, BrokerInfo, Controller, ControllerConfig, Endpoint};
 use runnel_coordinator::{Coordinator, CoordinatorConfig};
 
 use crate::catalog::Catalog;
@@ -66,12 +66,18 @@ impl Broker {
         let offsets_partitions = s.i64("offsets.topic.num.partitions").max(1) as i32;
         let voters = parse_voters(s.get("controller.quorum.voters"))?;
         let (replicas, links) = ReplicaManager::start(&config, &voters, catalog.clone(), data_arrived.clone()).await?;
+        let first = &config.listeners[0];
         let me = BrokerInfo {
             id: config.node_id,
-            host: config.advertised_host.clone(),
-            port: config.advertised_port,
+            host: first.advertised_host.clone(),
+            port: first.advertised_port,
             location: parse_location(s.get("broker.location"))?,
             incarnation: uuid::Uuid::new_v4().as_u64_pair().0,
+            endpoints: config
+                .listeners
+                .iter()
+                .map(|l| Endpoint { name: l.name.clone(), host: l.advertised_host.clone(), port: l.advertised_port })
+                .collect(),
         };
         let controller = Controller::start(
             ControllerConfig {

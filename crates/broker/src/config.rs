@@ -36,8 +36,38 @@ impl Kind {
 /// (name, kind, default). Limits are named with their unit last, as everywhere here.
 pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("node.id", Kind::Int, "1"),
+    // NAME://host:port,...: each listener's name maps to its security protocol through
+    // listener.security.protocol.map (the names PLAINTEXT and SSL map to themselves).
     ("listeners", Kind::List, "PLAINTEXT://127.0.0.1:9092"),
     ("advertised.listeners", Kind::List, ""),
+    (
+        "listener.security.protocol.map",
+        Kind::List,
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+    ),
+    // TLS on SSL listeners, in Kafka's names; each may be given for one listener as
+    // listener.name.<name>.ssl.<setting> (see docs/security.md).
+    ("ssl.keystore.type", Kind::Str, "JKS"),
+    ("ssl.keystore.location", Kind::Str, ""),
+    ("ssl.keystore.password", Kind::Str, ""),
+    ("ssl.key.password", Kind::Str, ""),
+    ("ssl.keystore.key", Kind::Str, ""),
+    ("ssl.keystore.certificate.chain", Kind::Str, ""),
+    ("ssl.truststore.type", Kind::Str, "JKS"),
+    ("ssl.truststore.location", Kind::Str, ""),
+    ("ssl.truststore.password", Kind::Str, ""),
+    ("ssl.truststore.certificates", Kind::Str, ""),
+    ("ssl.client.auth", Kind::Str, "none"),
+    ("ssl.enabled.protocols", Kind::List, "TLSv1.2,TLSv1.3"),
+    ("ssl.cipher.suites", Kind::List, ""),
+    ("ssl.endpoint.identification.algorithm", Kind::Str, "https"),
+    // Accepted for Kafka's server.properties; rustls has one implementation of each.
+    ("ssl.protocol", Kind::Str, "TLSv1.3"),
+    ("ssl.keymanager.algorithm", Kind::Str, "SunX509"),
+    ("ssl.trustmanager.algorithm", Kind::Str, "PKIX"),
+    // Runnel: how often a TLS listener looks for changed key and trust store files (new
+    // connections get the new certificate; 0: never).
+    ("ssl.reload.check.interval.ms", Kind::Long, "10000"),
     // The metadata quorum's voters, `id@host:port` (Raft traffic between brokers goes to
     // these addresses). Empty: a cluster of one, this broker the only voter.
     ("controller.quorum.voters", Kind::List, ""),
@@ -201,7 +231,8 @@ pub const DYNAMIC_SETTINGS: &[&str] = &[
 
 impl Settings {
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
-        let (kind, _) = setting(name).ok_or_else(|| anyhow!("unknown setting {name}"))?;
+        let declared = listener_scoped(name).unwrap_or(name);
+        let (kind, _) = setting(declared).ok_or_else(|| anyhow!("unknown setting {name}"))?;
         check_value(kind, value).with_context(|| format!("setting {name}={value}"))?;
         self.explicit.insert(name.to_string(), value.to_string());
         self.derived.remove(name);
@@ -256,6 +287,16 @@ impl Settings {
         self.dynamic = dynamic;
     }
 
+    /// A setting as one listener sees it: `listener.name.<listener>.<name>` (the listener
+    /// name in lower case, as Kafka writes it) when given, else `name`.
+    pub fn for_listener(&self, listener: &str, name: &str) -> &str {
+        let scoped = format!("listener.name.{}.{name}", listener.to_ascii_lowercase());
+        match self.dynamic.get(&scoped).or_else(|| self.explicit.get(&scoped)) {
+            Some(v) => v,
+            None => self.get(name),
+        }
+    }
+
     pub fn get(&self, name: &str) -> &str {
         if let Some(v) = self.dynamic.get(name) {
             return v;
@@ -283,25 +324,102 @@ impl Settings {
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub node_id: i32,
-    pub listen: SocketAddr,
-    pub advertised_host: String,
-    pub advertised_port: u16,
+    /// The client listeners; the first is the one other brokers' records name first.
+    pub listeners: Vec<Listener>,
     pub data_dir: PathBuf,
     pub settings: Settings,
 }
 
-fn parse_listener(s: &str) -> Result<(String, u16)> {
+/// `listener.name.<listener>.<setting>` → the setting, for the settings that may be given
+/// per listener (TLS ones).
+fn listener_scoped(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("listener.name.")?;
+    let (_, setting) = rest.split_once('.')?;
+    setting.starts_with("ssl.").then_some(setting)
+}
+
+/// A listener's security protocol (`listener.security.protocol.map`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+}
+
+/// One client listener: `listeners` and `advertised.listeners` entries of one name.
+#[derive(Debug, Clone)]
+pub struct Listener {
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub listen: SocketAddr,
+    pub advertised_host: String,
+    pub advertised_port: u16,
+}
+
+/// `NAME://host:port` → (name, host, port); the host may be empty (all interfaces) or a
+/// bracketed IPv6 address.
+fn parse_listener(s: &str) -> Result<(String, String, u16)> {
     let s = s.trim();
-    let rest = s.split_once("://");
-    let hostport = match rest {
-        Some(("PLAINTEXT", hp)) => hp,
-        Some((proto, _)) => bail!("listener {s}: only PLAINTEXT is supported so far, not {proto}"),
-        None => s,
-    };
+    let (name, hostport) = s.split_once("://").ok_or_else(|| anyhow!("listener {s}: expected NAME://host:port"))?;
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        bail!("listener {s}: bad listener name '{name}'");
+    }
     let (host, port) = hostport.rsplit_once(':').ok_or_else(|| anyhow!("listener {s}: expected host:port"))?;
     let port: u16 = port.parse().with_context(|| format!("listener {s}: bad port"))?;
     let host = if host.is_empty() { "0.0.0.0" } else { host };
-    Ok((host.trim_matches(['[', ']']).to_string(), port))
+    Ok((name.to_ascii_uppercase(), host.trim_matches(['[', ']']).to_string(), port))
+}
+
+fn entries(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',').map(str::trim).filter(|e| !e.is_empty())
+}
+
+/// `listeners`, `advertised.listeners` and `listener.security.protocol.map`, checked as
+/// Kafka checks them: names unique, each mapped to a protocol, advertised names a subset.
+fn parse_listeners(settings: &Settings) -> Result<Vec<Listener>> {
+    let mut map = BTreeMap::new();
+    for e in entries(settings.get("listener.security.protocol.map")) {
+        let (name, proto) =
+            e.split_once(':').ok_or_else(|| anyhow!("listener.security.protocol.map: '{e}' is not NAME:PROTOCOL"))?;
+        map.insert(name.trim().to_ascii_uppercase(), proto.trim().to_ascii_uppercase());
+    }
+    let mut listeners: Vec<Listener> = Vec::new();
+    for e in entries(settings.get("listeners")) {
+        let (name, host, port) = parse_listener(e)?;
+        if listeners.iter().any(|l| l.name == name) {
+            bail!("listeners: the name {name} is used twice");
+        }
+        let protocol = match map.get(&name).map(String::as_str) {
+            Some("PLAINTEXT") => SecurityProtocol::Plaintext,
+            Some("SSL") => SecurityProtocol::Ssl,
+            Some(p @ ("SASL_PLAINTEXT" | "SASL_SSL")) => {
+                bail!("listener {name}: {p} is not supported yet (SASL is to come)")
+            }
+            Some(p) => bail!("listener.security.protocol.map: {name} maps to unknown protocol {p}"),
+            None => bail!("listener {name}: not in listener.security.protocol.map"),
+        };
+        let listen: SocketAddr = format!("{host}:{port}")
+            .parse()
+            .or_else(|_| format!("[{host}]:{port}").parse())
+            .with_context(|| format!("listener address {host}:{port}"))?;
+        if listeners.iter().any(|l| l.listen.port() == port && port != 0) {
+            bail!("listeners: port {port} is used twice");
+        }
+        let advertised_host =
+            if listen.ip().is_unspecified() { "127.0.0.1".to_string() } else { listen.ip().to_string() };
+        listeners.push(Listener { name, protocol, listen, advertised_host, advertised_port: port });
+    }
+    if listeners.is_empty() {
+        bail!("listeners: no listener");
+    }
+    for e in entries(settings.get("advertised.listeners")) {
+        let (name, host, port) = parse_listener(e)?;
+        let l = listeners
+            .iter_mut()
+            .find(|l| l.name == name)
+            .ok_or_else(|| anyhow!("advertised.listeners: {name} is not one of the listeners"))?;
+        (l.advertised_host, l.advertised_port) = (host, port);
+    }
+    Ok(listeners)
 }
 
 impl BrokerConfig {
@@ -314,23 +432,10 @@ impl BrokerConfig {
                 bail!("setting {name}={v}: expected one of {}", allowed.join(", "));
             }
         }
-        let (host, port) = parse_listener(settings.get("listeners").split(',').next().unwrap_or_default())?;
-        let listen: SocketAddr = format!("{host}:{port}")
-            .parse()
-            .or_else(|_| format!("[{host}]:{port}").parse())
-            .with_context(|| format!("listener address {host}:{port}"))?;
-        let advertised = settings.get("advertised.listeners");
-        let (advertised_host, advertised_port) = if advertised.is_empty() {
-            let h = if listen.ip().is_unspecified() { "127.0.0.1".to_string() } else { listen.ip().to_string() };
-            (h, port)
-        } else {
-            parse_listener(advertised.split(',').next().unwrap_or_default())?
-        };
+        let listeners = parse_listeners(&settings)?;
         Ok(BrokerConfig {
             node_id: settings.i64("node.id") as i32,
-            listen,
-            advertised_host,
-            advertised_port,
+            listeners,
             data_dir: PathBuf::from(settings.get("log.dirs").split(',').next().unwrap_or("./data")),
             settings,
         })
@@ -361,13 +466,53 @@ mod tests {
         .expect("parses");
         let c = BrokerConfig::from_settings(s).expect("valid");
         assert_eq!(c.node_id, 3);
-        assert_eq!(c.listen.port(), 19092);
-        assert_eq!((c.advertised_host.as_str(), c.advertised_port), ("kafka-1", 19092));
+        assert_eq!(c.listeners[0].listen.port(), 19092);
+        assert_eq!((c.listeners[0].advertised_host.as_str(), c.listeners[0].advertised_port), ("kafka-1", 19092));
         assert!(Settings::from_properties("no.such.thing=1").is_err());
         let s = Settings::from_properties("log.retention.hours=2\n").expect("parses");
         assert_eq!(s.i64("log.retention.ms"), 7_200_000);
         let s = Settings::from_properties("log.retention.ms=5\nlog.retention.hours=2\n").expect("parses");
         assert_eq!(s.i64("log.retention.ms"), 5, "ms wins over hours");
         assert!(Settings::from_properties("num.partitions=abc").is_err());
+    }
+
+    #[test]
+    fn several_listeners_with_their_protocols_and_per_listener_tls_settings() {
+        let s = Settings::from_properties(
+            "listeners=PLAINTEXT://127.0.0.1:9092,SSL://:9093,CLIENT://[::1]:9094\n\
+             listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,CLIENT:SSL\n\
+             advertised.listeners=SSL://kafka-1.example:19093\n\
+             ssl.keystore.location=/etc/a.p12\n\
+             listener.name.client.ssl.keystore.location=/etc/b.p12\n",
+        )
+        .expect("parses");
+        assert_eq!(s.for_listener("SSL", "ssl.keystore.location"), "/etc/a.p12");
+        assert_eq!(s.for_listener("CLIENT", "ssl.keystore.location"), "/etc/b.p12");
+        let c = BrokerConfig::from_settings(s).expect("valid");
+        let l: Vec<_> = c
+            .listeners
+            .iter()
+            .map(|l| (l.name.as_str(), l.protocol, l.listen.to_string(), l.advertised_host.as_str(), l.advertised_port))
+            .collect();
+        assert_eq!(
+            l,
+            vec![
+                ("PLAINTEXT", SecurityProtocol::Plaintext, "127.0.0.1:9092".into(), "127.0.0.1", 9092),
+                ("SSL", SecurityProtocol::Ssl, "0.0.0.0:9093".into(), "kafka-1.example", 19093),
+                ("CLIENT", SecurityProtocol::Ssl, "[::1]:9094".into(), "::1", 9094),
+            ]
+        );
+        for bad in [
+            "listeners=PLAINTEXT://:1,PLAINTEXT://:2",
+            "listeners=PLAINTEXT://:1,SSL://:1",
+            "listeners=OTHER://:1",
+            "listeners=SASL_SSL://:1",
+            "listeners=127.0.0.1:9092",
+            "listeners=PLAINTEXT://:1\nadvertised.listeners=SSL://h:1",
+        ] {
+            let s = Settings::from_properties(bad).expect("parses");
+            assert!(BrokerConfig::from_settings(s).is_err(), "{bad} is refused");
+        }
+        assert!(Settings::from_properties("listener.name.ssl.no.such=1").is_err());
     }
 }

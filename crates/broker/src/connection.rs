@@ -17,10 +17,10 @@ use std::sync::Arc;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::broker::Broker;
 use crate::ctx::Reply;
@@ -38,15 +38,59 @@ pub fn request_bytes_pool(broker: &Broker) -> Arc<Semaphore> {
     Arc::new(Semaphore::new(if max <= 0 { Semaphore::MAX_PERMITS } else { (max as usize).min(Semaphore::MAX_PERMITS) }))
 }
 
+/// The listener a connection came in through: its name (Metadata answers with the
+/// addresses advertised for it) and, on an SSL listener, its TLS configuration.
+pub struct Entry {
+    pub name: Arc<str>,
+    pub tls: Option<Arc<runnel_security::ServerTls>>,
+}
+
+/// How long a client gets to finish its TLS handshake.
+const TLS_HANDSHAKE_MS_MAX: u64 = 10_000;
+
 pub async fn serve(
     broker: Arc<Broker>,
     stream: TcpStream,
     peer: SocketAddr,
+    entry: Arc<Entry>,
     mut shutdown: watch::Receiver<bool>,
     pool: Arc<Semaphore>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (rd, wr) = stream.into_split();
+    let Some(tls) = &entry.tls else {
+        let (rd, wr) = stream.into_split();
+        return serve_halves(broker, rd, wr, peer, &entry.name, shutdown, pool).await;
+    };
+    let acceptor = runnel_security::TlsAcceptor::from(tls.current());
+    let handshake =
+        tokio::time::timeout(std::time::Duration::from_millis(TLS_HANDSHAKE_MS_MAX), acceptor.accept(stream));
+    let stream = tokio::select! {
+        done = handshake => match done {
+            Ok(Ok(s)) => s,
+            // A plaintext client, a client that does not trust our certificate, or one
+            // whose certificate we do not trust: one line, and the connection closes.
+            Ok(Err(e)) => { info!(%peer, listener = %entry.name, error = %e, "TLS handshake failed"); return; }
+            Err(_) => { info!(%peer, listener = %entry.name, "TLS handshake did not finish in time"); return; }
+        },
+        _ = shutdown.changed() => return,
+    };
+    let (rd, wr) = tokio::io::split(stream);
+    serve_halves(broker, rd, wr, peer, &entry.name, shutdown, pool).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve_halves<R, W>(
+    broker: Arc<Broker>,
+    rd: R,
+    wr: W,
+    peer: SocketAddr,
+    listener: &Arc<str>,
+    mut shutdown: watch::Receiver<bool>,
+    pool: Arc<Semaphore>,
+) where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let inflight_max = broker.config.settings.usize("queued.max.requests.per.connection").max(1);
     let (tx, rx) = mpsc::channel::<Queued>(inflight_max);
     let registered = broker.requests.register(peer);
@@ -101,7 +145,7 @@ pub async fn serve(
         }
         let (key, version) = (i16::from_be_bytes([frame[0], frame[1]]), i16::from_be_bytes([frame[2], frame[3]]));
         let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-        match decode(&broker, frame.freeze(), peer) {
+        match decode(&broker, frame.freeze(), peer, listener) {
             Ok(reply) => {
                 registered.connection.started(key, version, correlation_id);
                 if tx.send((reply, permit)).await.is_err() {
@@ -121,8 +165,8 @@ pub async fn serve(
     debug!(%peer, "connection closed");
 }
 
-async fn write_loop(
-    wr: tokio::net::tcp::OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Unpin>(
+    wr: W,
     mut rx: mpsc::Receiver<Queued>,
     inflight: Arc<crate::inflight::Connection>,
 ) {
@@ -148,11 +192,12 @@ async fn write_loop(
 /// (with its size prefix), none (acks=0), or why the connection would be closed. The
 /// fuzz tests drive the broker through this.
 pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes, peer: SocketAddr) -> Result<Option<Bytes>, String> {
-    Ok(decode(broker, frame, peer)?.await)
+    let listener: Arc<str> = broker.config.listeners[0].name.as_str().into();
+    Ok(decode(broker, frame, peer, &listener)?.await)
 }
 
 /// Parses one frame and starts its handler. An error means: close the connection.
-fn decode(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAddr) -> Result<Framed, String> {
+fn decode(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAddr, listener: &Arc<str>) -> Result<Framed, String> {
     if frame.len() < 8 {
         return Err(format!("frame of {} bytes is shorter than a request header", frame.len()));
     }
@@ -176,7 +221,7 @@ fn decode(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAddr) -> Result<Fr
     if frame.has_remaining() {
         debug!(?key, version, trailing = frame.remaining(), "request has trailing bytes");
     }
-    let reply: Reply = dispatch::dispatch(broker, &header, request, peer);
+    let reply: Reply = dispatch::dispatch(broker, &header, request, peer, listener);
     Ok(Box::pin(async move {
         let resp = reply.await?;
         encode_response(key, version, correlation_id, &resp)

@@ -12,10 +12,12 @@ use kafka_protocol::messages::ResponseKind;
 /// `None` means no response is sent (produce with acks=0).
 pub type Reply = Pin<Box<dyn Future<Output = Option<ResponseKind>> + Send>>;
 
-/// Who sent a request: what JoinGroup records as a member's client id and host.
+/// Who sent a request: what JoinGroup records as a member's client id and host, and the
+/// listener it came through (whose advertised addresses Metadata answers with).
 pub struct Ctx {
     pub client_id: String,
     pub peer: std::net::SocketAddr,
+    pub listener: std::sync::Arc<str>,
 }
 
 /// A reply that is ready now.

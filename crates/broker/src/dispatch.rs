@@ -35,7 +35,7 @@ api_table! {
     Produce(3, 13) => |b, r, v, _ctx| handlers::produce::handle(b, r, v);
     Fetch(4, 17) => |b, r, v, _ctx| handlers::fetch::handle(b.clone(), r, v);
     ListOffsets(1, 10) => |b, r, v, _ctx| handlers::list_offsets::handle(b, r, v);
-    Metadata(0, 13) => |b, r, v, _ctx| handlers::metadata::handle(b, r, v);
+    Metadata(0, 13) => |b, r, v, ctx| handlers::metadata::handle(b, r, v, ctx);
     ApiVersions(0, 4) => |_b, _r, _v, _ctx| now(api_versions_response());
     CreateTopics(2, 7) => |b, r, v, _ctx| handlers::create_topics::handle(b, r, v);
     DeleteTopics(1, 6) => |b, r, v, _ctx| handlers::delete_topics::handle(b, r, v);
@@ -49,9 +49,9 @@ api_table! {
     AlterConfigs(0, 2) => |b, r, v, _ctx| handlers::alter_configs::legacy(b, r, v);
     CreatePartitions(0, 3) => |b, r, v, _ctx| handlers::create_partitions::handle(b, r, v);
     IncrementalAlterConfigs(0, 1) => |b, r, v, _ctx| handlers::alter_configs::incremental(b, r, v);
-    DescribeCluster(0, 1) => |b, r, v, _ctx| handlers::describe_cluster::handle(b, r, v);
+    DescribeCluster(0, 1) => |b, r, v, ctx| handlers::describe_cluster::handle(b, r, v, ctx);
     DescribeLogDirs(1, 4) => |b, r, v, _ctx| handlers::describe_log_dirs::handle(b, r, v);
-    FindCoordinator(0, 6) => |b, r, v, _ctx| handlers::find_coordinator::handle(b, r, v);
+    FindCoordinator(0, 6) => |b, r, v, ctx| handlers::find_coordinator::handle(b, r, v, ctx);
     JoinGroup(0, 9) => |b, r, v, ctx| handlers::join_group::handle(b, r, v, ctx);
     SyncGroup(0, 5) => |b, r, v, _ctx| handlers::sync_group::handle(b, r, v);
     Heartbeat(0, 4) => |b, r, v, _ctx| handlers::heartbeat::handle(b, r, v);
@@ -92,7 +92,12 @@ pub fn dispatch(
     header: &RequestHeader,
     request: RequestKind,
     peer: std::net::SocketAddr,
+    listener: &Arc<str>,
 ) -> Reply {
-    let ctx = Ctx { client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(), peer };
+    let ctx = Ctx {
+        client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
+        peer,
+        listener: listener.clone(),
+    };
     route(broker, request, header.request_api_version, &ctx)
 }

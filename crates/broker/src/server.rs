@@ -15,8 +15,9 @@ use tokio::sync::{watch, Semaphore};
 use tracing::{info, warn};
 
 use crate::broker::Broker;
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, SecurityProtocol};
 use crate::connection;
+use runnel_security::ServerTls;
 
 /// How long start-up waits for the groups of the offsets partitions this broker leads.
 const GROUPS_LOAD_WAIT_MAX: Duration = Duration::from_secs(10);
@@ -26,7 +27,20 @@ pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
 /// Runs a broker until `stop` resolves. Returns once every log is closed.
 pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = ()>) -> Result<()> {
     let started = std::time::Instant::now();
-    let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+    let mut listeners = Vec::new();
+    for l in &config.listeners {
+        let socket = TcpListener::bind(l.listen).await.with_context(|| format!("binding {} ({})", l.listen, l.name))?;
+        let tls = match l.protocol {
+            SecurityProtocol::Plaintext => None,
+            SecurityProtocol::Ssl => {
+                let (settings, name) = (config.settings.clone(), l.name.clone());
+                let tls = ServerTls::new(Box::new(move |k: &str| settings.for_listener(&name, k).to_string()))
+                    .with_context(|| format!("listener {}", l.name))?;
+                Some(Arc::new(tls))
+            }
+        };
+        listeners.push((socket, Arc::new(connection::Entry { name: l.name.as_str().into(), tls })));
+    }
     let broker = Broker::start(config).await?;
     let weak = Arc::downgrade(&broker);
     tokio::spawn(crate::preferred_leader::elect_preferred_leaders(weak.clone()));
@@ -41,6 +55,11 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     let pool = connection::request_bytes_pool(&broker);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(retention_loop(broker.clone(), shutdown_rx.clone()));
+    for (_, entry) in &listeners {
+        if let Some(tls) = &entry.tls {
+            tokio::spawn(tls_reload_loop(broker.clone(), entry.name.clone(), tls.clone(), shutdown_rx.clone()));
+        }
+    }
     tokio::spawn(group_tick_loop(broker.clone(), shutdown_rx.clone()));
     if broker.config.settings.bool("log.cleaner.enable") {
         tokio::spawn(cleaner_loop(broker.clone(), shutdown_rx.clone()));
@@ -58,9 +77,14 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     if !stopped {
         crate::group_coordinator::until_led_partitions_loaded(&broker, GROUPS_LOAD_WAIT_MAX).await;
     }
+    let described: Vec<String> = broker
+        .config
+        .listeners
+        .iter()
+        .map(|l| format!("{}://{} (advertised {}:{})", l.name, l.listen, l.advertised_host, l.advertised_port))
+        .collect();
     info!(
-        listen = %broker.config.listen,
-        advertised = %format!("{}:{}", broker.config.advertised_host, broker.config.advertised_port),
+        listeners = %described.join(", "),
         data_dir = %broker.config.data_dir.display(),
         node_id = broker.node_id(),
         ready_ms = started.elapsed().as_millis() as u64,
@@ -69,10 +93,10 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     while !stopped {
         tokio::select! {
             _ = &mut stop => stopped = true,
-            accepted = listener.accept() => {
+            (accepted, entry) = accept_any(&listeners) => {
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
-                    Err(e) => { warn!(error = %e, "accept failed"); continue; }
+                    Err(e) => { warn!(error = %e, listener = %entry.name, "accept failed"); continue; }
                 };
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
                     warn!(%peer, connections_max, "refusing connection: max.connections reached");
@@ -84,7 +108,7 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
                 };
                 let (b, rx, pool) = (broker.clone(), shutdown_rx.clone(), pool.clone());
                 tokio::spawn(runnel_sync::restartable("client connection", async move {
-                    connection::serve(b, stream, peer, rx, pool).await;
+                    connection::serve(b, stream, peer, entry, rx, pool).await;
                     drop(ip_permit);
                     drop(permit);
                 }));
@@ -95,7 +119,7 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     broker.shutting_down.store(true, Ordering::Release);
     // Long-polling fetches answer now instead of waiting out their max_wait_ms.
     broker.data_arrived.notify_waiters();
-    drop(listener);
+    drop(listeners);
     let _ = shutdown_tx.send(true);
     let drained = tokio::time::timeout(
         Duration::from_millis(SHUTDOWN_DRAIN_MS_MAX),
@@ -109,6 +133,50 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     tokio::task::spawn_blocking(move || b.close()).await.context("closing logs")?;
     info!("shutdown complete");
     Ok(())
+}
+
+/// The next connection on any of the listeners, with the listener it came through.
+async fn accept_any(
+    listeners: &[(TcpListener, Arc<connection::Entry>)],
+) -> (std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)>, Arc<connection::Entry>) {
+    std::future::poll_fn(|cx| {
+        for (socket, entry) in listeners {
+            if let std::task::Poll::Ready(r) = socket.poll_accept(cx) {
+                return std::task::Poll::Ready((r, entry.clone()));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// Looks for changed key and trust store files of a TLS listener every
+/// `ssl.reload.check.interval.ms`; new connections get what they hold.
+async fn tls_reload_loop(
+    broker: Arc<Broker>,
+    name: Arc<str>,
+    tls: Arc<ServerTls>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let interval = broker.config.settings.i64("ssl.reload.check.interval.ms");
+        if interval <= 0 {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(interval as u64)) => {}
+            _ = shutdown.changed() => return,
+        }
+        let t = tls.clone();
+        match tokio::task::spawn_blocking(move || t.reload_if_changed()).await {
+            Ok(Ok(true)) => info!(listener = %name, "TLS key or trust store changed: new connections use it"),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
+                warn!(listener = %name, error = %format!("{e:#}"), "TLS stores changed but do not load; keeping the previous ones")
+            }
+            Err(e) => warn!(listener = %name, error = %e, "TLS reload task failed"),
+        }
+    }
 }
 
 /// Connections open per client address, against `max.connections.per.ip` and its

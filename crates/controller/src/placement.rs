@@ -130,7 +130,14 @@ mod tests {
     use crate::records::parse_location;
 
     fn b(id: i32, loc: &str) -> BrokerInfo {
-        BrokerInfo { id, host: "h".into(), port: 1, location: parse_location(loc).expect("location"), incarnation: 0 }
+        BrokerInfo {
+            id,
+            host: "h".into(),
+            port: 1,
+            location: parse_location(loc).expect("location"),
+            incarnation: 0,
+            endpoints: vec![],
+        }
     }
 
     #[test]

@@ -55,9 +55,32 @@ pub struct BrokerInfo {
     /// when it has replayed the metadata log that far (`until_registered`).
     #[serde(default)]
     pub incarnation: u64,
+    /// Every client listener's advertised address, by listener name (`host`/`port` are
+    /// the first one's).
+    #[serde(default)]
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// A listener's advertised address.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
 }
 
 impl BrokerInfo {
+    /// Where a client that connected through listener `name` reaches this broker: the
+    /// advertised address of its listener of that name, None when it has none (Kafka
+    /// leaves such a broker out of the answer). A broker registered before listeners were
+    /// named has one address, for every listener.
+    pub fn endpoint(&self, name: &str) -> Option<(&str, u16)> {
+        if self.endpoints.is_empty() {
+            return Some((&self.host, self.port));
+        }
+        self.endpoints.iter().find(|e| e.name == name).map(|e| (e.host.as_str(), e.port))
+    }
+
     /// The Metadata `rack` clients match `client.rack` against: the zone when the location
     /// names one, else its innermost label.
     pub fn rack(&self) -> Option<String> {
@@ -268,7 +291,14 @@ mod tests {
     use super::*;
 
     fn b(id: i32, loc: &str) -> BrokerInfo {
-        BrokerInfo { id, host: "h".into(), port: 1, location: parse_location(loc).expect("location"), incarnation: 0 }
+        BrokerInfo {
+            id,
+            host: "h".into(),
+            port: 1,
+            location: parse_location(loc).expect("location"),
+            incarnation: 0,
+            endpoints: vec![],
+        }
     }
 
     #[test]

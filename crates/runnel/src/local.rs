@@ -122,6 +122,8 @@ pub struct LocalCluster {
     children: Vec<Option<Child>>,
     /// Where each broker's output goes (inherited when `None`).
     log_dir: Option<PathBuf>,
+    /// The client listener's security protocol: PLAINTEXT, or SSL (`runnel dev --tls`).
+    protocol: &'static str,
 }
 
 impl LocalCluster {
@@ -149,7 +151,13 @@ impl LocalCluster {
             network,
             children: (0..brokers).map(|_| None).collect(),
             log_dir: None,
+            protocol: "PLAINTEXT",
         })
+    }
+
+    /// Brokers listen with TLS (the settings for it come as overrides).
+    pub fn use_tls(&mut self) {
+        self.protocol = "SSL";
     }
 
     /// Sends each broker's stdout and stderr to `dir/broker-i.log` instead of ours.
@@ -205,7 +213,7 @@ impl LocalCluster {
             .arg((self.port + i).to_string())
             .arg("--data-dir")
             .arg(self.data_dir.join(format!("broker-{i}")))
-            .args(["--set", &format!("listeners=PLAINTEXT://{}", self.address(i))])
+            .args(["--set", &format!("listeners={}://{}", self.protocol, self.address(i))])
             .args(["--set", &format!("node.id={i}")])
             .args(["--set", &format!("controller.quorum.voters={}", voters.join(","))])
             .args(["--set", &format!("default.replication.factor={}", n.min(3))])

@@ -10,6 +10,7 @@ mod attach;
 mod bench;
 mod chaos;
 mod decommission;
+mod dev_tls;
 mod local;
 mod proxy;
 mod verify;
@@ -45,6 +46,11 @@ enum Command {
         /// Override a broker setting, in Kafka's names: --set log.segment.bytes=1048576
         #[arg(long = "set", value_name = "KEY=VALUE")]
         settings: Vec<String>,
+        /// Listen with TLS only: makes a throwaway CA, broker and client certificates under
+        /// DATA_DIR/tls and prints the client settings (client certificates are requested,
+        /// so TLS and mutual TLS clients both get in).
+        #[arg(long)]
+        tls: bool,
     },
     /// Run a broker from a Kafka-style .properties file.
     Serve {
@@ -79,10 +85,16 @@ fn apply_overrides(settings: &mut Settings, overrides: &[String]) -> Result<()> 
 
 fn config(command: Command) -> Result<BrokerConfig> {
     let settings = match command {
-        Command::Dev { port, data_dir, settings: overrides, .. } => {
+        Command::Dev { port, data_dir, settings: overrides, tls, .. } => {
             let mut s = Settings::default();
             s.set("listeners", &format!("PLAINTEXT://127.0.0.1:{port}"))?;
             s.set("log.dirs", &data_dir.to_string_lossy())?;
+            if tls {
+                let (certs, settings) = dev_tls::prepare(&data_dir)?;
+                s.set("listeners", &format!("SSL://127.0.0.1:{port}"))?;
+                apply_overrides(&mut s, &settings)?;
+                println!("{}", dev_tls::client_settings(&certs, &format!("127.0.0.1:{port}")));
+            }
             apply_overrides(&mut s, &overrides)?;
             s
         }
@@ -114,11 +126,27 @@ pub(crate) async fn stop_signal() {
 /// `runnel dev --brokers N`: N `runnel dev` processes forming one cluster. Prints each
 /// broker's pid, so tools and tests can kill or pause one; a broker that dies is started
 /// again a second later (with its new pid printed). SIGINT or SIGTERM stops them all.
-async fn dev_cluster(port: u16, brokers: u16, data_dir: PathBuf, overrides: Vec<String>) -> Result<()> {
+async fn dev_cluster(port: u16, brokers: u16, data_dir: PathBuf, overrides: Vec<String>, tls: bool) -> Result<()> {
     use local::Brokers;
+    let mut settings = Vec::new();
+    let certs = if tls {
+        let (certs, tls_settings) = dev_tls::prepare(&data_dir)?;
+        settings = tls_settings;
+        Some(certs)
+    } else {
+        None
+    };
+    settings.extend(overrides);
     let mut cluster =
-        local::LocalCluster::new(port, brokers, &data_dir, overrides, Vec::new(), local::Network::Loopback)?;
+        local::LocalCluster::new(port, brokers, &data_dir, settings, Vec::new(), local::Network::Loopback)?;
+    if tls {
+        cluster.use_tls();
+    }
     cluster.start_all().await?;
+    if let Some(certs) = certs {
+        let bootstrap: Vec<String> = (0..brokers).map(|i| format!("127.0.0.1:{}", port + i)).collect();
+        println!("{}", dev_tls::client_settings(&certs, &bootstrap.join(",")));
+    }
     let stop = stop_signal();
     tokio::pin!(stop);
     loop {
@@ -161,8 +189,8 @@ fn main() {
     let cli = Cli::parse();
     let runtime = || tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime");
     let result = match cli.command {
-        Command::Dev { port, brokers, data_dir, settings } if brokers > 1 => {
-            runtime().and_then(|rt| rt.block_on(dev_cluster(port, brokers, data_dir, settings)))
+        Command::Dev { port, brokers, data_dir, settings, tls } if brokers > 1 => {
+            runtime().and_then(|rt| rt.block_on(dev_cluster(port, brokers, data_dir, settings, tls)))
         }
         Command::Bench(args) => runtime().and_then(|rt| rt.block_on(bench::main(*args))),
         Command::Verify(args) => runtime().and_then(|rt| rt.block_on(verify::main(*args))),

@@ -7,9 +7,9 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeCluster
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
 
-pub fn handle(b: &Arc<Broker>, _r: DescribeClusterRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, _r: DescribeClusterRequest, v: i16, ctx: &Ctx) -> Reply {
     let cl = b.controller();
     let mut resp = DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(&cl.cluster_id))
@@ -17,12 +17,15 @@ pub fn handle(b: &Arc<Broker>, _r: DescribeClusterRequest, v: i16) -> Reply {
         .with_brokers(
             cl.live_brokers()
                 .into_iter()
-                .map(|info| {
-                    DescribeClusterBroker::default()
-                        .with_broker_id(BrokerId(info.id))
-                        .with_host(str_bytes(&info.host))
-                        .with_port(info.port as i32)
-                        .with_rack(info.rack().map(|r| str_bytes(&r)))
+                .filter_map(|info| {
+                    let (host, port) = info.endpoint(&ctx.listener)?;
+                    Some(
+                        DescribeClusterBroker::default()
+                            .with_broker_id(BrokerId(info.id))
+                            .with_host(str_bytes(host))
+                            .with_port(port as i32)
+                            .with_rack(info.rack().map(|r| str_bytes(&r))),
+                    )
                 })
                 .collect(),
         );

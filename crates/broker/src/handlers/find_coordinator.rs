@@ -12,26 +12,34 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
 
 const KEY_GROUP: i8 = 0;
 
 /// (node id, host, port) of the coordinator of one key.
-fn lookup(b: &Broker, key_type: i8, key: &str) -> Result<(BrokerId, StrBytes, i32), (ResponseError, String)> {
+fn lookup(
+    b: &Broker,
+    key_type: i8,
+    key: &str,
+    listener: &str,
+) -> Result<(BrokerId, StrBytes, i32), (ResponseError, String)> {
     if key_type != KEY_GROUP {
         return Err((ResponseError::CoordinatorNotAvailable, "only consumer-group coordinators are available".into()));
     }
     let info = crate::group_coordinator::locate(b, key)?;
-    Ok((BrokerId(info.id), str_bytes(&info.host), info.port as i32))
+    let (host, port) = info.endpoint(listener).ok_or_else(|| {
+        (ResponseError::CoordinatorNotAvailable, format!("broker {} has no listener named {listener}", info.id))
+    })?;
+    Ok((BrokerId(info.id), str_bytes(host), port as i32))
 }
 
-pub fn handle(b: &Arc<Broker>, r: FindCoordinatorRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: FindCoordinatorRequest, v: i16, ctx: &Ctx) -> Reply {
     if v >= 4 {
         let coordinators = r
             .coordinator_keys
             .into_iter()
             .map(|key: StrBytes| {
-                let found = lookup(b, r.key_type, &key);
+                let found = lookup(b, r.key_type, &key, &ctx.listener);
                 let out = Coordinator::default().with_key(key);
                 match found {
                     Ok((node, host, port)) => out.with_node_id(node).with_host(host).with_port(port),
@@ -46,7 +54,7 @@ pub fn handle(b: &Arc<Broker>, r: FindCoordinatorRequest, v: i16) -> Reply {
         return now(FindCoordinatorResponse::default().with_coordinators(coordinators));
     }
     let resp = FindCoordinatorResponse::default();
-    now(match lookup(b, if v >= 1 { r.key_type } else { KEY_GROUP }, &r.key) {
+    now(match lookup(b, if v >= 1 { r.key_type } else { KEY_GROUP }, &r.key, &ctx.listener) {
         Ok((node, host, port)) => resp.with_node_id(node).with_host(host).with_port(port),
         Err((code, msg)) => {
             let resp = resp.with_node_id(BrokerId(-1)).with_port(-1).with_error_code(code.code());

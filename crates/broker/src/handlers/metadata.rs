@@ -13,7 +13,7 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::catalog::{validate_topic_name, Topic};
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
 
 pub fn topic_entry(b: &Broker, t: &Topic, v: i16) -> MetadataResponseTopic {
     let me = b.node_id();
@@ -55,7 +55,7 @@ fn error_entry(name: Option<&str>, id: uuid::Uuid, code: ResponseError) -> Metad
     MetadataResponseTopic::default().with_name(name.map(topic_name)).with_topic_id(id).with_error_code(code.code())
 }
 
-pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16, ctx: &Ctx) -> Reply {
     let all = match &r.topics {
         None => true,
         Some(list) => v == 0 && list.is_empty(),
@@ -92,24 +92,31 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> Reply {
             .collect()
     };
     let c = &b.config;
-    let me = MetadataResponseBroker::default()
-        .with_node_id(BrokerId(c.node_id))
-        .with_host(str_bytes(&c.advertised_host))
-        .with_port(c.advertised_port as i32);
     let cl = b.controller();
+    // Each broker at the address of the listener this client came through.
     let mut brokers: Vec<MetadataResponseBroker> = cl
         .live_brokers()
         .into_iter()
-        .map(|info| {
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(info.id))
-                .with_host(str_bytes(&info.host))
-                .with_port(info.port as i32)
-                .with_rack(info.rack().map(|r| str_bytes(&r)))
+        .filter_map(|info| {
+            let (host, port) = info.endpoint(&ctx.listener)?;
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(info.id))
+                    .with_host(str_bytes(host))
+                    .with_port(port as i32)
+                    .with_rack(info.rack().map(|r| str_bytes(&r))),
+            )
         })
         .collect();
     if !brokers.iter().any(|x| x.node_id.0 == c.node_id) {
-        brokers.push(me);
+        if let Some(l) = c.listeners.iter().find(|l| *l.name == *ctx.listener) {
+            brokers.push(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(c.node_id))
+                    .with_host(str_bytes(&l.advertised_host))
+                    .with_port(l.advertised_port as i32),
+            );
+        }
     }
     let (controller, cluster_id) = (cl.controller().unwrap_or(-1), cl.cluster_id.clone());
     let mut resp = MetadataResponse::default().with_brokers(brokers).with_topics(topics);

@@ -1,0 +1,9 @@
+//! Security: TLS on listeners (rustls with the ring provider), configured with Kafka's
+//! `ssl.*` settings, and a throwaway certificate authority for development and tests.
+//! SASL, principals, ACLs and quotas come here next (see docs/security.md).
+
+pub mod dev_certs;
+pub mod tls;
+
+pub use tls::{ClientAuth, ServerTls};
+pub use tokio_rustls::{server::TlsStream, TlsAcceptor};

@@ -1,0 +1,291 @@
+"""TLS listeners with real clients: librdkafka (confluent-kafka) and the Java client over
+SSL, with and without client certificates, PEM and PKCS12 stores; a plaintext or garbage
+client on a TLS port gets a closed connection and the broker goes on; Metadata answers with
+the addresses of the listener a client came through; a rewritten key store is served to new
+connections without a restart while a producer keeps sending; and `runnel dev --tls` with
+three brokers replicates over TLS client connections."""
+import pathlib
+import re
+import socket
+import ssl
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import NewTopic
+
+from conftest import RUNNEL_BIN, Broker, admin_client, cluster_port, free_port, unique_topic, wait_for, wait_for_port
+from test_java_client import java_build, run_java  # noqa: F401  (session fixture: builds .cache/java)
+
+STORE_PASSWORD = "runnel-dev"
+
+
+class TlsBroker(Broker):
+    """A `runnel dev --tls` broker (the throwaway CA lands in data/tls)."""
+
+    def __init__(self, data_dir, settings=None):
+        super().__init__(data_dir, settings=settings, args=["--tls"])
+
+    @property
+    def tls_dir(self):
+        return self.data_dir / "tls"
+
+    def rdkafka(self, client_cert=True, **extra):
+        conf = {"bootstrap.servers": self.bootstrap, "security.protocol": "ssl",
+                "ssl.ca.location": str(self.tls_dir / "ca.pem")}
+        if client_cert:
+            conf["ssl.certificate.location"] = str(self.tls_dir / "client.crt")
+            conf["ssl.key.location"] = str(self.tls_dir / "client.key")
+        conf.update(extra)
+        return conf
+
+
+def produce(conf, topic, n, timeout_s=30):
+    errors = []
+    p = Producer({**conf, "acks": "all", "enable.idempotence": True, "message.timeout.ms": timeout_s * 1000})
+    for i in range(n):
+        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i,
+                  on_delivery=lambda err, msg: errors.append(err) if err else None)
+    left = p.flush(timeout_s + 5)
+    return left, errors
+
+
+def consume(conf, topic, n, timeout_s=30):
+    c = Consumer({**conf, "group.id": unique_topic("g"), "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([topic])
+    values = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(values) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                values.append(m.value())
+    finally:
+        c.close()
+    return values
+
+
+def raw_exchange(port, payload, timeout_s=5.0):
+    """Sends bytes on a plain TCP connection; returns what came back before the broker
+    closed it (b"" for a close without a word), or None if it stayed open."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        s.sendall(payload)
+        got = b""
+        try:
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    return got
+                got += chunk
+        except socket.timeout:
+            return None
+
+
+API_VERSIONS_V0 = bytes.fromhex("0000000e" "0012" "0000" "00000007" "0004" "74657374")
+
+
+def test_tls_listener_serves_librdkafka_with_and_without_client_certificates(tmp_path):
+    """`runnel dev --tls` prints the client settings; librdkafka produces and consumes over TLS
+    both with a client certificate (mutual TLS) and without one (client auth is
+    `requested`); a plaintext Kafka request and garbage bytes on the TLS port get a closed
+    connection, logged once each, and the broker serves TLS clients afterwards."""
+    b = TlsBroker(tmp_path / "data").start()
+    try:
+        out = b.log_path.read_text()
+        assert "security.protocol=SSL" in out and "ssl.ca.location=" in out, out[:2000]
+        topic = unique_topic("tls")
+        for conf in (b.rdkafka(client_cert=False), b.rdkafka(client_cert=True)):
+            left, errors = produce(conf, topic, 50)
+            assert (left, errors) == (0, []), b.log_tail()
+        assert consume(b.rdkafka(), topic, 100) == [b"v%d" % (i % 50) for i in range(100)]
+
+        reply = raw_exchange(b.port, API_VERSIONS_V0)
+        assert reply is not None and b"\x00\x12" not in reply[4:8], f"plaintext request answered: {reply!r}"
+        assert raw_exchange(b.port, b"\x16\x03\x01\x00\x05hello-not-tls" * 3) is not None
+        wait_for(lambda: b.log_path.read_text().count("TLS handshake failed") >= 2, "handshake failures logged", 10)
+        left, errors = produce(b.rdkafka(), topic, 10)
+        assert (left, errors) == (0, []), b.log_tail()
+    finally:
+        assert b.stop() == 0
+
+
+def test_required_client_auth_refuses_clients_without_a_trusted_certificate(tmp_path):
+    """ssl.client.auth=required: a client without a certificate, and one whose certificate
+    another CA signed, cannot produce; the one with the cluster CA's certificate can."""
+    b = TlsBroker(tmp_path / "data", settings={"ssl.client.auth": "required"}).start()
+    other = tmp_path / "other"
+    other.mkdir()
+    openssl_self_signed(other, "intruder")
+    try:
+        topic = unique_topic("mtls")
+        assert produce(b.rdkafka(), topic, 5) == (0, [])
+        for conf in (b.rdkafka(client_cert=False),
+                     b.rdkafka(**{"ssl.certificate.location": str(other / "intruder.crt"),
+                                  "ssl.key.location": str(other / "intruder.key")})):
+            left, errors = produce(conf, topic, 1, timeout_s=5)
+            assert left == 1 or errors, "a client without a trusted certificate produced"
+        assert consume(b.rdkafka(), topic, 5) == [b"v%d" % i for i in range(5)]
+    finally:
+        assert b.stop() == 0
+
+
+def openssl_self_signed(dir_, name, cn="localhost"):
+    """A self-signed certificate for localhost/127.0.0.1 with an unencrypted PKCS#8 key."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(dir_ / f"{name}.key"), "-out", str(dir_ / f"{name}.crt"), "-days", "2",
+                    "-subj", f"/CN={cn}", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    (dir_ / f"{name}.pem").write_text((dir_ / f"{name}.key").read_text() + (dir_ / f"{name}.crt").read_text())
+
+
+def served_certificate(port):
+    """The subject CN and issuer of the certificate the broker presents now."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            der = s.getpeercert(binary_form=True)
+    return ssl.DER_cert_to_PEM_cert(der)
+
+
+def test_metadata_answers_with_the_addresses_of_the_listener_used(tmp_path):
+    """One broker with a PLAINTEXT and an SSL listener (and an advertised name for the SSL
+    one): a client that came in through either is given that listener's address."""
+    plain, tls_port = free_port(), free_port()
+    certs_dir = tmp_path / "certs"
+    certs_dir.mkdir()
+    openssl_self_signed(certs_dir, "broker")
+    settings = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls_port}",
+        "advertised.listeners": f"SSL://localhost:{tls_port}",
+        "listener.name.ssl.ssl.keystore.type": "PEM",
+        "listener.name.ssl.ssl.keystore.location": str(certs_dir / "broker.pem"),
+    }
+    b = Broker(tmp_path / "data", port=plain, settings=settings).start()
+    try:
+        wait_for_port(tls_port)
+        md = admin_client(b.bootstrap).list_topics(timeout=10)
+        assert [(x.host, x.port) for x in md.brokers.values()] == [("127.0.0.1", plain)]
+        tls_conf = {"bootstrap.servers": f"127.0.0.1:{tls_port}", "security.protocol": "ssl",
+                    "ssl.ca.location": str(certs_dir / "broker.crt")}
+        md = admin_client(tls_conf["bootstrap.servers"], **{k: v for k, v in tls_conf.items()
+                                                            if k != "bootstrap.servers"}).list_topics(timeout=10)
+        assert [(x.host, x.port) for x in md.brokers.values()] == [("localhost", tls_port)]
+        topic = unique_topic("two-listeners")
+        assert produce(tls_conf, topic, 5) == (0, [])
+        assert consume({"bootstrap.servers": b.bootstrap}, topic, 5) == [b"v%d" % i for i in range(5)]
+    finally:
+        assert b.stop() == 0
+
+
+def test_a_rewritten_key_store_is_served_without_a_restart(tmp_path):
+    """The broker's PEM key store is replaced (a certificate from a second CA) while a
+    librdkafka producer sends over TLS; new connections get the new certificate, and no
+    send fails."""
+    certs_dir = tmp_path / "certs"
+    certs_dir.mkdir()
+    openssl_self_signed(certs_dir, "first")
+    openssl_self_signed(certs_dir, "second")
+    (certs_dir / "both.crt").write_text((certs_dir / "first.crt").read_text() + (certs_dir / "second.crt").read_text())
+    live = certs_dir / "live.pem"
+    live.write_text((certs_dir / "first.pem").read_text())
+    port = free_port()
+    b = Broker(tmp_path / "data", port=port, settings={
+        "listeners": f"SSL://127.0.0.1:{port}", "ssl.keystore.type": "PEM", "ssl.keystore.location": str(live),
+        "ssl.reload.check.interval.ms": "200"}).start()
+    try:
+        conf = {"bootstrap.servers": b.bootstrap, "security.protocol": "ssl",
+                "ssl.ca.location": str(certs_dir / "both.crt")}
+        first = (certs_dir / "first.crt").read_text()
+        second = (certs_dir / "second.crt").read_text()
+        assert served_certificate(port).split() == first.split()
+        topic = unique_topic("rotate")
+        errors = []
+        p = Producer({**conf, "acks": "all", "message.timeout.ms": 30000})
+        sent = 0
+        for i in range(200):
+            p.produce(topic, value=b"%d" % i, on_delivery=lambda err, msg: errors.append(err) if err else None)
+            sent += 1
+            p.poll(0.01)
+            if i == 50:
+                tmp = certs_dir / "live.tmp"
+                tmp.write_text((certs_dir / "second.pem").read_text())
+                tmp.rename(live)
+        assert p.flush(30) == 0 and errors == []
+        wait_for(lambda: served_certificate(port).split() == second.split(), "the new certificate served", 10,
+                 b.log_tail)
+        assert "TLS key or trust store changed" in b.log_path.read_text()
+        # A second producer (a new connection) trusts only the new CA.
+        assert produce({**conf, "ssl.ca.location": str(certs_dir / "second.crt")}, topic, 5) == (0, [])
+        assert len(consume(conf, topic, sent + 5)) == sent + 5
+    finally:
+        assert b.stop() == 0
+
+
+def test_java_client_over_tls_with_pem_and_pkcs12_stores(tmp_path, java_build):  # noqa: F811
+    """The Java client: a PEM trust store without a client certificate; then, with
+    ssl.client.auth=required, a PKCS12 trust store made by keytool and the PKCS12 client key
+    store `runnel dev --tls` wrote. Both produce, read back and see the broker's TLS address."""
+    b = TlsBroker(tmp_path / "data", settings={"ssl.client.auth": "required"}).start()
+    try:
+        tls = b.tls_dir
+        truststore = tmp_path / "truststore.p12"
+        subprocess.run(["keytool", "-importcert", "-noprompt", "-alias", "runnel-ca", "-file", str(tls / "ca.pem"),
+                        "-keystore", str(truststore), "-storetype", "PKCS12", "-storepass", "trust-me"],
+                       check=True, capture_output=True)
+        pem = tmp_path / "pem.properties"
+        pem.write_text("security.protocol=SSL\nssl.truststore.type=PEM\n"
+                       f"ssl.truststore.location={tls / 'ca.pem'}\n"
+                       "ssl.keystore.type=PEM\n"
+                       f"ssl.keystore.location={tls / 'client.pem'}\n")
+        p12 = tmp_path / "p12.properties"
+        p12.write_text("security.protocol=SSL\nssl.truststore.type=PKCS12\n"
+                       f"ssl.truststore.location={truststore}\nssl.truststore.password=trust-me\n"
+                       f"ssl.keystore.type=PKCS12\nssl.keystore.location={tls / 'client.p12'}\n"
+                       f"ssl.keystore.password={STORE_PASSWORD}\n")
+        for props in (pem, p12):
+            r = run_java(java_build, "TlsCheck", [b.bootstrap, props, unique_topic("java-tls"), 200], 300)
+            report = f"{props.name}\n--- stdout ---\n{r.stdout}\n--- stderr ---\n{r.stderr[-4000:]}\n{b.log_tail()}"
+            assert r.returncode == 0, report
+            assert f"TlsCheck OK: 200 records, nodes=127.0.0.1:{b.port}" in r.stdout, report
+    finally:
+        assert b.stop() == 0
+
+
+def test_dev_tls_cluster_of_three_replicates_over_tls(tmp_path):
+    """`runnel dev --brokers 3 --tls`: every broker listens with TLS only; an RF3 topic takes
+    acks=all writes from librdkafka and reads them back, and Metadata lists the three TLS
+    addresses."""
+    port = cluster_port(3)
+    data = tmp_path / "cluster"
+    log = open(tmp_path / "cluster.log", "w")
+    proc = subprocess.Popen([RUNNEL_BIN, "dev", "--brokers", "3", "--tls", "--port", str(port),
+                             "--data-dir", str(data)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for i in range(3):
+            wait_for_port(port + i, proc=proc)
+        tls = data / "tls"
+        conf = {"bootstrap.servers": ",".join(f"127.0.0.1:{port + i}" for i in range(3)),
+                "security.protocol": "ssl", "ssl.ca.location": str(tls / "ca.pem")}
+        admin = admin_client(conf["bootstrap.servers"], **{k: v for k, v in conf.items() if k != "bootstrap.servers"})
+
+        def brokers():
+            try:
+                return sorted((x.host, x.port) for x in admin.list_topics(timeout=5).brokers.values())
+            except KafkaException:
+                return []
+        wait_for(lambda: brokers() == [("127.0.0.1", port + i) for i in range(3)], "three TLS brokers", 60,
+                 lambda: pathlib.Path(log.name).read_text()[-3000:])
+        topic = unique_topic("tls-rf3")
+        for f in admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)]).values():
+            f.result(30)
+        assert produce(conf, topic, 300) == (0, [])
+        got = consume(conf, topic, 300)
+        assert sorted(got) == sorted(b"v%d" % i for i in range(300))
+        assert re.search(r"security.protocol=ssl", pathlib.Path(log.name).read_text())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
