@@ -255,10 +255,51 @@ def test_java_client_over_tls_with_pem_and_pkcs12_stores(tmp_path, java_build): 
         assert b.stop() == 0
 
 
+def forged_heartbeat_frame(group=0, to=1, sender=2, term=10**6, commit=10**9):
+    """A Raft transport frame with one MsgHeartbeat whose commit index is far past any log
+    end (raft-rs stops a broker that applies one)."""
+    def varint(n):
+        out = b""
+        while True:
+            b = n & 0x7F
+            n >>= 7
+            out += bytes([b | (0x80 if n else 0)])
+            if not n:
+                return out
+
+    def field(num, value):
+        return varint(num << 3) + varint(value)
+    msg = field(1, 8) + field(2, to) + field(3, sender) + field(4, term) + field(8, commit)
+    body = group.to_bytes(8, "big") + len(msg).to_bytes(4, "big") + msg
+    return len(body).to_bytes(4, "big") + body
+
+
+def tls_handshake(port, ca, cert=None, key=None):
+    """Connects with TLS to 127.0.0.1:port; returns None when the server took us, else the
+    error. With TLS 1.3 a refused client certificate shows on the first read."""
+    ctx = ssl.create_default_context(cafile=str(ca))
+    if cert:
+        ctx.load_cert_chain(str(cert), str(key))
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                s.settimeout(1.0)
+                try:
+                    if s.recv(1) == b"":
+                        return "closed"
+                except socket.timeout:
+                    return None
+                return None
+    except (ssl.SSLError, OSError) as e:
+        return repr(e)
+
+
 def test_dev_tls_cluster_of_three_replicates_over_tls(tmp_path):
-    """`runnel dev --brokers 3 --tls`: every broker listens with TLS only; an RF3 topic takes
-    acks=all writes from librdkafka and reads them back, and Metadata lists the three TLS
-    addresses."""
+    """`runnel dev --brokers 3 --tls`: every broker listens with TLS only and the brokers talk
+    to each other over mutual TLS; an RF3 topic takes acks=all writes from librdkafka and
+    reads them back, and Metadata lists the three TLS addresses. On the internal (Raft) port
+    a client without a certificate, or with one from another CA, is refused, and a forged
+    heartbeat sent in plaintext changes nothing: the brokers keep running and serving."""
     port = cluster_port(3)
     data = tmp_path / "cluster"
     log = open(tmp_path / "cluster.log", "w")
@@ -286,6 +327,27 @@ def test_dev_tls_cluster_of_three_replicates_over_tls(tmp_path):
         got = consume(conf, topic, 300)
         assert sorted(got) == sorted(b"v%d" % i for i in range(300))
         assert re.search(r"security.protocol=ssl", pathlib.Path(log.name).read_text())
+
+        raft = port + 1000
+        other = tmp_path / "other"
+        other.mkdir()
+        openssl_self_signed(other, "intruder", cn="127.0.0.1")
+        assert tls_handshake(raft, tls / "ca.pem") is not None, "no client certificate got in"
+        assert tls_handshake(raft, tls / "ca.pem", other / "intruder.crt", other / "intruder.key") is not None
+        assert tls_handshake(raft, tls / "ca.pem", tls / "broker.crt", tls / "broker.key") is None
+        with socket.create_connection(("127.0.0.1", raft), timeout=5) as s:
+            s.sendall(forged_heartbeat_frame())
+            s.settimeout(5)
+            try:
+                s.recv(100)
+            except (socket.timeout, ConnectionResetError):
+                pass
+        wait_for(lambda: pathlib.Path(log.name).read_text().count("peer TLS handshake failed") >= 3,
+                 "the refused peers logged", 10, lambda: pathlib.Path(log.name).read_text()[-3000:])
+        assert proc.poll() is None
+        assert "exited" not in pathlib.Path(log.name).read_text()
+        assert produce(conf, topic, 30) == (0, [])
+        assert len(consume(conf, topic, 330)) == 330
     finally:
         proc.terminate()
         proc.wait(timeout=30)

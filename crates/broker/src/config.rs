@@ -45,6 +45,13 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
         Kind::List,
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
     ),
+    // The internal listener (Raft and controller traffic between brokers, at the addresses
+    // of controller.quorum.voters) goes by this name: mapped to SSL in
+    // listener.security.protocol.map, it is mutual TLS both ways; unmapped, PLAINTEXT.
+    ("controller.listener.names", Kind::List, "CONTROLLER"),
+    // Accepted for Kafka's server.properties: all traffic between brokers goes over the
+    // controller listener.
+    ("inter.broker.listener.name", Kind::Str, ""),
     // TLS on SSL listeners, in Kafka's names; each may be given for one listener as
     // listener.name.<name>.ssl.<setting> (see docs/security.md).
     ("ssl.keystore.type", Kind::Str, "JKS"),
@@ -320,12 +327,20 @@ impl Settings {
     }
 }
 
+/// The internal (Raft and controller) listener's name and protocol.
+#[derive(Debug, Clone)]
+pub struct InternalListener {
+    pub name: String,
+    pub protocol: SecurityProtocol,
+}
+
 /// What the server needs, derived once from [`Settings`].
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub node_id: i32,
     /// The client listeners; the first is the one other brokers' records name first.
     pub listeners: Vec<Listener>,
+    pub internal: InternalListener,
     pub data_dir: PathBuf,
     pub settings: Settings,
 }
@@ -375,13 +390,29 @@ fn entries(list: &str) -> impl Iterator<Item = &str> {
 
 /// `listeners`, `advertised.listeners` and `listener.security.protocol.map`, checked as
 /// Kafka checks them: names unique, each mapped to a protocol, advertised names a subset.
-fn parse_listeners(settings: &Settings) -> Result<Vec<Listener>> {
+fn protocol_map(settings: &Settings) -> Result<BTreeMap<String, String>> {
     let mut map = BTreeMap::new();
     for e in entries(settings.get("listener.security.protocol.map")) {
         let (name, proto) =
             e.split_once(':').ok_or_else(|| anyhow!("listener.security.protocol.map: '{e}' is not NAME:PROTOCOL"))?;
         map.insert(name.trim().to_ascii_uppercase(), proto.trim().to_ascii_uppercase());
     }
+    Ok(map)
+}
+
+/// `controller.listener.names` (the first name) and its protocol.
+fn parse_internal(settings: &Settings) -> Result<InternalListener> {
+    let name = entries(settings.get("controller.listener.names")).next().unwrap_or("CONTROLLER").to_ascii_uppercase();
+    let protocol = match protocol_map(settings)?.get(&name).map(String::as_str) {
+        None | Some("PLAINTEXT") => SecurityProtocol::Plaintext,
+        Some("SSL") => SecurityProtocol::Ssl,
+        Some(p) => bail!("controller listener {name}: {p} is not supported (PLAINTEXT or SSL)"),
+    };
+    Ok(InternalListener { name, protocol })
+}
+
+fn parse_listeners(settings: &Settings) -> Result<Vec<Listener>> {
+    let map = protocol_map(settings)?;
     let mut listeners: Vec<Listener> = Vec::new();
     for e in entries(settings.get("listeners")) {
         let (name, host, port) = parse_listener(e)?;
@@ -433,9 +464,11 @@ impl BrokerConfig {
             }
         }
         let listeners = parse_listeners(&settings)?;
+        let internal = parse_internal(&settings)?;
         Ok(BrokerConfig {
             node_id: settings.i64("node.id") as i32,
             listeners,
+            internal,
             data_dir: PathBuf::from(settings.get("log.dirs").split(',').next().unwrap_or("./data")),
             settings,
         })

@@ -17,14 +17,15 @@ use runnel_controller::{
     CONTROLLER_CHANNEL, INBOX_MAX, META_GROUP,
 };
 use runnel_raft::driver::lock;
-use runnel_raft::{Driver, Hooks, Replica, ReplicaConfig, SharedReplica, SyncPolicy};
+use runnel_raft::{Driver, Hooks, PeerTls, Replica, ReplicaConfig, SharedReplica, SyncPolicy};
+use runnel_security::{ClientTls, ServerTls};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, Notify};
 use tracing::{info, warn};
 use uuid::Uuid;
 
 use crate::catalog::{partition_dir, Catalog, Topic};
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, SecurityProtocol};
 use crate::partition::Partition;
 use crate::topic_config;
 
@@ -102,6 +103,36 @@ fn sync_policy(config: &BrokerConfig) -> SyncPolicy {
     }
 }
 
+/// Mutual TLS on the internal listener when `controller.listener.names` maps to SSL: its
+/// `ssl.*` settings (`listener.name.<name>.ssl.*` first), client certificates required both
+/// ways, the stores watched for rotation.
+fn peer_tls(config: &BrokerConfig) -> Result<Option<PeerTls>> {
+    let internal = &config.internal;
+    if internal.protocol != SecurityProtocol::Ssl {
+        return Ok(None);
+    }
+    let getter = |required: bool| {
+        let (settings, name) = (config.settings.clone(), internal.name.clone());
+        Box::new(move |k: &str| {
+            if required && k == "ssl.client.auth" {
+                "required".to_string()
+            } else {
+                settings.for_listener(&name, k).to_string()
+            }
+        })
+    };
+    let what = format!("internal listener {}", internal.name);
+    let server = Arc::new(ServerTls::server(getter(true)).with_context(|| what.clone())?);
+    let client = Arc::new(ClientTls::client(getter(false)).with_context(|| what.clone())?);
+    let reload_ms = config.settings.i64("ssl.reload.check.interval.ms");
+    if reload_ms > 0 {
+        let (name, interval) = (Arc::<str>::from(internal.name.as_str()), Duration::from_millis(reload_ms as u64));
+        tokio::spawn(runnel_security::reload_loop(name.clone(), server.clone(), interval));
+        tokio::spawn(runnel_security::reload_loop(name, client.clone(), interval));
+    }
+    Ok(Some(PeerTls { server, client }))
+}
+
 impl ReplicaManager {
     /// Starts the Raft driver: listening for peers on this broker's address among
     /// `voters` (none for a cluster of one, which has no peers) and dialling the others.
@@ -133,8 +164,9 @@ impl ReplicaManager {
         let meta_ready = Arc::new(Notify::new());
         let hooks =
             RaftHooks { meta_ready: meta_ready.clone(), data_arrived, controller: controller_tx, peers: peers_tx };
+        let tls = if listen.is_some() { peer_tls(config)? } else { None };
         let driver =
-            Driver::start(raft_id(node_id), listen, peers, Arc::new(hooks), sync_policy(config), crate::now_ms)
+            Driver::start(raft_id(node_id), listen, peers, Arc::new(hooks), sync_policy(config), crate::now_ms, tls)
                 .await
                 .with_context(|| format!("listening for peers on {}", listen.unwrap_or_default()))?;
         info!(node_id, listen = listen.unwrap_or("none"), voters = voters.len().max(1), "raft driver started");

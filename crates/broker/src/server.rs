@@ -34,7 +34,7 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
             SecurityProtocol::Plaintext => None,
             SecurityProtocol::Ssl => {
                 let (settings, name) = (config.settings.clone(), l.name.clone());
-                let tls = ServerTls::new(Box::new(move |k: &str| settings.for_listener(&name, k).to_string()))
+                let tls = ServerTls::server(Box::new(move |k: &str| settings.for_listener(&name, k).to_string()))
                     .with_context(|| format!("listener {}", l.name))?;
                 Some(Arc::new(tls))
             }
@@ -55,9 +55,11 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     let pool = connection::request_bytes_pool(&broker);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(retention_loop(broker.clone(), shutdown_rx.clone()));
+    let reload_ms = broker.config.settings.i64("ssl.reload.check.interval.ms");
     for (_, entry) in &listeners {
-        if let Some(tls) = &entry.tls {
-            tokio::spawn(tls_reload_loop(broker.clone(), entry.name.clone(), tls.clone(), shutdown_rx.clone()));
+        if let (Some(tls), true) = (&entry.tls, reload_ms > 0) {
+            let interval = Duration::from_millis(reload_ms as u64);
+            tokio::spawn(runnel_security::reload_loop(entry.name.clone(), tls.clone(), interval));
         }
     }
     tokio::spawn(group_tick_loop(broker.clone(), shutdown_rx.clone()));
@@ -148,35 +150,6 @@ async fn accept_any(
         std::task::Poll::Pending
     })
     .await
-}
-
-/// Looks for changed key and trust store files of a TLS listener every
-/// `ssl.reload.check.interval.ms`; new connections get what they hold.
-async fn tls_reload_loop(
-    broker: Arc<Broker>,
-    name: Arc<str>,
-    tls: Arc<ServerTls>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    loop {
-        let interval = broker.config.settings.i64("ssl.reload.check.interval.ms");
-        if interval <= 0 {
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(interval as u64)) => {}
-            _ = shutdown.changed() => return,
-        }
-        let t = tls.clone();
-        match tokio::task::spawn_blocking(move || t.reload_if_changed()).await {
-            Ok(Ok(true)) => info!(listener = %name, "TLS key or trust store changed: new connections use it"),
-            Ok(Ok(false)) => {}
-            Ok(Err(e)) => {
-                warn!(listener = %name, error = %format!("{e:#}"), "TLS stores changed but do not load; keeping the previous ones")
-            }
-            Err(e) => warn!(listener = %name, error = %e, "TLS reload task failed"),
-        }
-    }
 }
 
 /// Connections open per client address, against `max.connections.per.ip` and its

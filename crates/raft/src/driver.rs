@@ -26,7 +26,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tracing::{error, warn};
 
 use crate::replica::Replica;
-use crate::transport::{Envelope, TcpTransport, Transport};
+use crate::transport::{Envelope, PeerTls, TcpTransport, Transport};
 
 /// Interval between Raft ticks; election and heartbeat timeouts count these.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -159,9 +159,10 @@ impl Driver {
         hooks: Arc<dyn Hooks>,
         sync: SyncPolicy,
         now_ms: fn() -> i64,
+        tls: Option<PeerTls>,
     ) -> io::Result<Arc<Driver>> {
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE_MAX);
-        let transport = TcpTransport::start(listen, peers, tx).await?;
+        let transport = TcpTransport::start(listen, peers, tx, tls).await?;
         Ok(Driver::with_transport(id, Arc::new(transport), rx, hooks, sync, now_ms, Host::default()))
     }
 

@@ -6,15 +6,22 @@
 //! Frame: `u32` length, then messages, each `u64` group id, `u32` length, protobuf bytes.
 //! Sending never blocks the driver: each peer has a bounded queue, and a message that
 //! does not fit is dropped (Raft resends what matters). A broken connection is redialled.
+//!
+//! With [`PeerTls`], connections both ways are mutual TLS: a peer must present a
+//! certificate the cluster's trust store signed, or it cannot connect. Whatever the
+//! transport, every message on one connection must come from one sender: a connection
+//! whose messages name a second sender is closed.
 
 use std::collections::HashMap;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, BytesMut};
 use protobuf::Message as _;
 use raft::eraftpb::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use runnel_security::{ClientTls, ServerTls, TlsAcceptor, TlsConnector};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
@@ -26,8 +33,22 @@ pub const FRAME_BYTES_MAX: usize = 64 << 20;
 /// A writer gathers queued messages into one frame up to this size.
 const FRAME_TARGET_BYTES: usize = 1 << 20;
 
+/// How long a peer gets to finish a TLS handshake.
+const TLS_HANDSHAKE_MAX: Duration = Duration::from_secs(10);
+
 /// A message for one group.
 pub type Envelope = (u64, Message);
+
+/// Mutual TLS between brokers: what the Raft listener presents and requires (its client
+/// authentication must be `required`), and what this broker presents when it dials.
+#[derive(Clone)]
+pub struct PeerTls {
+    pub server: Arc<ServerTls>,
+    pub client: Arc<ClientTls>,
+}
+
+type Reader = Box<dyn AsyncRead + Unpin + Send>;
+type Writer = Box<dyn AsyncWrite + Unpin + Send>;
 
 /// Carries a driver's messages to its peers.
 ///
@@ -53,15 +74,16 @@ impl TcpTransport {
         listen: Option<&str>,
         peers: HashMap<u64, String>,
         inbound: mpsc::Sender<Envelope>,
+        tls: Option<PeerTls>,
     ) -> io::Result<TcpTransport> {
         if let Some(listen) = listen {
             let listener = TcpListener::bind(listen).await?;
-            tokio::spawn(accept_loop(listener, inbound.clone()));
+            tokio::spawn(accept_loop(listener, inbound.clone(), tls.as_ref().map(|t| t.server.clone())));
         }
         let mut senders = HashMap::new();
         for (id, addr) in peers {
             let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
-            tokio::spawn(peer_writer(addr, rx));
+            tokio::spawn(peer_writer(addr, rx, tls.as_ref().map(|t| t.client.clone())));
             senders.insert(id, tx);
         }
         Ok(TcpTransport { peers: senders, _inbound: inbound })
@@ -76,10 +98,26 @@ impl Transport for TcpTransport {
     }
 }
 
-async fn peer_writer(addr: String, mut rx: mpsc::Receiver<Envelope>) {
+/// Connects to a peer, with TLS when configured.
+async fn dial(addr: &str, tls: Option<&ClientTls>) -> io::Result<Writer> {
+    let stream = TcpStream::connect(addr).await?;
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = tls else { return Ok(Box::new(stream)) };
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_matches(['[', ']']);
+    let name = rustls_pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("peer address {addr}: {e}")))?;
+    let connect = TlsConnector::from(tls.current()).connect(name, stream);
+    match tokio::time::timeout(TLS_HANDSHAKE_MAX, connect).await {
+        Ok(Ok(s)) => Ok(Box::new(s)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "TLS handshake did not finish in time")),
+    }
+}
+
+async fn peer_writer(addr: String, mut rx: mpsc::Receiver<Envelope>, tls: Option<Arc<ClientTls>>) {
     let mut frame = BytesMut::new();
     loop {
-        let mut stream = match TcpStream::connect(&addr).await {
+        let mut stream = match dial(&addr, tls.as_deref()).await {
             Ok(s) => s,
             Err(e) => {
                 debug!(%addr, error = %e, "peer not reachable");
@@ -92,7 +130,6 @@ async fn peer_writer(addr: String, mut rx: mpsc::Receiver<Envelope>) {
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
         loop {
             let Some(first) = rx.recv().await else { return };
             frame.clear();
@@ -106,7 +143,12 @@ async fn peer_writer(addr: String, mut rx: mpsc::Receiver<Envelope>) {
             }
             let len = (frame.len() - 4) as u32;
             frame[..4].copy_from_slice(&len.to_be_bytes());
-            if let Err(e) = stream.write_all(&frame).await {
+            if let Err(e) = async {
+                stream.write_all(&frame).await?;
+                stream.flush().await
+            }
+            .await
+            {
                 debug!(%addr, error = %e, "peer connection lost");
                 break;
             }
@@ -121,12 +163,21 @@ fn encode(frame: &mut BytesMut, (group, msg): &Envelope) {
     frame.put_slice(&bytes);
 }
 
-async fn accept_loop(listener: TcpListener, inbound: mpsc::Sender<Envelope>) {
+async fn accept_loop(listener: TcpListener, inbound: mpsc::Sender<Envelope>, tls: Option<Arc<ServerTls>>) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(peer_reader(stream, inbound.clone()));
+                let (inbound, tls) = (inbound.clone(), tls.clone());
+                tokio::spawn(async move {
+                    let Some(tls) = tls else { return peer_reader(Box::new(stream), inbound).await };
+                    let accept = TlsAcceptor::from(tls.current()).accept(stream);
+                    match tokio::time::timeout(TLS_HANDSHAKE_MAX, accept).await {
+                        Ok(Ok(s)) => peer_reader(Box::new(s), inbound).await,
+                        Ok(Err(e)) => tracing::info!(%peer, error = %e, "peer TLS handshake failed"),
+                        Err(_) => tracing::info!(%peer, "peer TLS handshake did not finish in time"),
+                    }
+                });
             }
             Err(e) => {
                 warn!(error = %e, "accepting a peer connection");
@@ -136,8 +187,9 @@ async fn accept_loop(listener: TcpListener, inbound: mpsc::Sender<Envelope>) {
     }
 }
 
-async fn peer_reader(mut stream: TcpStream, inbound: mpsc::Sender<Envelope>) {
+async fn peer_reader(mut stream: Reader, inbound: mpsc::Sender<Envelope>) {
     let mut buf = Vec::new();
+    let mut sender = None;
     loop {
         let mut len = [0u8; 4];
         if stream.read_exact(&mut len).await.is_err() {
@@ -152,11 +204,20 @@ async fn peer_reader(mut stream: TcpStream, inbound: mpsc::Sender<Envelope>) {
         if stream.read_exact(&mut buf).await.is_err() {
             return;
         }
+        let mut impostor = None;
         let decoded = decode_frame(&buf, |envelope| {
+            if impostor.is_some() || *sender.get_or_insert(envelope.1.from) != envelope.1.from {
+                impostor.get_or_insert(envelope.1.from);
+                return;
+            }
             let _ = inbound.try_send(envelope);
         });
         if let Err(e) = decoded {
             warn!(error = %e, "malformed peer frame; closing the connection");
+            return;
+        }
+        if let Some(other) = impostor {
+            warn!(sender = ?sender, other, "a peer connection carried messages from two senders; closing it");
             return;
         }
     }
@@ -232,5 +293,36 @@ mod tests {
         garbage.extend_from_slice(&[0xff, 0xff, 0xff]);
         assert_eq!(decode_frame(&garbage, |_| got += 1), Ok(()));
         assert_eq!(got, 1);
+    }
+
+    /// One connection speaks for one sender: a message naming another one closes it, and
+    /// neither it nor anything after it is delivered.
+    #[tokio::test]
+    async fn a_connection_that_names_a_second_sender_is_closed() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+        let addr = format!("127.0.0.1:{port}");
+        let (tx, mut rx) = mpsc::channel(16);
+        let _t = TcpTransport::start(Some(&addr), HashMap::new(), tx, None).await.expect("listen");
+        let mut conn = TcpStream::connect(&addr).await.expect("connect");
+        let m = |from| Message { to: 1, from, ..Default::default() };
+        let send = |envelopes: Vec<Envelope>| {
+            let body = frame(&envelopes);
+            let mut out = (body.len() as u32).to_be_bytes().to_vec();
+            out.extend_from_slice(&body);
+            out
+        };
+        conn.write_all(&send(vec![(1, m(2)), (1, m(2))])).await.expect("write");
+        conn.write_all(&send(vec![(1, m(2)), (1, m(3)), (1, m(2))])).await.expect("write");
+        let mut got = Vec::new();
+        while let Ok(Some((_, msg))) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
+            got.push(msg.from);
+        }
+        assert_eq!(got, vec![2, 2, 2]);
+        let mut byte = [0u8; 1];
+        let closed = tokio::time::timeout(Duration::from_secs(2), conn.read(&mut byte)).await.expect("closed in time");
+        assert!(matches!(closed, Ok(0) | Err(_)), "the connection stays open: {closed:?}");
     }
 }

@@ -956,9 +956,9 @@ fn transports_keep_the_contract() {
         // A free port for the peer to listen on.
         let addr = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").to_string();
         let (tx, mut rx) = mpsc::channel(INBOUND_QUEUE_MAX);
-        let _peer = TcpTransport::start(Some(&addr), HashMap::new(), tx).await.expect("listen");
+        let _peer = TcpTransport::start(Some(&addr), HashMap::new(), tx, None).await.expect("listen");
         let (tx, _rx) = mpsc::channel(INBOUND_QUEUE_MAX);
-        let transport = TcpTransport::start(None, HashMap::from([(2, addr)]), tx).await.expect("dial");
+        let transport = TcpTransport::start(None, HashMap::from([(2, addr)]), tx, None).await.expect("dial");
         check_transport(&transport, &mut rx).await;
     });
 }

@@ -1,6 +1,6 @@
 //! `runnel dev --tls`: a throwaway certificate authority in the data directory, brokers
 //! that listen with TLS only (client certificates requested, so both TLS and mutual TLS
-//! clients get in), and the client settings to paste.
+//! clients get in) and talk to each other over mutual TLS, and the client settings to paste.
 
 use std::path::Path;
 
@@ -20,6 +20,8 @@ pub fn prepare(data_dir: &Path) -> Result<(DevCerts, Vec<String>)> {
         "ssl.truststore.type=PEM".to_string(),
         format!("ssl.truststore.location={}", certs.ca().display()),
         "ssl.client.auth=requested".to_string(),
+        // Raft and controller traffic between brokers: mutual TLS with the same stores.
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,CONTROLLER:SSL".to_string(),
     ];
     Ok((certs, settings))
 }

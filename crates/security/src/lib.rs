@@ -5,5 +5,6 @@
 pub mod dev_certs;
 pub mod tls;
 
-pub use tls::{ClientAuth, ServerTls};
+pub use tls::{reload_loop, ClientAuth, ClientTls, ServerTls};
+pub use tokio_rustls::{client::TlsStream as ClientTlsStream, TlsConnector};
 pub use tokio_rustls::{server::TlsStream, TlsAcceptor};

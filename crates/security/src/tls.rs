@@ -11,13 +11,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, bail, Context, Result};
 use runnel_sync::RwLockExt;
 use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
+use rustls::{ClientConfig, RootCertStore, ServerConfig, SupportedProtocolVersion};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
@@ -245,18 +245,103 @@ pub fn server_config(get: Get) -> Result<(Arc<ServerConfig>, Vec<PathBuf>)> {
     Ok((Arc::new(config), files))
 }
 
+/// The broker's own outgoing TLS (to its peers): it trusts `ssl.truststore.*`, presents
+/// its key store when it has one, and checks the peer's name against the address it dialled
+/// unless `ssl.endpoint.identification.algorithm` is empty.
+pub fn client_config(get: Get) -> Result<(Arc<ClientConfig>, Vec<PathBuf>)> {
+    let (roots, mut files) =
+        truststore(get)?.ok_or_else(|| anyhow!("outgoing TLS needs ssl.truststore.location (or certificates)"))?;
+    let provider = provider(get)?;
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions(get)?)
+        .map_err(|e| anyhow!("ssl.enabled.protocols with ssl.cipher.suites: {e}"))?;
+    let roots = Arc::new(roots);
+    let builder = match get("ssl.endpoint.identification.algorithm").to_ascii_lowercase().as_str() {
+        "https" => builder.with_root_certificates(roots),
+        "" => {
+            let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider)
+                .build()
+                .map_err(|e| anyhow!("ssl.truststore: {e}"))?;
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyName(inner)))
+        }
+        other => bail!("ssl.endpoint.identification.algorithm={other}: expected https or empty"),
+    };
+    let config = match keystore(get)? {
+        Some((identity, key_files)) => {
+            files.extend(key_files);
+            builder
+                .with_client_auth_cert(identity.chain, identity.key)
+                .map_err(|e| anyhow!("the key store's key does not fit its certificate: {e}"))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok((Arc::new(config), files))
+}
+
+/// `ssl.endpoint.identification.algorithm=` (empty): the peer's chain must verify, whatever
+/// names its certificate holds.
+#[derive(Debug)]
+struct AnyName(Arc<rustls::client::WebPkiServerVerifier>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &rustls_pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName | rustls::CertificateError::NotValidForNameContext { .. },
+            )) => Ok(rustls::client::danger::ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
 fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-/// One TLS listener's configuration, read again when its files change.
-pub struct ServerTls {
-    settings: Box<dyn Fn(&str) -> String + Send + Sync>,
-    state: RwLock<Loaded>,
+/// A TLS configuration, read again when its files change.
+pub struct Reloading<T> {
+    build: Builder<T>,
+    state: RwLock<Loaded<T>>,
 }
 
-struct Loaded {
-    config: Arc<ServerConfig>,
+type Builder<T> = Box<dyn Fn() -> Result<(Arc<T>, Vec<PathBuf>)> + Send + Sync>;
+
+/// A listener's configuration.
+pub type ServerTls = Reloading<ServerConfig>;
+/// The configuration of the broker's own outgoing connections.
+pub type ClientTls = Reloading<ClientConfig>;
+
+struct Loaded<T> {
+    config: Arc<T>,
     /// The key and trust store files, with the modification time they were read at.
     files: Vec<(PathBuf, Option<SystemTime>)>,
 }
@@ -265,15 +350,31 @@ fn stamped(files: Vec<PathBuf>) -> Vec<(PathBuf, Option<SystemTime>)> {
     files.into_iter().map(|f| (f.clone(), modified(&f))).collect()
 }
 
+/// Settings as one listener sees them (see [`Get`]), owned.
+pub type Settings = Box<dyn Fn(&str) -> String + Send + Sync>;
+
 impl ServerTls {
-    /// Reads the listener's stores now (an error here stops start-up).
-    pub fn new(settings: Box<dyn Fn(&str) -> String + Send + Sync>) -> Result<ServerTls> {
-        let (config, files) = server_config(&*settings)?;
-        Ok(ServerTls { settings, state: RwLock::new(Loaded { config, files: stamped(files) }) })
+    /// A listener's configuration, its stores read now (an error here stops start-up).
+    pub fn server(settings: Settings) -> Result<ServerTls> {
+        Reloading::new(Box::new(move || server_config(&*settings)))
+    }
+}
+
+impl ClientTls {
+    /// The broker's outgoing configuration, its stores read now.
+    pub fn client(settings: Settings) -> Result<ClientTls> {
+        Reloading::new(Box::new(move || client_config(&*settings)))
+    }
+}
+
+impl<T> Reloading<T> {
+    fn new(build: Builder<T>) -> Result<Reloading<T>> {
+        let (config, files) = build()?;
+        Ok(Reloading { build, state: RwLock::new(Loaded { config, files: stamped(files) }) })
     }
 
     /// The configuration new connections use.
-    pub fn current(&self) -> Arc<ServerConfig> {
+    pub fn current(&self) -> Arc<T> {
         self.state.read_or_stop().config.clone()
     }
 
@@ -290,7 +391,7 @@ impl ServerTls {
             state.files.iter().map(|(p, _)| p.clone()).collect()
         };
         let stamps = stamped(files);
-        let loaded = server_config(&*self.settings);
+        let loaded = (self.build)();
         let mut state = self.state.write_or_stop();
         match loaded {
             Ok((config, files)) => {
@@ -301,6 +402,24 @@ impl ServerTls {
                 state.files = stamps;
                 Err(e)
             }
+        }
+    }
+}
+
+/// Looks for changed store files every `interval` for as long as the process runs, and
+/// logs what it did under the name `what`.
+pub async fn reload_loop<T: Send + Sync + 'static>(what: Arc<str>, tls: Arc<Reloading<T>>, interval: Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        let t = tls.clone();
+        match tokio::task::spawn_blocking(move || t.reload_if_changed()).await {
+            Ok(Ok(true)) => tracing::info!(listener = %what, "TLS key or trust store changed: new connections use it"),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => tracing::warn!(
+                listener = %what, error = %format!("{e:#}"),
+                "TLS stores changed but do not load; keeping the previous ones"
+            ),
+            Err(e) => tracing::warn!(listener = %what, error = %e, "TLS reload task failed"),
         }
     }
 }

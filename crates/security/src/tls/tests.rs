@@ -172,7 +172,7 @@ async fn a_rewritten_key_store_is_used_for_new_connections() {
     let live = dir.path().join("live.pem");
     std::fs::copy(first.pem("broker"), &live).unwrap();
     let get = getter(&[("ssl.keystore.type", "PEM".into()), ("ssl.keystore.location", live.display().to_string())]);
-    let tls = ServerTls::new(Box::new(get)).unwrap();
+    let tls = ServerTls::server(Box::new(get)).unwrap();
     handshake(tls.current(), client(&first, None)).await.unwrap();
     assert!(!tls.reload_if_changed().unwrap());
     // A half-written file keeps the old certificate in use.
