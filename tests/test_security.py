@@ -1,9 +1,10 @@
-"""TLS listeners with real clients: librdkafka (confluent-kafka) and the Java client over
-SSL, with and without client certificates, PEM and PKCS12 stores; a plaintext or garbage
-client on a TLS port gets a closed connection and the broker goes on; Metadata answers with
-the addresses of the listener a client came through; a rewritten key store is served to new
-connections without a restart while a producer keeps sending; and `runnel dev --tls` with
-three brokers replicates over TLS client connections."""
+"""Security with real clients: librdkafka (confluent-kafka) and the Java client over SSL,
+with and without client certificates, PEM and PKCS12 stores; a plaintext or garbage client
+on a TLS port gets a closed connection and the broker goes on; Metadata answers with the
+addresses of the listener a client came through; a rewritten key store is served to new
+connections without a restart while a producer keeps sending; `runnel dev --tls` with three
+brokers replicates over TLS with mutual TLS between the brokers, whose Raft port refuses
+peers without the cluster's certificate; SASL/PLAIN logins on SASL_PLAINTEXT and SASL_SSL."""
 import pathlib
 import re
 import socket
@@ -351,3 +352,106 @@ def test_dev_tls_cluster_of_three_replicates_over_tls(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+              'user_alice="alice-secret" user_bob="bob \\"quoted\\" secret";')
+
+
+def sasl_broker(tmp_path):
+    """One broker with a SASL_PLAINTEXT and a SASL_SSL listener (a self-signed certificate
+    in tmp_path/certs); PLAIN with the users alice and bob. Returns (broker, SASL_SSL port,
+    certificates directory)."""
+    certs_dir = tmp_path / "certs"
+    certs_dir.mkdir()
+    openssl_self_signed(certs_dir, "broker")
+    plain, tls_port = free_port(), free_port()
+    settings = {"listeners": f"SASL_PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{tls_port}",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+                "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+                "ssl.keystore.type": "PEM", "ssl.keystore.location": str(certs_dir / "broker.pem")}
+    b = Broker(tmp_path / "data", port=plain, settings=settings).start()
+    wait_for_port(tls_port)
+    return b, tls_port, certs_dir
+
+
+def sasl_conf(bootstrap, user, password, protocol="sasl_plaintext", **extra):
+    return {"bootstrap.servers": bootstrap, "security.protocol": protocol, "sasl.mechanisms": "PLAIN",
+            "sasl.username": user, "sasl.password": password, **extra}
+
+
+def login_error(conf):
+    """What librdkafka reports when it cannot log in (None if it produced)."""
+    errors = []
+    p = Producer({**conf, "message.timeout.ms": 5000, "error_cb": lambda e: errors.append(e)})
+    p.produce(unique_topic("denied"), value=b"x")
+    left = p.flush(10)
+    auth = [e for e in errors if e.code() == -169]  # _AUTHENTICATION
+    return auth[0].str() if auth else (None if left == 0 else f"{left} left, errors {errors}")
+
+
+def frame(key, version, correlation, body, client_id=b"t"):
+    payload = (key.to_bytes(2, "big") + version.to_bytes(2, "big", signed=True) + correlation.to_bytes(4, "big")
+               + len(client_id).to_bytes(2, "big") + client_id + body)
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def test_sasl_plain_logs_in_the_jaas_users_and_nobody_else(tmp_path):
+    """SASL/PLAIN on SASL_PLAINTEXT and SASL_SSL listeners, users from the listener's JAAS
+    configuration: librdkafka logs in as alice (and as bob, whose password has quotes) and
+    produces and consumes; a wrong password and an unknown user get the same authentication
+    failure; a request before the login, an unknown mechanism and an oversized first frame
+    close the connection; passwords never reach the log."""
+    b, tls_port, certs_dir = sasl_broker(tmp_path)
+    try:
+        topic = unique_topic("sasl")
+        alice = sasl_conf(b.bootstrap, "alice", "alice-secret")
+        assert produce(alice, topic, 20) == (0, [])
+        bob_tls = sasl_conf(f"127.0.0.1:{tls_port}", "bob", 'bob "quoted" secret', "sasl_ssl",
+                            **{"ssl.ca.location": str(certs_dir / "broker.crt")})
+        assert produce(bob_tls, topic, 20) == (0, [])
+        assert len(consume(alice, topic, 40)) == 40
+
+        wrong = login_error(sasl_conf(b.bootstrap, "alice", "nope"))
+        unknown = login_error(sasl_conf(b.bootstrap, "mallory", "alice-secret"))
+        assert wrong and "Invalid username or password" in wrong, wrong
+        assert unknown and "Invalid username or password" in unknown, unknown
+
+        # Metadata before any login: closed without an answer.
+        assert raw_exchange(b.port, frame(3, 0, 1, (0).to_bytes(4, "big"))) == b""
+        # An unknown mechanism: UNSUPPORTED_SASL_MECHANISM (33) listing PLAIN, then closed.
+        mech = b"SCRAM-SHA-1"
+        reply = raw_exchange(b.port, frame(17, 1, 7, len(mech).to_bytes(2, "big") + mech))
+        assert reply is not None and reply[4:8] == (7).to_bytes(4, "big"), reply
+        assert int.from_bytes(reply[8:10], "big") == 33 and b"PLAIN" in reply[10:], reply
+        # A first frame past sasl.server.max.receive.size (512 KiB): closed before it is read.
+        assert raw_exchange(b.port, (600_000).to_bytes(4, "big") + b"\0" * 100) == b""
+        log = b.log_path.read_text()
+        assert "principal=User:alice" in log and "principal=User:bob" in log
+        assert "alice-secret" not in log and "quoted" not in log
+    finally:
+        assert b.stop() == 0
+
+
+def test_java_client_logs_in_with_sasl_plain_over_tls(tmp_path, java_build):  # noqa: F811
+    """The Java client with security.protocol=SASL_SSL and sasl.mechanism=PLAIN (its JAAS
+    line) produces and reads back; with a wrong password it fails with an authentication
+    error."""
+    b, tls_port, certs_dir = sasl_broker(tmp_path)
+    try:
+        def props(password):
+            p = tmp_path / f"sasl-{password}.properties"
+            p.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+                         "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                         f'username="alice" password="{password}";\n'
+                         f"ssl.truststore.type=PEM\nssl.truststore.location={certs_dir / 'broker.crt'}\n")
+            return p
+        bootstrap = f"127.0.0.1:{tls_port}"
+        r = run_java(java_build, "TlsCheck", [bootstrap, props("alice-secret"), unique_topic("java-sasl"), 100], 300)
+        report = f"--- stdout ---\n{r.stdout}\n--- stderr ---\n{r.stderr[-4000:]}\n{b.log_tail()}"
+        assert r.returncode == 0 and f"TlsCheck OK: 100 records, nodes=127.0.0.1:{tls_port}" in r.stdout, report
+        r = run_java(java_build, "TlsCheck", [bootstrap, props("wrong"), unique_topic("java-sasl"), 1], 300)
+        assert r.returncode != 0 and "SaslAuthenticationException" in r.stdout + r.stderr, r.stderr[-3000:]
+    finally:
+        assert b.stop() == 0

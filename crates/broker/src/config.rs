@@ -72,6 +72,11 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("ssl.protocol", Kind::Str, "TLSv1.3"),
     ("ssl.keymanager.algorithm", Kind::Str, "SunX509"),
     ("ssl.trustmanager.algorithm", Kind::Str, "PKIX"),
+    // SASL on SASL_PLAINTEXT and SASL_SSL listeners (PLAIN so far); the users of PLAIN come
+    // from listener.name.<name>.plain.sasl.jaas.config (see docs/security.md).
+    ("sasl.enabled.mechanisms", Kind::List, "GSSAPI"),
+    ("sasl.jaas.config", Kind::Str, ""),
+    ("sasl.server.max.receive.size", Kind::Int, "524288"),
     // Runnel: how often a TLS listener looks for changed key and trust store files (new
     // connections get the new certificate; 0: never).
     ("ssl.reload.check.interval.ms", Kind::Long, "10000"),
@@ -297,11 +302,16 @@ impl Settings {
     /// A setting as one listener sees it: `listener.name.<listener>.<name>` (the listener
     /// name in lower case, as Kafka writes it) when given, else `name`.
     pub fn for_listener(&self, listener: &str, name: &str) -> &str {
-        let scoped = format!("listener.name.{}.{name}", listener.to_ascii_lowercase());
-        match self.dynamic.get(&scoped).or_else(|| self.explicit.get(&scoped)) {
+        match self.scoped(listener, name) {
             Some(v) => v,
             None => self.get(name),
         }
+    }
+
+    /// `listener.name.<listener>.<name>` when given.
+    pub fn scoped(&self, listener: &str, name: &str) -> Option<&str> {
+        let scoped = format!("listener.name.{}.{name}", listener.to_ascii_lowercase());
+        self.dynamic.get(&scoped).or_else(|| self.explicit.get(&scoped)).map(String::as_str)
     }
 
     pub fn get(&self, name: &str) -> &str {
@@ -346,11 +356,14 @@ pub struct BrokerConfig {
 }
 
 /// `listener.name.<listener>.<setting>` → the setting, for the settings that may be given
-/// per listener (TLS ones).
+/// per listener (TLS and SASL ones; `<mechanism>.sasl.jaas.config` is `sasl.jaas.config`).
 fn listener_scoped(name: &str) -> Option<&str> {
     let rest = name.strip_prefix("listener.name.")?;
     let (_, setting) = rest.split_once('.')?;
-    setting.starts_with("ssl.").then_some(setting)
+    if setting.ends_with(".sasl.jaas.config") {
+        return Some("sasl.jaas.config");
+    }
+    (setting.starts_with("ssl.") || setting.starts_with("sasl.")).then_some(setting)
 }
 
 /// A listener's security protocol (`listener.security.protocol.map`).
@@ -358,6 +371,17 @@ fn listener_scoped(name: &str) -> Option<&str> {
 pub enum SecurityProtocol {
     Plaintext,
     Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+    pub fn sasl(self) -> bool {
+        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
+    }
 }
 
 /// One client listener: `listeners` and `advertised.listeners` entries of one name.
@@ -422,9 +446,8 @@ fn parse_listeners(settings: &Settings) -> Result<Vec<Listener>> {
         let protocol = match map.get(&name).map(String::as_str) {
             Some("PLAINTEXT") => SecurityProtocol::Plaintext,
             Some("SSL") => SecurityProtocol::Ssl,
-            Some(p @ ("SASL_PLAINTEXT" | "SASL_SSL")) => {
-                bail!("listener {name}: {p} is not supported yet (SASL is to come)")
-            }
+            Some("SASL_PLAINTEXT") => SecurityProtocol::SaslPlaintext,
+            Some("SASL_SSL") => SecurityProtocol::SaslSsl,
             Some(p) => bail!("listener.security.protocol.map: {name} maps to unknown protocol {p}"),
             None => bail!("listener {name}: not in listener.security.protocol.map"),
         };
@@ -539,7 +562,7 @@ mod tests {
             "listeners=PLAINTEXT://:1,PLAINTEXT://:2",
             "listeners=PLAINTEXT://:1,SSL://:1",
             "listeners=OTHER://:1",
-            "listeners=SASL_SSL://:1",
+            "listeners=X://:1\nlistener.security.protocol.map=X:KERBEROS",
             "listeners=127.0.0.1:9092",
             "listeners=PLAINTEXT://:1\nadvertised.listeners=SSL://h:1",
         ] {

@@ -39,10 +39,12 @@ pub fn request_bytes_pool(broker: &Broker) -> Arc<Semaphore> {
 }
 
 /// The listener a connection came in through: its name (Metadata answers with the
-/// addresses advertised for it) and, on an SSL listener, its TLS configuration.
+/// addresses advertised for it), its TLS configuration (SSL, SASL_SSL) and its SASL
+/// logins (SASL_PLAINTEXT, SASL_SSL).
 pub struct Entry {
     pub name: Arc<str>,
     pub tls: Option<Arc<runnel_security::ServerTls>>,
+    pub sasl: Option<Arc<runnel_security::SaslServer>>,
 }
 
 /// How long a client gets to finish its TLS handshake.
@@ -59,7 +61,7 @@ pub async fn serve(
     let _ = stream.set_nodelay(true);
     let Some(tls) = &entry.tls else {
         let (rd, wr) = stream.into_split();
-        return serve_halves(broker, rd, wr, peer, &entry.name, shutdown, pool).await;
+        return serve_halves(broker, rd, wr, peer, &entry, shutdown, pool).await;
     };
     let acceptor = runnel_security::TlsAcceptor::from(tls.current());
     let handshake =
@@ -75,7 +77,7 @@ pub async fn serve(
         _ = shutdown.changed() => return,
     };
     let (rd, wr) = tokio::io::split(stream);
-    serve_halves(broker, rd, wr, peer, &entry.name, shutdown, pool).await
+    serve_halves(broker, rd, wr, peer, &entry, shutdown, pool).await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -84,7 +86,7 @@ async fn serve_halves<R, W>(
     rd: R,
     wr: W,
     peer: SocketAddr,
-    listener: &Arc<str>,
+    entry: &Entry,
     mut shutdown: watch::Receiver<bool>,
     pool: Arc<Semaphore>,
 ) where
@@ -100,6 +102,9 @@ async fn serve_halves<R, W>(
     let pool_bytes = broker.config.settings.i64("queued.max.request.bytes");
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
     let idle = std::time::Duration::from_millis(broker.config.settings.i64("connections.max.idle.ms").max(1) as u64);
+    let sasl_receive_max = broker.config.settings.usize("sasl.server.max.receive.size");
+    let mut gate = entry.sasl.clone().map(|s| crate::sasl_gate::Gate::new(s, sasl_receive_max));
+    let listener = &entry.name;
     loop {
         let size = tokio::select! {
             r = rd.read_i32() => match r {
@@ -115,6 +120,10 @@ async fn serve_halves<R, W>(
         };
         if size < 8 || size as i64 > request_bytes_max {
             warn!(%peer, size, request_bytes_max, "closing connection: frame size outside [8, socket.request.max.bytes]");
+            break;
+        }
+        if gate.as_ref().is_some_and(|g| !g.admits(size as usize)) {
+            warn!(%peer, size, sasl_receive_max, "closing connection: frame before authentication larger than sasl.server.max.receive.size");
             break;
         }
         if pool_bytes > 0 && size as i64 > pool_bytes {
@@ -145,7 +154,37 @@ async fn serve_halves<R, W>(
         }
         let (key, version) = (i16::from_be_bytes([frame[0], frame[1]]), i16::from_be_bytes([frame[2], frame[3]]));
         let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-        match decode(&broker, frame.freeze(), peer, listener) {
+        let frame = frame.freeze();
+        if let Some(g) = gate.as_mut() {
+            use crate::sasl_gate::Step;
+            let (resp, version, close) = match g.on_frame(&frame) {
+                Step::Pass => (None, 0, false),
+                Step::Reply(resp, v) => (Some(resp), v, false),
+                // The principal is logged; authorization (ACLs) is to come.
+                Step::LoggedIn(resp, v, who) => {
+                    info!(%peer, listener = %listener, principal = %who, "authenticated");
+                    (Some(resp), v, false)
+                }
+                Step::ReplyAndClose(resp, v) => (Some(resp), v, true),
+                Step::Close(why) => {
+                    info!(%peer, listener = %listener, %why, "closing connection: SASL");
+                    break;
+                }
+            };
+            if let Some(resp) = resp {
+                let Ok(api) = ApiKey::try_from(key) else { break };
+                let bytes = encode_response(api, version, correlation_id, &resp);
+                if close {
+                    info!(%peer, listener = %listener, api = ?api, "closing connection: SASL login refused");
+                }
+                registered.connection.started(key, version, correlation_id);
+                if tx.send((Box::pin(std::future::ready(bytes)), permit)).await.is_err() || close {
+                    break;
+                }
+                continue;
+            }
+        }
+        match decode(&broker, frame, peer, listener) {
             Ok(reply) => {
                 registered.connection.started(key, version, correlation_id);
                 if tx.send((reply, permit)).await.is_err() {

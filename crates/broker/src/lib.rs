@@ -31,6 +31,7 @@ pub mod partition;
 mod preferred_leader;
 mod reassign;
 pub mod replica_manager;
+mod sasl_gate;
 pub mod server;
 pub mod topic_config;
 pub mod watchdog;

@@ -15,9 +15,9 @@ use tokio::sync::{watch, Semaphore};
 use tracing::{info, warn};
 
 use crate::broker::Broker;
-use crate::config::{BrokerConfig, SecurityProtocol};
+use crate::config::BrokerConfig;
 use crate::connection;
-use runnel_security::ServerTls;
+use runnel_security::{SaslServer, ServerTls};
 
 /// How long start-up waits for the groups of the offsets partitions this broker leads.
 const GROUPS_LOAD_WAIT_MAX: Duration = Duration::from_secs(10);
@@ -30,16 +30,27 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     let mut listeners = Vec::new();
     for l in &config.listeners {
         let socket = TcpListener::bind(l.listen).await.with_context(|| format!("binding {} ({})", l.listen, l.name))?;
-        let tls = match l.protocol {
-            SecurityProtocol::Plaintext => None,
-            SecurityProtocol::Ssl => {
-                let (settings, name) = (config.settings.clone(), l.name.clone());
-                let tls = ServerTls::server(Box::new(move |k: &str| settings.for_listener(&name, k).to_string()))
-                    .with_context(|| format!("listener {}", l.name))?;
-                Some(Arc::new(tls))
-            }
+        let tls = if l.protocol.tls() {
+            let (settings, name) = (config.settings.clone(), l.name.clone());
+            let tls = ServerTls::server(Box::new(move |k: &str| settings.for_listener(&name, k).to_string()))
+                .with_context(|| format!("listener {}", l.name))?;
+            Some(Arc::new(tls))
+        } else {
+            None
         };
-        listeners.push((socket, Arc::new(connection::Entry { name: l.name.as_str().into(), tls })));
+        let sasl = if l.protocol.sasl() {
+            let s = &config.settings;
+            let jaas = |mechanism: &str| {
+                let own = s.scoped(&l.name, &format!("{}.sasl.jaas.config", mechanism.to_ascii_lowercase()));
+                own.unwrap_or_else(|| s.for_listener(&l.name, "sasl.jaas.config")).to_string()
+            };
+            let server = SaslServer::new(s.for_listener(&l.name, "sasl.enabled.mechanisms"), &jaas)
+                .with_context(|| format!("listener {}", l.name))?;
+            Some(Arc::new(server))
+        } else {
+            None
+        };
+        listeners.push((socket, Arc::new(connection::Entry { name: l.name.as_str().into(), tls, sasl })));
     }
     let broker = Broker::start(config).await?;
     let weak = Arc::downgrade(&broker);
