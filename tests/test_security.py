@@ -455,3 +455,67 @@ def test_java_client_logs_in_with_sasl_plain_over_tls(tmp_path, java_build):  # 
         assert r.returncode != 0 and "SaslAuthenticationException" in r.stdout + r.stderr, r.stderr[-3000:]
     finally:
         assert b.stop() == 0
+
+
+def test_scram_users_made_with_kafka_configs_log_in(tmp_path, java_build):  # noqa: F811
+    """SCRAM-SHA-256 and SCRAM-SHA-512 with credentials in the metadata log: kafka-configs.sh
+    (through the PLAINTEXT listener) adds alice's credentials and describes them; librdkafka
+    logs in with both mechanisms on SASL_PLAINTEXT and the Java client with SCRAM-SHA-512 on
+    SASL_SSL; a wrong password and an unknown user fail alike; after kafka-configs.sh
+    deletes the SHA-256 credential, that login fails and the SHA-512 one still works; the
+    credentials outlive a restart."""
+    certs_dir = tmp_path / "certs"
+    certs_dir.mkdir()
+    openssl_self_signed(certs_dir, "broker")
+    admin_port, sasl_port, tls_port = free_port(), free_port(), free_port()
+    settings = {"listeners": f"PLAINTEXT://127.0.0.1:{admin_port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},"
+                             f"SASL_SSL://127.0.0.1:{tls_port}",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+                "ssl.keystore.type": "PEM", "ssl.keystore.location": str(certs_dir / "broker.pem")}
+    b = Broker(tmp_path / "data", port=admin_port, settings=settings).start()
+    classpath = f"{java_build / 'lib'}/*"
+
+    def configs(*args):
+        cmd = ["java", "-XX:+UseSerialGC", "-cp", classpath, "kafka.admin.ConfigCommand",
+               "--bootstrap-server", b.bootstrap, "--entity-type", "users", *args]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, f"{args}\n{p.stdout}\n{p.stderr[-3000:]}\n{b.log_tail()}"
+        return p.stdout
+
+    def scram(mechanism, user, password):
+        return {"bootstrap.servers": f"127.0.0.1:{sasl_port}", "security.protocol": "sasl_plaintext",
+                "sasl.mechanisms": mechanism, "sasl.username": user, "sasl.password": password}
+    try:
+        wait_for_port(sasl_port)
+        wait_for_port(tls_port)
+        configs("--entity-name", "alice", "--alter", "--add-config",
+                "SCRAM-SHA-256=[iterations=8192,password=alice-256],SCRAM-SHA-512=[password=alice-512]")
+        described = configs("--entity-name", "alice", "--describe")
+        assert "SCRAM-SHA-256=iterations=8192" in described and "SCRAM-SHA-512=iterations=4096" in described, described
+
+        topic = unique_topic("scram")
+        assert produce(scram("SCRAM-SHA-256", "alice", "alice-256"), topic, 10) == (0, [])
+        assert produce(scram("SCRAM-SHA-512", "alice", "alice-512"), topic, 10) == (0, [])
+        for bad in (scram("SCRAM-SHA-512", "alice", "alice-256"), scram("SCRAM-SHA-512", "mallory", "alice-512")):
+            err = login_error(bad)
+            assert err and "invalid credentials" in err, err
+
+        props = tmp_path / "scram.properties"
+        props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                         "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                         'username="alice" password="alice-512";\n'
+                         f"ssl.truststore.type=PEM\nssl.truststore.location={certs_dir / 'broker.crt'}\n")
+        r = run_java(java_build, "TlsCheck", [f"127.0.0.1:{tls_port}", props, unique_topic("java-scram"), 50], 300)
+        assert r.returncode == 0 and "TlsCheck OK: 50 records" in r.stdout, f"{r.stdout}\n{r.stderr[-4000:]}"
+
+        configs("--entity-name", "alice", "--alter", "--delete-config", "SCRAM-SHA-256")
+        assert "invalid credentials" in (login_error(scram("SCRAM-SHA-256", "alice", "alice-256")) or "")
+        b.restart()
+        wait_for_port(sasl_port)
+        described = configs("--entity-name", "alice", "--describe")
+        assert "SCRAM-SHA-256" not in described and "SCRAM-SHA-512=iterations=4096" in described, described
+        assert produce(scram("SCRAM-SHA-512", "alice", "alice-512"), topic, 10) == (0, [])
+        assert len(consume(scram("SCRAM-SHA-512", "alice", "alice-512"), topic, 30)) == 30
+        assert "alice-512" not in b.log_path.read_text()
+    finally:
+        assert b.stop() == 0

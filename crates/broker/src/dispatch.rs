@@ -64,6 +64,9 @@ api_table! {
     OffsetDelete(0, 0) => |b, r, v, _ctx| handlers::offset_delete::handle(b, r, v);
     ConsumerGroupHeartbeat(0, 1) => |b, r, v, ctx| handlers::consumer_group_heartbeat::handle(b, r, v, ctx);
     ConsumerGroupDescribe(0, 1) => |b, r, v, _ctx| handlers::consumer_group_describe::handle(b, r, v);
+    DescribeClientQuotas(0, 1) => |b, r, v, _ctx| handlers::describe_client_quotas::handle(b, r, v);
+    DescribeUserScramCredentials(0, 0) => |b, r, v, _ctx| handlers::user_scram_credentials::describe(b, r, v);
+    AlterUserScramCredentials(0, 0) => |b, r, v, _ctx| handlers::user_scram_credentials::alter(b, r, v);
     // Served by the connection before a login (sasl_gate); here: not a SASL listener, or
     // already logged in.
     SaslHandshake(0, 1) => |_b, _r, _v, _ctx| now(kafka_protocol::messages::SaslHandshakeResponse::default()

@@ -1,6 +1,7 @@
 //! The SASL exchange at the start of a connection on a SASL_PLAINTEXT or SASL_SSL
 //! listener, as Kafka runs it: ApiVersions may come first, then SaslHandshake (v1) names
-//! a mechanism, then SaslAuthenticate carries the tokens. Until a login succeeds nothing
+//! a mechanism, then SaslAuthenticate carries the tokens (one round for PLAIN, two for
+//! SCRAM). Until a login succeeds nothing
 //! else is served: any other request closes the connection, as does a frame larger than
 //! `sasl.server.max.receive.size`, an unknown mechanism (after the answer listing the
 //! enabled ones) and a failed login (after SASL_AUTHENTICATION_FAILED). SaslHandshake v0,
@@ -29,6 +30,8 @@ pub struct Gate {
 enum State {
     Handshake,
     Authenticate(String),
+    /// A SCRAM login between its rounds.
+    ScramFinal(Box<runnel_security::ScramLogin>),
     Done,
 }
 
@@ -74,45 +77,70 @@ impl Gate {
         if let Err(e) = RequestHeader::decode(&mut body, key.request_header_version(version)) {
             return Step::Close(format!("bad {key:?} header: {e}"));
         }
-        match (key, &self.state) {
+        let state = std::mem::replace(&mut self.state, State::Done);
+        let (step, next) = self.step(key, version, body, state);
+        self.state = next;
+        step
+    }
+
+    fn step(&self, key: ApiKey, version: i16, mut body: Bytes, state: State) -> (Step, State) {
+        let refused = |message: &str, state| {
+            let resp = SaslAuthenticateResponse::default()
+                .with_error_code(ResponseError::SaslAuthenticationFailed.code())
+                .with_error_message(Some(str_bytes(message)));
+            (Step::ReplyAndClose(resp.into(), version), state)
+        };
+        match (key, state) {
             (ApiKey::SaslHandshake, State::Handshake) => {
                 if version < 1 {
-                    return Step::Close("SaslHandshake v0 (unframed SASL tokens) is not supported".into());
+                    return (
+                        Step::Close("SaslHandshake v0 (unframed SASL tokens) is not supported".into()),
+                        State::Handshake,
+                    );
                 }
                 let req = match SaslHandshakeRequest::decode(&mut body, version) {
                     Ok(r) => r,
-                    Err(e) => return Step::Close(format!("bad SaslHandshake: {e}")),
+                    Err(e) => return (Step::Close(format!("bad SaslHandshake: {e}")), State::Handshake),
                 };
                 let mechanisms = self.server.mechanisms().iter().map(|m| str_bytes(m)).collect();
                 let resp = SaslHandshakeResponse::default().with_mechanisms(mechanisms);
                 let mechanism = req.mechanism.to_string();
                 if self.server.enabled(&mechanism) {
-                    self.state = State::Authenticate(mechanism);
-                    Step::Reply(resp.into(), version)
+                    (Step::Reply(resp.into(), version), State::Authenticate(mechanism))
                 } else {
                     let resp = resp.with_error_code(ResponseError::UnsupportedSaslMechanism.code());
-                    Step::ReplyAndClose(resp.into(), version)
+                    (Step::ReplyAndClose(resp.into(), version), State::Handshake)
                 }
             }
-            (ApiKey::SaslAuthenticate, State::Authenticate(mechanism)) => {
+            (ApiKey::SaslAuthenticate, state @ (State::Authenticate(_) | State::ScramFinal(_))) => {
                 let req = match SaslAuthenticateRequest::decode(&mut body, version) {
                     Ok(r) => r,
-                    Err(e) => return Step::Close(format!("bad SaslAuthenticate: {e}")),
+                    Err(e) => return (Step::Close(format!("bad SaslAuthenticate: {e}")), state),
                 };
-                match self.server.authenticate(mechanism, &req.auth_bytes) {
-                    Ok(principal) => {
-                        self.state = State::Done;
-                        Step::LoggedIn(SaslAuthenticateResponse::default().into(), version, principal)
-                    }
-                    Err(LoginError::Failed(message)) => {
-                        let resp = SaslAuthenticateResponse::default()
-                            .with_error_code(ResponseError::SaslAuthenticationFailed.code())
-                            .with_error_message(Some(str_bytes(message)));
-                        Step::ReplyAndClose(resp.into(), version)
-                    }
+                let logged_in = |principal, auth_bytes: Vec<u8>| {
+                    let resp = SaslAuthenticateResponse::default().with_auth_bytes(auth_bytes.into());
+                    (Step::LoggedIn(resp.into(), version, principal), State::Done)
+                };
+                match state {
+                    State::Authenticate(m) if m == "PLAIN" => match self.server.authenticate(&m, &req.auth_bytes) {
+                        Ok(principal) => logged_in(principal, Vec::new()),
+                        Err(LoginError::Failed(message)) => refused(message, State::Authenticate(m)),
+                    },
+                    State::Authenticate(m) => match self.server.scram_start(&m, &req.auth_bytes) {
+                        Ok((login, server_first)) => {
+                            let resp = SaslAuthenticateResponse::default().with_auth_bytes(server_first.into());
+                            (Step::Reply(resp.into(), version), State::ScramFinal(Box::new(login)))
+                        }
+                        Err(LoginError::Failed(message)) => refused(message, State::Authenticate(m)),
+                    },
+                    State::ScramFinal(login) => match login.finish(&req.auth_bytes) {
+                        Ok((principal, server_final)) => logged_in(principal, server_final),
+                        Err(LoginError::Failed(message)) => refused(message, State::Handshake),
+                    },
+                    other => (Step::Close("SaslAuthenticate out of turn".into()), other),
                 }
             }
-            (key, _) => Step::Close(format!("{key:?} out of turn")),
+            (key, state) => (Step::Close(format!("{key:?} out of turn")), state),
         }
     }
 }

@@ -28,6 +28,12 @@ pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
 pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = ()>) -> Result<()> {
     let started = std::time::Instant::now();
     let mut listeners = Vec::new();
+    // SCRAM logins look credentials up in the metadata image, once the broker runs.
+    let running: Arc<std::sync::OnceLock<std::sync::Weak<Broker>>> = Arc::default();
+    let scram: runnel_security::sasl::ScramLookup = {
+        let running = running.clone();
+        Arc::new(move |user, mechanism| running.get()?.upgrade()?.controller().scram_credential(user, mechanism))
+    };
     for l in &config.listeners {
         let socket = TcpListener::bind(l.listen).await.with_context(|| format!("binding {} ({})", l.listen, l.name))?;
         let tls = if l.protocol.tls() {
@@ -44,7 +50,7 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
                 let own = s.scoped(&l.name, &format!("{}.sasl.jaas.config", mechanism.to_ascii_lowercase()));
                 own.unwrap_or_else(|| s.for_listener(&l.name, "sasl.jaas.config")).to_string()
             };
-            let server = SaslServer::new(s.for_listener(&l.name, "sasl.enabled.mechanisms"), &jaas)
+            let server = SaslServer::new(s.for_listener(&l.name, "sasl.enabled.mechanisms"), &jaas, scram.clone())
                 .with_context(|| format!("listener {}", l.name))?;
             Some(Arc::new(server))
         } else {
@@ -54,6 +60,7 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     }
     let broker = Broker::start(config).await?;
     let weak = Arc::downgrade(&broker);
+    let _ = running.set(weak.clone());
     tokio::spawn(crate::preferred_leader::elect_preferred_leaders(weak.clone()));
     tokio::spawn(crate::reassign::carry_out(weak.clone()));
     // Each partition of the offsets log is read back by the broker that leads it, when it

@@ -3,6 +3,7 @@
 //! brokers forward their calls to it (KIP-590) and wait until the outcome is applied to
 //! their own image, so a broker whose copy lags never decides on its own.
 
+use runnel_security::{ScramCredential, ScramMechanism};
 use runnel_sync::{LockExt, RwLockExt};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -386,6 +387,33 @@ impl Controller {
         self.run(Call::AlterTopicConfigs { name: name.to_string(), change, change_id }).await?;
         self.until_applied(|s| s.config_changes.contains(&change_id), "the new configs were not applied here in time")
             .await
+    }
+
+    /// AlterUserScramCredentials (checked by the caller), committed by the controller;
+    /// returns once applied here.
+    pub async fn alter_scram(
+        &self,
+        upserts: Vec<(String, ScramMechanism, ScramCredential)>,
+        deletes: Vec<(String, ScramMechanism)>,
+    ) -> Outcome {
+        let change_id = Uuid::new_v4();
+        self.run(Call::AlterScram { upserts, deletes, change_id }).await?;
+        self.until_applied(|s| s.config_changes.contains(&change_id), "the credentials were not applied here in time")
+            .await
+    }
+
+    /// A user's SCRAM credential for one mechanism.
+    pub fn scram_credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
+        self.read().scram.get(&(user.to_string(), mechanism)).cloned()
+    }
+
+    /// Every user with SCRAM credentials: their mechanisms and iterations.
+    pub fn scram_users(&self) -> BTreeMap<String, Vec<(ScramMechanism, i32)>> {
+        let mut out: BTreeMap<String, Vec<(ScramMechanism, i32)>> = BTreeMap::new();
+        for ((user, m), c) in &self.read().scram {
+            out.entry(user.clone()).or_default().push((*m, c.iterations));
+        }
+        out
     }
 
     /// DeleteRecords below `offset` (checked by the partition's leader), committed through

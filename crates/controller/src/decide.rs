@@ -147,6 +147,10 @@ impl Controller {
                 let rec = Record::TopicConfigs { name: name.clone(), id, configs, change_id };
                 self.propose(&rec, |s| s.config_changes.contains(&change_id)).await
             }
+            Call::AlterScram { upserts, deletes, change_id } => {
+                let rec = Record::ScramCredentials { upserts, deletes, change_id };
+                self.propose(&rec, |s| s.config_changes.contains(&change_id)).await
+            }
             Call::DeleteRecords { name, partition, offset } => {
                 let key = (name.clone(), partition);
                 let Some(id) = self.read().topics.get(&name).map(|t| t.id) else {

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use crate::host::Effect;
 use crate::records::{raft_group, BrokerInfo, Moving, Record};
+use runnel_security::{ScramCredential, ScramMechanism};
 
 /// Applied config change ids remembered, for the brokers waiting on them.
 const CONFIG_CHANGES_KEPT: usize = 1024;
@@ -46,6 +47,8 @@ pub(crate) struct Image {
     pub log_starts: BTreeMap<(String, i32), i64>,
     pub topics: BTreeMap<String, TopicMeta>,
     pub next_seq: u64,
+    /// SCRAM credentials by (user, mechanism).
+    pub scram: BTreeMap<(String, ScramMechanism), ScramCredential>,
 }
 
 impl Image {
@@ -62,7 +65,7 @@ impl Image {
     /// What applying `rec` asks of broker `me`, given the image before it.
     pub fn effect_of(&self, rec: &Record, me: i32) -> Option<Effect> {
         match rec {
-            Record::RegisterBroker(_) | Record::FenceBroker { .. } => None,
+            Record::RegisterBroker(_) | Record::FenceBroker { .. } | Record::ScramCredentials { .. } => None,
             Record::CreateTopic { name, id, seq, replicas, configs } => {
                 (!self.topics.contains_key(name)).then(|| Effect::CreateTopic {
                     name: name.clone(),
@@ -125,6 +128,14 @@ impl Image {
         }
     }
 
+    /// Remembers an applied change for the broker waiting on it (bounded).
+    fn changed(&mut self, change_id: Uuid) {
+        if self.config_changes.len() == CONFIG_CHANGES_KEPT {
+            self.config_changes.pop_front();
+        }
+        self.config_changes.push_back(change_id);
+    }
+
     pub fn apply(&mut self, rec: Record) {
         match rec {
             Record::RegisterBroker(info) => {
@@ -181,10 +192,16 @@ impl Image {
                 if let Some(t) = self.topics.get_mut(&name).filter(|t| t.id == id) {
                     t.configs = configs;
                 }
-                if self.config_changes.len() == CONFIG_CHANGES_KEPT {
-                    self.config_changes.pop_front();
+                self.changed(change_id);
+            }
+            Record::ScramCredentials { upserts, deletes, change_id } => {
+                for key in deletes {
+                    self.scram.remove(&key);
                 }
-                self.config_changes.push_back(change_id);
+                for (user, mechanism, credential) in upserts {
+                    self.scram.insert((user, mechanism), credential);
+                }
+                self.changed(change_id);
             }
             Record::DeleteRecords { name, partition, offset, .. } => {
                 let start = self.log_starts.entry((name, partition)).or_default();

@@ -1,6 +1,7 @@
 //! What the metadata log holds (JSON records, one per Kafka record of a batch) and what
 //! brokers send the controller over the Raft transport.
 
+use runnel_security::{ScramCredential, ScramMechanism};
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
@@ -178,6 +179,13 @@ pub(crate) enum Record {
         partition: i32,
         offset: i64,
     },
+    /// AlterUserScramCredentials: credentials set (salt, iterations and the keys derived
+    /// from the salted password; never the password) and removed, by (user, mechanism).
+    ScramCredentials {
+        upserts: Vec<(String, ScramMechanism, ScramCredential)>,
+        deletes: Vec<(String, ScramMechanism)>,
+        change_id: Uuid,
+    },
 }
 
 /// What a broker sends the controller (and the controller's answers) over the Raft
@@ -257,6 +265,12 @@ pub(crate) enum Call {
         name: String,
         partition: i32,
         offset: i64,
+    },
+    /// AlterUserScramCredentials, checked by the broker that took it.
+    AlterScram {
+        upserts: Vec<(String, ScramMechanism, ScramCredential)>,
+        deletes: Vec<(String, ScramMechanism)>,
+        change_id: Uuid,
     },
 }
 

@@ -4,9 +4,11 @@
 
 pub mod dev_certs;
 pub mod sasl;
+pub mod scram;
 pub mod tls;
 
 pub use sasl::{LoginError, SaslServer};
+pub use scram::{ScramCredential, ScramLogin, ScramMechanism};
 pub use tls::{reload_loop, ClientAuth, ClientTls, ServerTls};
 pub use tokio_rustls::{client::TlsStream as ClientTlsStream, TlsConnector};
 pub use tokio_rustls::{server::TlsStream, TlsAcceptor};

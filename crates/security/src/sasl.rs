@@ -1,14 +1,21 @@
 //! SASL on a listener, configured as Kafka configures it: `sasl.enabled.mechanisms`, and
 //! for PLAIN the users of the listener's JAAS configuration
 //! (`listener.name.<name>.plain.sasl.jaas.config`, Kafka's `PlainLoginModule` with one
-//! `user_<name>="<password>"` option per user). SCRAM and OAUTHBEARER are to come.
+//! `user_<name>="<password>"` option per user); SCRAM-SHA-256 and SCRAM-SHA-512 with the
+//! credentials of the metadata log ([`crate::scram`]). OAUTHBEARER is to come.
 //!
 //! A failed login says only that it failed (never whether the user exists), passwords are
 //! compared in constant time, and neither passwords nor tokens are logged.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
+
+use crate::scram::{ScramCredential, ScramLogin, ScramMechanism};
+
+/// A user's SCRAM credential for a mechanism, from wherever credentials are kept.
+pub type ScramLookup = Arc<dyn Fn(&str, ScramMechanism) -> Option<ScramCredential> + Send + Sync>;
 
 /// The longest PLAIN token accepted (authzid, user name and password with two NULs).
 pub const PLAIN_TOKEN_BYTES_MAX: usize = 4096;
@@ -18,10 +25,11 @@ pub struct SaslServer {
     mechanisms: Vec<String>,
     /// PLAIN's users and their passwords.
     plain: HashMap<String, Vec<u8>>,
+    scram: ScramLookup,
 }
 
 /// Why a login failed, as the client is told.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LoginError {
     /// Kafka's SASL_AUTHENTICATION_FAILED, with the message the client sees.
     Failed(&'static str),
@@ -29,8 +37,8 @@ pub enum LoginError {
 
 impl SaslServer {
     /// `mechanisms` is `sasl.enabled.mechanisms`; `jaas(mechanism)` the JAAS configuration
-    /// for that mechanism on this listener.
-    pub fn new(mechanisms: &str, jaas: &dyn Fn(&str) -> String) -> Result<SaslServer> {
+    /// for that mechanism on this listener; `scram` finds SCRAM credentials.
+    pub fn new(mechanisms: &str, jaas: &dyn Fn(&str) -> String, scram: ScramLookup) -> Result<SaslServer> {
         let mechanisms: Vec<String> =
             mechanisms.split(',').map(|m| m.trim().to_ascii_uppercase()).filter(|m| !m.is_empty()).collect();
         if mechanisms.is_empty() {
@@ -40,10 +48,22 @@ impl SaslServer {
         for m in &mechanisms {
             match m.as_str() {
                 "PLAIN" => plain = plain_users(&jaas("plain"))?,
-                other => bail!("sasl.enabled.mechanisms: {other} is not supported yet (PLAIN is)"),
+                m if ScramMechanism::from_name(m).is_some() => {}
+                other => bail!(
+                    "sasl.enabled.mechanisms: {other} is not supported yet (PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 are)"
+                ),
             }
         }
-        Ok(SaslServer { mechanisms, plain })
+        Ok(SaslServer { mechanisms, plain, scram })
+    }
+
+    /// The first round of a SCRAM login: the login to finish and the server's first
+    /// message.
+    pub fn scram_start(&self, mechanism: &str, token: &[u8]) -> Result<(ScramLogin, Vec<u8>), LoginError> {
+        let m = ScramMechanism::from_name(mechanism)
+            .filter(|_| self.enabled(mechanism))
+            .ok_or(LoginError::Failed("Authentication failed: mechanism not enabled"))?;
+        ScramLogin::start(m, token, &*self.scram)
     }
 
     /// The enabled mechanisms, as SaslHandshake lists them.
@@ -90,7 +110,7 @@ impl SaslServer {
 }
 
 /// Equal bytes, in time that depends on the lengths only.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = a.len() ^ b.len();
     for i in 0..a.len().max(b.len()) {
         diff |= (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0)) as usize;
@@ -175,8 +195,13 @@ mod tests {
         username="admin" password="admin-secret"
         user_admin="admin-secret" user_alice="al\"ice" user_bob=bob-pw;"#;
 
+    fn no_scram() -> ScramLookup {
+        Arc::new(|_: &str, _| None)
+    }
+
     fn server() -> SaslServer {
-        SaslServer::new("PLAIN", &|m| if m == "plain" { JAAS.to_string() } else { String::new() }).expect("valid")
+        SaslServer::new("PLAIN", &|m| if m == "plain" { JAAS.to_string() } else { String::new() }, no_scram())
+            .expect("valid")
     }
 
     #[test]
@@ -202,18 +227,21 @@ mod tests {
     #[test]
     fn configurations_that_cannot_work_are_refused() {
         let jaas = |text: &'static str| move |_: &str| text.to_string();
-        assert!(SaslServer::new("GSSAPI", &jaas(JAAS)).is_err());
-        assert!(SaslServer::new("", &jaas(JAAS)).is_err());
-        assert!(SaslServer::new("PLAIN", &jaas("")).is_err());
-        assert!(SaslServer::new("PLAIN", &jaas("com.example.Other required user_a=\"b\";")).is_err());
+        assert!(SaslServer::new("GSSAPI", &jaas(JAAS), no_scram()).is_err());
+        assert!(SaslServer::new("", &jaas(JAAS), no_scram()).is_err());
+        assert!(SaslServer::new("SCRAM-SHA-512,SCRAM-SHA-256", &jaas(""), no_scram()).is_ok());
+        assert!(SaslServer::new("PLAIN", &jaas(""), no_scram()).is_err());
+        assert!(SaslServer::new("PLAIN", &jaas("com.example.Other required user_a=\"b\";"), no_scram()).is_err());
         assert!(SaslServer::new(
             "PLAIN",
-            &jaas("org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a\";")
+            &jaas("org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a\";"),
+            no_scram()
         )
         .is_err());
         assert!(SaslServer::new(
             "PLAIN",
-            &jaas("org.apache.kafka.common.security.plain.PlainLoginModule required user_a=\"b")
+            &jaas("org.apache.kafka.common.security.plain.PlainLoginModule required user_a=\"b"),
+            no_scram()
         )
         .is_err());
     }

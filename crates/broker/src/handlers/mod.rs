@@ -10,6 +10,7 @@ pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
+pub mod describe_client_quotas;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
@@ -31,6 +32,7 @@ pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
 pub mod sync_group;
+pub mod user_scram_credentials;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
