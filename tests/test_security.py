@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import NewTopic
 
-from conftest import RUNNEL_BIN, Broker, admin_client, cluster_port, free_port, unique_topic, wait_for, wait_for_port
+from conftest import CACHE, ROOT, RUNNEL_BIN, Broker, admin_client, cluster_port, free_port, unique_topic, wait_for, wait_for_port
 from test_java_client import java_build, run_java  # noqa: F401  (session fixture: builds .cache/java)
 
 STORE_PASSWORD = "runnel-dev"
@@ -400,7 +400,7 @@ def frame(key, version, correlation, body, client_id=b"t"):
 def test_sasl_plain_logs_in_the_jaas_users_and_nobody_else(tmp_path):
     """SASL/PLAIN on SASL_PLAINTEXT and SASL_SSL listeners, users from the listener's JAAS
     configuration: librdkafka logs in as alice (and as bob, whose password has quotes) and
-    produces and consumes; a wrong password and an unknown user get the same authentication
+    produces and consumes, and kcat reads the topic over SASL_SSL; a wrong password and an unknown user get the same authentication
     failure; a request before the login, an unknown mechanism and an oversized first frame
     close the connection; passwords never reach the log."""
     b, tls_port, certs_dir = sasl_broker(tmp_path)
@@ -412,6 +412,12 @@ def test_sasl_plain_logs_in_the_jaas_users_and_nobody_else(tmp_path):
                             **{"ssl.ca.location": str(certs_dir / "broker.crt")})
         assert produce(bob_tls, topic, 20) == (0, [])
         assert len(consume(alice, topic, 40)) == 40
+        kcat = subprocess.run(["kcat", "-b", f"127.0.0.1:{tls_port}", "-X", "security.protocol=SASL_SSL",
+                               "-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=alice",
+                               "-X", "sasl.password=alice-secret", "-X", f"ssl.ca.location={certs_dir / 'broker.crt'}",
+                               "-C", "-t", topic, "-o", "beginning", "-e", "-q"], capture_output=True, text=True,
+                              timeout=60)
+        assert kcat.returncode == 0 and kcat.stdout.split().count("v19") == 2, kcat.stdout + kcat.stderr
 
         wrong = login_error(sasl_conf(b.bootstrap, "alice", "nope"))
         unknown = login_error(sasl_conf(b.bootstrap, "mallory", "alice-secret"))
@@ -461,7 +467,8 @@ def test_scram_users_made_with_kafka_configs_log_in(tmp_path, java_build):  # no
     """SCRAM-SHA-256 and SCRAM-SHA-512 with credentials in the metadata log: kafka-configs.sh
     (through the PLAINTEXT listener) adds alice's credentials and describes them; librdkafka
     logs in with both mechanisms on SASL_PLAINTEXT and the Java client with SCRAM-SHA-512 on
-    SASL_SSL; a wrong password and an unknown user fail alike; after kafka-configs.sh
+    SASL_SSL, franz-go with SCRAM-SHA-256 on SASL_SSL (and a wrong password refused); a
+    wrong password and an unknown user fail alike; after kafka-configs.sh
     deletes the SHA-256 credential, that login fails and the SHA-512 one still works; the
     credentials outlive a restart."""
     certs_dir = tmp_path / "certs"
@@ -507,6 +514,19 @@ def test_scram_users_made_with_kafka_configs_log_in(tmp_path, java_build):  # no
                          f"ssl.truststore.type=PEM\nssl.truststore.location={certs_dir / 'broker.crt'}\n")
         r = run_java(java_build, "TlsCheck", [f"127.0.0.1:{tls_port}", props, unique_topic("java-scram"), 50], 300)
         assert r.returncode == 0 and "TlsCheck OK: 50 records" in r.stdout, f"{r.stdout}\n{r.stderr[-4000:]}"
+
+        seccheck = CACHE / "go" / "seccheck"
+        build = subprocess.run(["bash", str(ROOT / "tests" / "go" / "build.sh")], capture_output=True, text=True,
+                               timeout=600)
+        assert build.returncode == 0, build.stdout + build.stderr
+        go = [str(seccheck), "--bootstrap", f"127.0.0.1:{tls_port}", "--ca", str(certs_dir / "broker.crt"),
+              "--mechanism", "SCRAM-SHA-256", "--user", "alice", "--timeout", "60s"]
+        r = subprocess.run(go + ["--password", "alice-256", "--topic", unique_topic("franz-scram"), "--records", "50"],
+                           capture_output=True, text=True, timeout=90)
+        assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
+        r = subprocess.run(go + ["--password", "wrong", "--topic", "x", "--expect-auth-failure"],
+                           capture_output=True, text=True, timeout=90)
+        assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
 
         configs("--entity-name", "alice", "--alter", "--delete-config", "SCRAM-SHA-256")
         assert "invalid credentials" in (login_error(scram("SCRAM-SHA-256", "alice", "alice-256")) or "")

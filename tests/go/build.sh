@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the franz-go programs tests/go/clientcheck and tests/go/groupcheck into
-# .cache/go/clientcheck and .cache/go/groupcheck (relative to the repo root).
+# Builds the franz-go programs tests/go/clientcheck, tests/go/groupcheck and
+# tests/go/seccheck into .cache/go/<name> (relative to the repo root).
 # Idempotent: a binary newer than go.mod, go.sum and every .go file under
 # tests/go is left alone. Otherwise `go build` runs (itself
 # incremental via Go's build cache). Modules come from the Go module proxy on
@@ -35,3 +35,4 @@ build() {  # build NAME: tests/go/NAME -> .cache/go/NAME
 force=${1:-}
 build clientcheck
 build groupcheck
+build seccheck

@@ -224,6 +224,7 @@ impl ScramLogin {
         }
         // Without channel binding the client sends the gs2 header back: "n,," or "y,,".
         if !matches!(channel, Some("biws") | Some("eSws")) || nonce != Some(self.nonce.as_str()) {
+            tracing::debug!(?channel, ?nonce, expected = %self.nonce, "SCRAM client-final refused");
             return Err(FAILED);
         }
         let proof = B64.decode(proof).map_err(|_| FAILED)?;
