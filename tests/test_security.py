@@ -539,3 +539,69 @@ def test_scram_users_made_with_kafka_configs_log_in(tmp_path, java_build):  # no
         assert "alice-512" not in b.log_path.read_text()
     finally:
         assert b.stop() == 0
+
+
+def b64url(b):
+    import base64
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+class JwtIssuer:
+    """An RSA key made with openssl, its JWKS file, and RS256 tokens signed with it."""
+
+    def __init__(self, dir_):
+        self.key = dir_ / "idp.key"
+        subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
+                        "-out", str(self.key)], check=True, capture_output=True)
+        modulus = subprocess.run(["openssl", "rsa", "-in", str(self.key), "-noout", "-modulus"], check=True,
+                                 capture_output=True, text=True).stdout.strip().split("=", 1)[1]
+        n = bytes.fromhex(modulus)
+        self.jwks = dir_ / "jwks.json"
+        self.jwks.write_text('{"keys":[{"kty":"RSA","kid":"k1","use":"sig","alg":"RS256",'
+                             f'"n":"{b64url(n)}","e":"{b64url((65537).to_bytes(3, "big"))}"}}]}}')
+
+    def token(self, claims, kid="k1"):
+        import json
+        header = b64url(json.dumps({"alg": "RS256", "kid": kid, "typ": "JWT"}).encode())
+        payload = b64url(json.dumps(claims).encode())
+        sig = subprocess.run(["openssl", "dgst", "-sha256", "-sign", str(self.key)],
+                             input=f"{header}.{payload}".encode(), check=True, capture_output=True).stdout
+        return f"{header}.{payload}.{b64url(sig)}"
+
+
+def test_oauthbearer_tokens_are_checked_against_the_jwks(tmp_path):
+    """SASL/OAUTHBEARER with a JWKS file: librdkafka's token (RS256, our issuer and audience,
+    not expired) logs in as its `sub` and produces and consumes; an expired token, one for
+    another audience and one signed by another key are refused, and the reason is logged."""
+    idp = JwtIssuer(tmp_path)
+    port = free_port()
+    b = Broker(tmp_path / "data", port=port, settings={
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}", "sasl.enabled.mechanisms": "OAUTHBEARER",
+        "sasl.oauthbearer.jwks.endpoint.url": f"file://{idp.jwks}",
+        "sasl.oauthbearer.expected.issuer": "https://idp.example",
+        "sasl.oauthbearer.expected.audience": "kafka",
+        "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"}).start()
+
+    def conf(claims, issuer=idp):
+        now = int(time.time())
+        claims = {"iss": "https://idp.example", "aud": "kafka", "iat": now, "exp": now + 600, **claims}
+        token = issuer.token(claims)
+        return {"bootstrap.servers": b.bootstrap, "security.protocol": "sasl_plaintext",
+                "sasl.mechanisms": "OAUTHBEARER", "oauth_cb": lambda _: (token, time.time() + 600, "svc")}
+    try:
+        topic = unique_topic("oauth")
+        assert produce(conf({"sub": "svc-orders"}), topic, 20) == (0, [])
+        assert len(consume(conf({"sub": "svc-orders"}), topic, 20)) == 20
+        other_key = tmp_path / "other"
+        other_key.mkdir()
+        for bad in (conf({"sub": "svc", "exp": int(time.time()) - 3600}), conf({"sub": "svc", "aud": "billing"}),
+                    conf({"sub": "svc"}, issuer=JwtIssuer(other_key))):
+            err = login_error(bad)
+            assert err and "not valid" in err, err
+        log = b.log_path.read_text()
+        assert "principal=User:svc-orders" in log
+        for why in ("the token has expired", "wrong audience", "no key of the JWKS verifies"):
+            assert why in log, why
+    finally:
+        assert b.stop() == 0

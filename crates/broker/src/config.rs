@@ -77,6 +77,16 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("sasl.enabled.mechanisms", Kind::List, "GSSAPI"),
     ("sasl.jaas.config", Kind::Str, ""),
     ("sasl.server.max.receive.size", Kind::Int, "524288"),
+    // OAUTHBEARER: tokens are JWTs checked as Kafka's OAuthBearerValidatorCallbackHandler
+    // checks them, against the keys of a JWKS file (file:///path).
+    ("sasl.oauthbearer.jwks.endpoint.url", Kind::Str, ""),
+    ("sasl.oauthbearer.expected.issuer", Kind::Str, ""),
+    ("sasl.oauthbearer.expected.audience", Kind::List, ""),
+    ("sasl.oauthbearer.sub.claim.name", Kind::Str, "sub"),
+    ("sasl.oauthbearer.clock.skew.seconds", Kind::Int, "30"),
+    // Accepted for Kafka's server.properties (listener.name.<l>.oauthbearer.sasl.server.
+    // callback.handler.class=...OAuthBearerValidatorCallbackHandler): Runnel always validates.
+    ("sasl.server.callback.handler.class", Kind::Str, ""),
     // Runnel: how often a TLS listener looks for changed key and trust store files (new
     // connections get the new certificate; 0: never).
     ("ssl.reload.check.interval.ms", Kind::Long, "10000"),
@@ -356,14 +366,16 @@ pub struct BrokerConfig {
 }
 
 /// `listener.name.<listener>.<setting>` → the setting, for the settings that may be given
-/// per listener (TLS and SASL ones; `<mechanism>.sasl.jaas.config` is `sasl.jaas.config`).
+/// per listener (TLS and SASL ones; `<mechanism>.sasl.jaas.config` is `sasl.jaas.config`,
+/// and so on for the other mechanism-scoped SASL settings).
 fn listener_scoped(name: &str) -> Option<&str> {
     let rest = name.strip_prefix("listener.name.")?;
     let (_, setting) = rest.split_once('.')?;
-    if setting.ends_with(".sasl.jaas.config") {
-        return Some("sasl.jaas.config");
-    }
-    (setting.starts_with("ssl.") || setting.starts_with("sasl.")).then_some(setting)
+    let unscoped = ["plain.", "scram-sha-256.", "scram-sha-512.", "oauthbearer."]
+        .iter()
+        .find_map(|m| setting.strip_prefix(m))
+        .unwrap_or(setting);
+    (unscoped.starts_with("ssl.") || unscoped.starts_with("sasl.")).then_some(unscoped)
 }
 
 /// A listener's security protocol (`listener.security.protocol.map`).

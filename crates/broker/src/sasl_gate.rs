@@ -32,6 +32,9 @@ enum State {
     Authenticate(String),
     /// A SCRAM login between its rounds.
     ScramFinal(Box<runnel_security::ScramLogin>),
+    /// An OAUTHBEARER token was refused and the client was sent the error; its next
+    /// message (a lone 0x01, RFC 7628) gets SASL_AUTHENTICATION_FAILED.
+    OauthRefused,
     Done,
 }
 
@@ -112,7 +115,10 @@ impl Gate {
                     (Step::ReplyAndClose(resp.into(), version), State::Handshake)
                 }
             }
-            (ApiKey::SaslAuthenticate, state @ (State::Authenticate(_) | State::ScramFinal(_))) => {
+            (
+                ApiKey::SaslAuthenticate,
+                state @ (State::Authenticate(_) | State::ScramFinal(_) | State::OauthRefused),
+            ) => {
                 let req = match SaslAuthenticateRequest::decode(&mut body, version) {
                     Ok(r) => r,
                     Err(e) => return (Step::Close(format!("bad SaslAuthenticate: {e}")), state),
@@ -126,6 +132,20 @@ impl Gate {
                         Ok(principal) => logged_in(principal, Vec::new()),
                         Err(LoginError::Failed(message)) => refused(message, State::Authenticate(m)),
                     },
+                    State::Authenticate(m) if m == "OAUTHBEARER" => {
+                        match self.server.oauth_authenticate(&req.auth_bytes, crate::now_ms() / 1000) {
+                            Ok(principal) => logged_in(principal, Vec::new()),
+                            Err(why) => {
+                                tracing::info!(%why, "OAUTHBEARER token refused");
+                                let resp = SaslAuthenticateResponse::default()
+                                    .with_auth_bytes(Bytes::from_static(br#"{"status":"invalid_token"}"#));
+                                (Step::Reply(resp.into(), version), State::OauthRefused)
+                            }
+                        }
+                    }
+                    State::OauthRefused => {
+                        refused("Authentication failed: the OAUTHBEARER token is not valid", State::Handshake)
+                    }
                     State::Authenticate(m) => match self.server.scram_start(&m, &req.auth_bytes) {
                         Ok((login, server_first)) => {
                             let resp = SaslAuthenticateResponse::default().with_auth_bytes(server_first.into());

@@ -50,7 +50,9 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
                 let own = s.scoped(&l.name, &format!("{}.sasl.jaas.config", mechanism.to_ascii_lowercase()));
                 own.unwrap_or_else(|| s.for_listener(&l.name, "sasl.jaas.config")).to_string()
             };
-            let server = SaslServer::new(s.for_listener(&l.name, "sasl.enabled.mechanisms"), &jaas, scram.clone())
+            let settings = |k: &str| s.for_listener(&l.name, k).to_string();
+            let mechanisms = s.for_listener(&l.name, "sasl.enabled.mechanisms");
+            let server = SaslServer::new(mechanisms, &jaas, scram.clone(), &settings)
                 .with_context(|| format!("listener {}", l.name))?;
             Some(Arc::new(server))
         } else {

@@ -26,6 +26,7 @@ pub struct SaslServer {
     /// PLAIN's users and their passwords.
     plain: HashMap<String, Vec<u8>>,
     scram: ScramLookup,
+    oauth: Option<crate::oauth::OauthValidator>,
 }
 
 /// Why a login failed, as the client is told.
@@ -37,24 +38,41 @@ pub enum LoginError {
 
 impl SaslServer {
     /// `mechanisms` is `sasl.enabled.mechanisms`; `jaas(mechanism)` the JAAS configuration
-    /// for that mechanism on this listener; `scram` finds SCRAM credentials.
-    pub fn new(mechanisms: &str, jaas: &dyn Fn(&str) -> String, scram: ScramLookup) -> Result<SaslServer> {
+    /// for that mechanism on this listener; `scram` finds SCRAM credentials; `settings` are
+    /// the listener's (OAUTHBEARER's `sasl.oauthbearer.*`).
+    pub fn new(
+        mechanisms: &str,
+        jaas: &dyn Fn(&str) -> String,
+        scram: ScramLookup,
+        settings: &dyn Fn(&str) -> String,
+    ) -> Result<SaslServer> {
         let mechanisms: Vec<String> =
             mechanisms.split(',').map(|m| m.trim().to_ascii_uppercase()).filter(|m| !m.is_empty()).collect();
         if mechanisms.is_empty() {
             bail!("sasl.enabled.mechanisms is empty");
         }
         let mut plain = HashMap::new();
+        let mut oauth = None;
         for m in &mechanisms {
             match m.as_str() {
                 "PLAIN" => plain = plain_users(&jaas("plain"))?,
+                "OAUTHBEARER" => oauth = Some(crate::oauth::OauthValidator::from_settings(settings)?),
                 m if ScramMechanism::from_name(m).is_some() => {}
                 other => bail!(
-                    "sasl.enabled.mechanisms: {other} is not supported yet (PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 are)"
+                    "sasl.enabled.mechanisms: {other} is not supported (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER are)"
                 ),
             }
         }
-        Ok(SaslServer { mechanisms, plain, scram })
+        Ok(SaslServer { mechanisms, plain, scram, oauth })
+    }
+
+    /// An OAUTHBEARER client's message: the principal, or why the token was refused (for
+    /// the log; the client is told only that it failed).
+    pub fn oauth_authenticate(&self, token: &[u8], now_s: i64) -> Result<String, String> {
+        match &self.oauth {
+            Some(v) if self.enabled("OAUTHBEARER") => v.authenticate(token, now_s),
+            _ => Err("OAUTHBEARER is not enabled".into()),
+        }
     }
 
     /// The first round of a SCRAM login: the login to finish and the server's first
@@ -200,8 +218,10 @@ mod tests {
     }
 
     fn server() -> SaslServer {
-        SaslServer::new("PLAIN", &|m| if m == "plain" { JAAS.to_string() } else { String::new() }, no_scram())
-            .expect("valid")
+        SaslServer::new("PLAIN", &|m| if m == "plain" { JAAS.to_string() } else { String::new() }, no_scram(), &|_| {
+            String::new()
+        })
+        .expect("valid")
     }
 
     #[test]
@@ -227,21 +247,26 @@ mod tests {
     #[test]
     fn configurations_that_cannot_work_are_refused() {
         let jaas = |text: &'static str| move |_: &str| text.to_string();
-        assert!(SaslServer::new("GSSAPI", &jaas(JAAS), no_scram()).is_err());
-        assert!(SaslServer::new("", &jaas(JAAS), no_scram()).is_err());
-        assert!(SaslServer::new("SCRAM-SHA-512,SCRAM-SHA-256", &jaas(""), no_scram()).is_ok());
-        assert!(SaslServer::new("PLAIN", &jaas(""), no_scram()).is_err());
-        assert!(SaslServer::new("PLAIN", &jaas("com.example.Other required user_a=\"b\";"), no_scram()).is_err());
+        assert!(SaslServer::new("GSSAPI", &jaas(JAAS), no_scram(), &|_| String::new()).is_err());
+        assert!(SaslServer::new("", &jaas(JAAS), no_scram(), &|_| String::new()).is_err());
+        assert!(SaslServer::new("SCRAM-SHA-512,SCRAM-SHA-256", &jaas(""), no_scram(), &|_| String::new()).is_ok());
+        assert!(SaslServer::new("PLAIN", &jaas(""), no_scram(), &|_| String::new()).is_err());
+        assert!(SaslServer::new("PLAIN", &jaas("com.example.Other required user_a=\"b\";"), no_scram(), &|_| {
+            String::new()
+        })
+        .is_err());
         assert!(SaslServer::new(
             "PLAIN",
             &jaas("org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a\";"),
-            no_scram()
+            no_scram(),
+            &|_| String::new()
         )
         .is_err());
         assert!(SaslServer::new(
             "PLAIN",
             &jaas("org.apache.kafka.common.security.plain.PlainLoginModule required user_a=\"b"),
-            no_scram()
+            no_scram(),
+            &|_| String::new()
         )
         .is_err());
     }
