@@ -3,6 +3,7 @@
 //! authority for development and tests. ACLs and quotas come here next (docs/security.md).
 
 pub mod dev_certs;
+mod login;
 pub mod oauth;
 pub mod sasl;
 pub mod scram;

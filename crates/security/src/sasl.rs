@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
 
+use crate::login::constant_time_eq;
+pub use crate::login::LoginError;
 use crate::scram::{ScramCredential, ScramLogin, ScramMechanism};
 
 /// A user's SCRAM credential for a mechanism, from wherever credentials are kept.
@@ -27,13 +29,6 @@ pub struct SaslServer {
     plain: HashMap<String, Vec<u8>>,
     scram: ScramLookup,
     oauth: Option<crate::oauth::OauthValidator>,
-}
-
-/// Why a login failed, as the client is told.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LoginError {
-    /// Kafka's SASL_AUTHENTICATION_FAILED, with the message the client sees.
-    Failed(&'static str),
 }
 
 impl SaslServer {
@@ -125,15 +120,6 @@ impl SaslServer {
             Err(FAILED)
         }
     }
-}
-
-/// Equal bytes, in time that depends on the lengths only.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        diff |= (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0)) as usize;
-    }
-    diff == 0
 }
 
 /// The `user_<name>="<password>"` options of a PlainLoginModule JAAS configuration.
@@ -269,14 +255,5 @@ mod tests {
             &|_| String::new()
         )
         .is_err());
-    }
-
-    #[test]
-    fn equal_bytes_in_constant_time() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
-        assert!(!constant_time_eq(b"", b"a"));
-        assert!(constant_time_eq(b"", b""));
     }
 }

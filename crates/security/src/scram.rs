@@ -10,7 +10,7 @@ use base64::Engine as _;
 use ring::{digest, hmac, pbkdf2, rand::SecureRandom};
 use serde::{Deserialize, Serialize};
 
-use crate::sasl::LoginError;
+use crate::login::{constant_time_eq, LoginError};
 
 /// Kafka's bounds on a credential's iterations (AlterUserScramCredentials).
 pub const ITERATIONS_MIN: i32 = 4096;
@@ -236,7 +236,7 @@ impl ScramLogin {
             return Err(FAILED);
         }
         let client_key: Vec<u8> = proof.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
-        if !crate::sasl::constant_time_eq(&m.hash(&client_key), &credential.stored_key) {
+        if !constant_time_eq(&m.hash(&client_key), &credential.stored_key) {
             return Err(FAILED);
         }
         let server_signature = m.hmac(&credential.server_key, auth_message.as_bytes());
