@@ -158,6 +158,8 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // The watchdog stops a broker whose runtime or Raft driver made no progress this long
     // (0: no watchdog).
     ("watchdog.timeout.ms", Kind::Long, "60000"),
+    // How often freed memory is handed back to the system (glibc's malloc_trim; 0: never).
+    ("memory.trim.interval.ms", Kind::Long, "30000"),
     ("max.incremental.fetch.session.cache.slots", Kind::Int, "1000"),
     ("fetch.max.wait.ms.max", Kind::Long, "30000"),
     ("fetch.max.bytes", Kind::Int, "57671680"),

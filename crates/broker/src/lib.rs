@@ -26,6 +26,7 @@ mod fetch_session;
 mod group_coordinator;
 mod handlers;
 mod inflight;
+mod memory;
 pub mod offsets_log;
 pub mod partition;
 mod preferred_leader;

@@ -69,6 +69,7 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     // starts leading it.
     tokio::spawn(crate::group_coordinator::follow_leaders(weak));
     crate::watchdog::start(&broker);
+    crate::memory::start(&broker);
     let connections_max = broker.config.settings.usize("max.connections").max(1);
     let permits = Arc::new(Semaphore::new(connections_max));
     let per_ip = Arc::new(PerIp::from_settings(&broker.config.settings)?);
