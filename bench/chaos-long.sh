@@ -10,7 +10,8 @@
 # Network faults need root and iproute2 (network namespaces); without them, set FAULTS
 # without the isolate-* and region-latency faults. Output in OUT (default
 # bench/results/chaos-long-N-DATE): chaos.out (the summary), report.json, chart.svg,
-# samples.txt (time pid port rss_kb fds), broker logs.
+# samples.txt (time pid port rss_kb fds anon_kb: anonymous memory, without the executable's
+# pages), broker logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BROKERS="${1:-3}"
@@ -40,8 +41,9 @@ sample() {
       port=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -o -- '--port [0-9]*' | awk '{print $2}') || continue
       (( port >= PORT && port < PORT + BROKERS )) || continue
       rss=$(awk '/VmRSS/{print $2}' "/proc/$p/status" 2>/dev/null) || continue
+      anon=$(awk '/RssAnon/{print $2}' "/proc/$p/status" 2>/dev/null) || continue
       fds=$(ls "/proc/$p/fd" 2>/dev/null | wc -l)
-      echo "$ts $p $port $rss $fds"
+      echo "$ts $p $port $rss $fds $anon"
     done
     sleep 30
   done
