@@ -391,11 +391,12 @@ impl<T> Reloading<T> {
             state.files.iter().map(|(p, _)| p.clone()).collect()
         };
         let stamps = stamped(files);
-        let loaded = (self.build)();
+        // Files are read and stamped before the lock: it is held for the swap alone.
+        let loaded = (self.build)().map(|(config, files)| Loaded { config, files: stamped(files) });
         let mut state = self.state.write_or_stop();
         match loaded {
-            Ok((config, files)) => {
-                *state = Loaded { config, files: stamped(files) };
+            Ok(fresh) => {
+                *state = fresh;
                 Ok(true)
             }
             Err(e) => {
