@@ -34,6 +34,8 @@ pub struct Broker {
     pub offsets_creating: Arc<AtomicBool>,
     /// The requests in flight on every connection, for the watchdog's report.
     pub requests: crate::inflight::Requests,
+    /// `super.users` and the other authorizer settings; None without `authorizer.class.name`.
+    pub authorizer: Option<Arc<runnel_security::acl::Policy>>,
 }
 
 impl Broker {
@@ -63,6 +65,7 @@ impl Broker {
             group_max_size: s.usize("group.max.size").max(1),
             consumer_group_max_size: s.usize("group.consumer.max.size").max(1),
         };
+        let authorizer = crate::authz::policy(s)?;
         let offsets_partitions = s.i64("offsets.topic.num.partitions").max(1) as i32;
         let voters = parse_voters(s.get("controller.quorum.voters"))?;
         let (replicas, links) = ReplicaManager::start(&config, &voters, catalog.clone(), data_arrived.clone()).await?;
@@ -107,9 +110,23 @@ impl Broker {
             replicas: replicas.clone(),
             offsets_creating: Arc::new(AtomicBool::new(false)),
             requests: Default::default(),
+            authorizer,
         });
         tokio::spawn(crate::replica_manager::announce_leaders(replicas, controller));
         Ok(broker)
+    }
+
+    /// The rights of a request from `principal` at `peer`.
+    pub fn access(&self, principal: &Arc<str>, peer: std::net::SocketAddr) -> crate::authz::Access {
+        match &self.authorizer {
+            None => crate::authz::Access::open(),
+            policy => crate::authz::Access::new(
+                policy.clone(),
+                self.controller.acls(),
+                principal.clone(),
+                peer.ip().to_string(),
+            ),
+        }
     }
 
     pub fn controller(&self) -> &Arc<Controller> {

@@ -68,6 +68,9 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("ssl.enabled.protocols", Kind::List, "TLSv1.2,TLSv1.3"),
     ("ssl.cipher.suites", Kind::List, ""),
     ("ssl.endpoint.identification.algorithm", Kind::Str, "https"),
+    // A TLS client certificate's subject (RFC 2253) to its principal name: DEFAULT, or
+    // RULE:pattern/replacement/[LU] rules, the first that matches deciding.
+    ("ssl.principal.mapping.rules", Kind::Str, "DEFAULT"),
     // Accepted for Kafka's server.properties; rustls has one implementation of each.
     ("ssl.protocol", Kind::Str, "TLSv1.3"),
     ("ssl.keymanager.algorithm", Kind::Str, "SunX509"),
@@ -87,6 +90,11 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // Accepted for Kafka's server.properties (listener.name.<l>.oauthbearer.sasl.server.
     // callback.handler.class=...OAuthBearerValidatorCallbackHandler): Runnel always validates.
     ("sasl.server.callback.handler.class", Kind::Str, ""),
+    // ACLs (docs/security.md): set to org.apache.kafka.metadata.authorizer.StandardAuthorizer
+    // to enforce them; super.users is a ;-separated list of principals that pass every check.
+    ("authorizer.class.name", Kind::Str, ""),
+    ("super.users", Kind::Str, ""),
+    ("allow.everyone.if.no.acl.found", Kind::Bool, "false"),
     // Runnel: how often a TLS listener looks for changed key and trust store files (new
     // connections get the new certificate; 0: never).
     ("ssl.reload.check.interval.ms", Kind::Long, "10000"),

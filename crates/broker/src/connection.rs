@@ -44,6 +44,8 @@ pub fn request_bytes_pool(broker: &Broker) -> Arc<Semaphore> {
 pub struct Entry {
     pub name: Arc<str>,
     pub tls: Option<Arc<runnel_security::ServerTls>>,
+    /// ssl.principal.mapping.rules: a TLS client's certificate subject to its principal.
+    pub principal_rules: Option<Arc<runnel_security::principal::PrincipalRules>>,
     pub sasl: Option<Arc<runnel_security::SaslServer>>,
 }
 
@@ -61,7 +63,8 @@ pub async fn serve(
     let _ = stream.set_nodelay(true);
     let Some(tls) = &entry.tls else {
         let (rd, wr) = stream.into_split();
-        return serve_halves(broker, rd, wr, peer, &entry, shutdown, pool).await;
+        let anonymous = crate::authz::ANONYMOUS.into();
+        return serve_halves(broker, rd, wr, peer, &entry, anonymous, shutdown, pool).await;
     };
     let acceptor = runnel_security::TlsAcceptor::from(tls.current());
     let handshake =
@@ -76,8 +79,35 @@ pub async fn serve(
         },
         _ = shutdown.changed() => return,
     };
+    let principal = match certificate_principal(&stream, entry.principal_rules.as_deref()) {
+        Ok(p) => p,
+        Err(why) => {
+            info!(%peer, listener = %entry.name, %why, "closing connection: no principal for the client certificate");
+            return;
+        }
+    };
     let (rd, wr) = tokio::io::split(stream);
-    serve_halves(broker, rd, wr, peer, &entry, shutdown, pool).await
+    serve_halves(broker, rd, wr, peer, &entry, principal, shutdown, pool).await
+}
+
+/// As Kafka: a TLS client with a certificate is `User:` and its subject's distinguished name
+/// as ssl.principal.mapping.rules rewrite it; one without is `User:ANONYMOUS`. A SASL login
+/// on the connection replaces it.
+fn certificate_principal(
+    stream: &runnel_security::TlsStream<TcpStream>,
+    rules: Option<&runnel_security::principal::PrincipalRules>,
+) -> Result<Arc<str>, String> {
+    let Some(cert) = stream.get_ref().1.peer_certificates().and_then(|c| c.first()) else {
+        return Ok(crate::authz::ANONYMOUS.into());
+    };
+    let dn = runnel_security::principal::subject_name(cert)?;
+    let name = match rules {
+        Some(rules) => {
+            rules.apply(&dn).ok_or_else(|| format!("no ssl.principal.mapping.rules rule applies to {dn}"))?
+        }
+        None => dn,
+    };
+    Ok(format!("User:{name}").into())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -87,6 +117,7 @@ async fn serve_halves<R, W>(
     wr: W,
     peer: SocketAddr,
     entry: &Entry,
+    mut principal: Arc<str>,
     mut shutdown: watch::Receiver<bool>,
     pool: Arc<Semaphore>,
 ) where
@@ -160,9 +191,9 @@ async fn serve_halves<R, W>(
             let (resp, version, close) = match g.on_frame(&frame) {
                 Step::Pass => (None, 0, false),
                 Step::Reply(resp, v) => (Some(resp), v, false),
-                // The principal is logged; authorization (ACLs) is to come.
                 Step::LoggedIn(resp, v, who) => {
                     info!(%peer, listener = %listener, principal = %who, "authenticated");
+                    principal = who.into();
                     (Some(resp), v, false)
                 }
                 Step::ReplyAndClose(resp, v) => (Some(resp), v, true),
@@ -184,7 +215,7 @@ async fn serve_halves<R, W>(
                 continue;
             }
         }
-        match decode(&broker, frame, peer, listener) {
+        match decode(&broker, frame, peer, listener, &principal) {
             Ok(reply) => {
                 registered.connection.started(key, version, correlation_id);
                 if tx.send((reply, permit)).await.is_err() {
@@ -232,11 +263,18 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 /// fuzz tests drive the broker through this.
 pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes, peer: SocketAddr) -> Result<Option<Bytes>, String> {
     let listener: Arc<str> = broker.config.listeners[0].name.as_str().into();
-    Ok(decode(broker, frame, peer, &listener)?.await)
+    let principal: Arc<str> = crate::authz::ANONYMOUS.into();
+    Ok(decode(broker, frame, peer, &listener, &principal)?.await)
 }
 
 /// Parses one frame and starts its handler. An error means: close the connection.
-fn decode(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAddr, listener: &Arc<str>) -> Result<Framed, String> {
+fn decode(
+    broker: &Arc<Broker>,
+    mut frame: Bytes,
+    peer: SocketAddr,
+    listener: &Arc<str>,
+    principal: &Arc<str>,
+) -> Result<Framed, String> {
     if frame.len() < 8 {
         return Err(format!("frame of {} bytes is shorter than a request header", frame.len()));
     }
@@ -260,7 +298,7 @@ fn decode(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAddr, listener: &A
     if frame.has_remaining() {
         debug!(?key, version, trailing = frame.remaining(), "request has trailing bytes");
     }
-    let reply: Reply = dispatch::dispatch(broker, &header, request, peer, listener);
+    let reply: Reply = dispatch::dispatch(broker, &header, request, peer, listener, principal);
     Ok(Box::pin(async move {
         let resp = reply.await?;
         encode_response(key, version, correlation_id, &resp)

@@ -12,12 +12,14 @@ use kafka_protocol::messages::ResponseKind;
 /// `None` means no response is sent (produce with acks=0).
 pub type Reply = Pin<Box<dyn Future<Output = Option<ResponseKind>> + Send>>;
 
-/// Who sent a request: what JoinGroup records as a member's client id and host, and the
-/// listener it came through (whose advertised addresses Metadata answers with).
+/// Who sent a request: what JoinGroup records as a member's client id and host, the
+/// listener it came through (whose advertised addresses Metadata answers with), and what
+/// its principal may do.
 pub struct Ctx {
     pub client_id: String,
     pub peer: std::net::SocketAddr,
     pub listener: std::sync::Arc<str>,
+    pub access: crate::authz::Access,
 }
 
 /// A reply that is ready now.

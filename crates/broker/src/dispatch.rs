@@ -32,41 +32,44 @@ macro_rules! api_table {
 }
 
 api_table! {
-    Produce(3, 13) => |b, r, v, _ctx| handlers::produce::handle(b, r, v);
-    Fetch(4, 17) => |b, r, v, _ctx| handlers::fetch::handle(b.clone(), r, v);
-    ListOffsets(1, 10) => |b, r, v, _ctx| handlers::list_offsets::handle(b, r, v);
+    Produce(3, 13) => |b, r, v, ctx| handlers::produce::handle(b, r, v, ctx);
+    Fetch(4, 17) => |b, r, v, ctx| handlers::fetch::handle(b.clone(), r, v, ctx);
+    ListOffsets(1, 10) => |b, r, v, ctx| handlers::list_offsets::handle(b, r, v, ctx);
     Metadata(0, 13) => |b, r, v, ctx| handlers::metadata::handle(b, r, v, ctx);
     ApiVersions(0, 4) => |_b, _r, _v, _ctx| now(api_versions_response());
-    CreateTopics(2, 7) => |b, r, v, _ctx| handlers::create_topics::handle(b, r, v);
-    DeleteTopics(1, 6) => |b, r, v, _ctx| handlers::delete_topics::handle(b, r, v);
-    DeleteRecords(0, 2) => |b, r, v, _ctx| handlers::delete_records::handle(b, r, v);
-    ElectLeaders(0, 2) => |b, r, v, _ctx| handlers::elect_leaders::handle(b, r, v);
-    AlterPartitionReassignments(0, 1) => |b, r, v, _ctx| handlers::partition_reassignments::alter(b, r, v);
-    ListPartitionReassignments(0, 0) => |b, r, v, _ctx| handlers::partition_reassignments::list(b, r, v);
-    InitProducerId(0, 5) => |b, r, v, _ctx| handlers::init_producer_id::handle(b, r, v);
-    OffsetForLeaderEpoch(2, 4) => |b, r, v, _ctx| handlers::offset_for_leader_epoch::handle(b, r, v);
-    DescribeConfigs(1, 4) => |b, r, v, _ctx| handlers::describe_configs::handle(b, r, v);
-    AlterConfigs(0, 2) => |b, r, v, _ctx| handlers::alter_configs::legacy(b, r, v);
-    CreatePartitions(0, 3) => |b, r, v, _ctx| handlers::create_partitions::handle(b, r, v);
-    IncrementalAlterConfigs(0, 1) => |b, r, v, _ctx| handlers::alter_configs::incremental(b, r, v);
+    CreateTopics(2, 7) => |b, r, v, ctx| handlers::create_topics::handle(b, r, v, ctx);
+    DeleteTopics(1, 6) => |b, r, v, ctx| handlers::delete_topics::handle(b, r, v, ctx);
+    DeleteRecords(0, 2) => |b, r, v, ctx| handlers::delete_records::handle(b, r, v, ctx);
+    ElectLeaders(0, 2) => |b, r, v, ctx| handlers::elect_leaders::handle(b, r, v, ctx);
+    AlterPartitionReassignments(0, 1) => |b, r, v, ctx| handlers::partition_reassignments::alter(b, r, v, ctx);
+    ListPartitionReassignments(0, 0) => |b, r, v, ctx| handlers::partition_reassignments::list(b, r, v, ctx);
+    InitProducerId(0, 5) => |b, r, v, ctx| handlers::init_producer_id::handle(b, r, v, ctx);
+    OffsetForLeaderEpoch(2, 4) => |b, r, v, ctx| handlers::offset_for_leader_epoch::handle(b, r, v, ctx);
+    DescribeConfigs(1, 4) => |b, r, v, ctx| handlers::describe_configs::handle(b, r, v, ctx);
+    AlterConfigs(0, 2) => |b, r, v, ctx| handlers::alter_configs::legacy(b, r, v, ctx);
+    CreatePartitions(0, 3) => |b, r, v, ctx| handlers::create_partitions::handle(b, r, v, ctx);
+    IncrementalAlterConfigs(0, 1) => |b, r, v, ctx| handlers::alter_configs::incremental(b, r, v, ctx);
     DescribeCluster(0, 1) => |b, r, v, ctx| handlers::describe_cluster::handle(b, r, v, ctx);
-    DescribeLogDirs(1, 4) => |b, r, v, _ctx| handlers::describe_log_dirs::handle(b, r, v);
+    DescribeLogDirs(1, 4) => |b, r, v, ctx| handlers::describe_log_dirs::handle(b, r, v, ctx);
     FindCoordinator(0, 6) => |b, r, v, ctx| handlers::find_coordinator::handle(b, r, v, ctx);
     JoinGroup(0, 9) => |b, r, v, ctx| handlers::join_group::handle(b, r, v, ctx);
-    SyncGroup(0, 5) => |b, r, v, _ctx| handlers::sync_group::handle(b, r, v);
-    Heartbeat(0, 4) => |b, r, v, _ctx| handlers::heartbeat::handle(b, r, v);
-    LeaveGroup(0, 5) => |b, r, v, _ctx| handlers::leave_group::handle(b, r, v);
-    OffsetCommit(2, 9) => |b, r, v, _ctx| handlers::offset_commit::handle(b, r, v);
-    OffsetFetch(1, 9) => |b, r, v, _ctx| handlers::offset_fetch::handle(b, r, v);
-    DescribeGroups(0, 5) => |b, r, v, _ctx| handlers::describe_groups::handle(b, r, v);
-    ListGroups(0, 5) => |b, r, v, _ctx| handlers::list_groups::handle(b, r, v);
-    DeleteGroups(0, 2) => |b, r, v, _ctx| handlers::delete_groups::handle(b, r, v);
-    OffsetDelete(0, 0) => |b, r, v, _ctx| handlers::offset_delete::handle(b, r, v);
+    SyncGroup(0, 5) => |b, r, v, ctx| handlers::sync_group::handle(b, r, v, ctx);
+    Heartbeat(0, 4) => |b, r, v, ctx| handlers::heartbeat::handle(b, r, v, ctx);
+    LeaveGroup(0, 5) => |b, r, v, ctx| handlers::leave_group::handle(b, r, v, ctx);
+    OffsetCommit(2, 9) => |b, r, v, ctx| handlers::offset_commit::handle(b, r, v, ctx);
+    OffsetFetch(1, 9) => |b, r, v, ctx| handlers::offset_fetch::handle(b, r, v, ctx);
+    DescribeGroups(0, 5) => |b, r, v, ctx| handlers::describe_groups::handle(b, r, v, ctx);
+    ListGroups(0, 5) => |b, r, v, ctx| handlers::list_groups::handle(b, r, v, ctx);
+    DeleteGroups(0, 2) => |b, r, v, ctx| handlers::delete_groups::handle(b, r, v, ctx);
+    OffsetDelete(0, 0) => |b, r, v, ctx| handlers::offset_delete::handle(b, r, v, ctx);
     ConsumerGroupHeartbeat(0, 1) => |b, r, v, ctx| handlers::consumer_group_heartbeat::handle(b, r, v, ctx);
-    ConsumerGroupDescribe(0, 1) => |b, r, v, _ctx| handlers::consumer_group_describe::handle(b, r, v);
-    DescribeClientQuotas(0, 1) => |b, r, v, _ctx| handlers::describe_client_quotas::handle(b, r, v);
-    DescribeUserScramCredentials(0, 0) => |b, r, v, _ctx| handlers::user_scram_credentials::describe(b, r, v);
-    AlterUserScramCredentials(0, 0) => |b, r, v, _ctx| handlers::user_scram_credentials::alter(b, r, v);
+    ConsumerGroupDescribe(0, 1) => |b, r, v, ctx| handlers::consumer_group_describe::handle(b, r, v, ctx);
+    DescribeAcls(1, 3) => |b, r, v, ctx| handlers::acls::describe(b, r, v, ctx);
+    CreateAcls(1, 3) => |b, r, v, ctx| handlers::acls::create(b, r, v, ctx);
+    DeleteAcls(1, 3) => |b, r, v, ctx| handlers::acls::delete(b, r, v, ctx);
+    DescribeClientQuotas(0, 1) => |b, r, v, ctx| handlers::describe_client_quotas::handle(b, r, v, ctx);
+    DescribeUserScramCredentials(0, 0) => |b, r, v, ctx| handlers::user_scram_credentials::describe(b, r, v, ctx);
+    AlterUserScramCredentials(0, 0) => |b, r, v, ctx| handlers::user_scram_credentials::alter(b, r, v, ctx);
     // Served by the connection before a login (sasl_gate); here: not a SASL listener, or
     // already logged in.
     SaslHandshake(0, 1) => |_b, _r, _v, _ctx| now(kafka_protocol::messages::SaslHandshakeResponse::default()
@@ -102,11 +105,13 @@ pub fn dispatch(
     request: RequestKind,
     peer: std::net::SocketAddr,
     listener: &Arc<str>,
+    principal: &Arc<str>,
 ) -> Reply {
     let ctx = Ctx {
         client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
         peer,
         listener: listener.clone(),
+        access: broker.access(principal, peer),
     };
     route(broker, request, header.request_api_version, &ctx)
 }

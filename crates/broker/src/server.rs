@@ -36,13 +36,16 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     };
     for l in &config.listeners {
         let socket = TcpListener::bind(l.listen).await.with_context(|| format!("binding {} ({})", l.listen, l.name))?;
-        let tls = if l.protocol.tls() {
+        let (tls, principal_rules) = if l.protocol.tls() {
             let (settings, name) = (config.settings.clone(), l.name.clone());
             let tls = ServerTls::server(Box::new(move |k: &str| settings.for_listener(&name, k).to_string()))
                 .with_context(|| format!("listener {}", l.name))?;
-            Some(Arc::new(tls))
+            let rules = config.settings.for_listener(&l.name, "ssl.principal.mapping.rules");
+            let rules = runnel_security::principal::PrincipalRules::parse(rules)
+                .map_err(|e| anyhow::anyhow!("listener {}: ssl.principal.mapping.rules: {e}", l.name))?;
+            (Some(Arc::new(tls)), Some(Arc::new(rules)))
         } else {
-            None
+            (None, None)
         };
         let sasl = if l.protocol.sasl() {
             let s = &config.settings;
@@ -58,7 +61,8 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
         } else {
             None
         };
-        listeners.push((socket, Arc::new(connection::Entry { name: l.name.as_str().into(), tls, sasl })));
+        let entry = connection::Entry { name: l.name.as_str().into(), tls, principal_rules, sasl };
+        listeners.push((socket, Arc::new(entry)));
     }
     let broker = Broker::start(config).await?;
     let weak = Arc::downgrade(&broker);

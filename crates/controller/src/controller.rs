@@ -3,6 +3,7 @@
 //! brokers forward their calls to it (KIP-590) and wait until the outcome is applied to
 //! their own image, so a broker whose copy lags never decides on its own.
 
+use runnel_security::acl::AclBinding;
 use runnel_security::{ScramCredential, ScramMechanism};
 use runnel_sync::{LockExt, RwLockExt};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -400,6 +401,19 @@ impl Controller {
         self.run(Call::AlterScram { upserts, deletes, change_id }).await?;
         self.until_applied(|s| s.config_changes.contains(&change_id), "the credentials were not applied here in time")
             .await
+    }
+
+    /// CreateAcls and DeleteAcls (checked by the caller), committed by the controller;
+    /// returns once applied here.
+    pub async fn alter_acls(&self, creates: Vec<AclBinding>, deletes: Vec<AclBinding>) -> Outcome {
+        let change_id = Uuid::new_v4();
+        self.run(Call::AlterAcls { creates, deletes, change_id }).await?;
+        self.until_applied(|s| s.config_changes.contains(&change_id), "the ACLs were not applied here in time").await
+    }
+
+    /// Every ACL, as this broker has applied the metadata log.
+    pub fn acls(&self) -> Arc<Vec<AclBinding>> {
+        self.read().acls.clone()
     }
 
     /// A user's SCRAM credential for one mechanism.

@@ -3,11 +3,13 @@
 //! One owner changes it: the controller's apply task, in log order.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use uuid::Uuid;
 
 use crate::host::Effect;
 use crate::records::{raft_group, BrokerInfo, Moving, Record};
+use runnel_security::acl::AclBinding;
 use runnel_security::{ScramCredential, ScramMechanism};
 
 /// Applied config change ids remembered, for the brokers waiting on them.
@@ -49,6 +51,8 @@ pub(crate) struct Image {
     pub next_seq: u64,
     /// SCRAM credentials by (user, mechanism).
     pub scram: BTreeMap<(String, ScramMechanism), ScramCredential>,
+    /// The ACLs, shared with the requests being authorized (replaced whole on a change).
+    pub acls: Arc<Vec<AclBinding>>,
 }
 
 impl Image {
@@ -65,7 +69,10 @@ impl Image {
     /// What applying `rec` asks of broker `me`, given the image before it.
     pub fn effect_of(&self, rec: &Record, me: i32) -> Option<Effect> {
         match rec {
-            Record::RegisterBroker(_) | Record::FenceBroker { .. } | Record::ScramCredentials { .. } => None,
+            Record::RegisterBroker(_)
+            | Record::FenceBroker { .. }
+            | Record::ScramCredentials { .. }
+            | Record::Acls { .. } => None,
             Record::CreateTopic { name, id, seq, replicas, configs } => {
                 (!self.topics.contains_key(name)).then(|| Effect::CreateTopic {
                     name: name.clone(),
@@ -201,6 +208,15 @@ impl Image {
                 for (user, mechanism, credential) in upserts {
                     self.scram.insert((user, mechanism), credential);
                 }
+                self.changed(change_id);
+            }
+            Record::Acls { creates, deletes, change_id } => {
+                let mut acls: BTreeSet<AclBinding> = self.acls.iter().cloned().collect();
+                for b in &deletes {
+                    acls.remove(b);
+                }
+                acls.extend(creates);
+                self.acls = Arc::new(acls.into_iter().collect());
                 self.changed(change_id);
             }
             Record::DeleteRecords { name, partition, offset, .. } => {

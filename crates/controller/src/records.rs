@@ -1,6 +1,7 @@
 //! What the metadata log holds (JSON records, one per Kafka record of a batch) and what
 //! brokers send the controller over the Raft transport.
 
+use runnel_security::acl::AclBinding;
 use runnel_security::{ScramCredential, ScramMechanism};
 use std::collections::BTreeMap;
 
@@ -186,6 +187,12 @@ pub(crate) enum Record {
         deletes: Vec<(String, ScramMechanism)>,
         change_id: Uuid,
     },
+    /// CreateAcls and DeleteAcls: bindings added and removed (those that exist).
+    Acls {
+        creates: Vec<AclBinding>,
+        deletes: Vec<AclBinding>,
+        change_id: Uuid,
+    },
 }
 
 /// What a broker sends the controller (and the controller's answers) over the Raft
@@ -270,6 +277,13 @@ pub(crate) enum Call {
     AlterScram {
         upserts: Vec<(String, ScramMechanism, ScramCredential)>,
         deletes: Vec<(String, ScramMechanism)>,
+        change_id: Uuid,
+    },
+    /// CreateAcls (checked by the broker that took it) and DeleteAcls (its filters
+    /// resolved to bindings by that broker).
+    AlterAcls {
+        creates: Vec<AclBinding>,
+        deletes: Vec<AclBinding>,
         change_id: Uuid,
     },
 }

@@ -1,10 +1,13 @@
 //! Security: TLS on listeners and between brokers (rustls with the ring provider),
 //! configured with Kafka's `ssl.*` settings; SASL logins; and a throwaway certificate
-//! authority for development and tests. ACLs and quotas come here next (docs/security.md).
+//! authority for development and tests; and ACLs with Kafka's StandardAuthorizer semantics
+//! (docs/security.md).
 
+pub mod acl;
 pub mod dev_certs;
 mod login;
 pub mod oauth;
+pub mod principal;
 pub mod sasl;
 pub mod scram;
 pub mod tls;

@@ -11,12 +11,14 @@ use kafka_protocol::messages::{
 };
 
 use super::str_bytes;
+use crate::authz::Access;
 use crate::broker::Broker;
 use crate::config_change::{apply, validate, Outcome, OP_SET};
 use crate::config_change::{RESOURCE_BROKER, RESOURCE_TOPIC};
-use crate::ctx::Reply;
+use crate::ctx::{Ctx, Reply};
 use crate::errors;
 use runnel_controller::TopicConfigChange as TopicChange;
+use runnel_security::acl::Operation;
 
 type Decided = Result<Altered, (ResponseError, String)>;
 
@@ -33,12 +35,14 @@ enum Altered {
 /// `validate_only`, returns it to apply (a topic's through the controller).
 fn alter(
     b: &Broker,
+    access: &Access,
     resource_type: i8,
     name: &str,
     validate_only: bool,
     stated: TopicChange,
     change: impl FnOnce(&mut BTreeMap<String, String>) -> Outcome,
 ) -> Decided {
+    access.config_resource(Operation::AlterConfigs, resource_type, name)?;
     match resource_type {
         RESOURCE_TOPIC => {
             let topic = b
@@ -65,7 +69,7 @@ fn alter(
     }
 }
 
-pub fn incremental(b: &Arc<Broker>, r: IncrementalAlterConfigsRequest, _v: i16) -> Reply {
+pub fn incremental(b: &Arc<Broker>, r: IncrementalAlterConfigsRequest, _v: i16, ctx: &Ctx) -> Reply {
     use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as Res;
     let items = r
         .resources
@@ -79,18 +83,19 @@ pub fn incremental(b: &Arc<Broker>, r: IncrementalAlterConfigsRequest, _v: i16) 
                     .map(|c| (c.name.to_string(), c.config_operation, c.value.as_ref().map(|v| v.to_string())))
                     .collect(),
             };
-            let outcome = alter(b, res.resource_type, res.resource_name.as_str(), r.validate_only, stated, |map| {
-                for c in &res.configs {
-                    apply(
-                        map,
-                        res.resource_type,
-                        c.name.as_str(),
-                        c.config_operation,
-                        c.value.as_ref().map(|v| v.as_str()),
-                    )?;
-                }
-                Ok(())
-            });
+            let outcome =
+                alter(b, &ctx.access, res.resource_type, res.resource_name.as_str(), r.validate_only, stated, |map| {
+                    for c in &res.configs {
+                        apply(
+                            map,
+                            res.resource_type,
+                            c.name.as_str(),
+                            c.config_operation,
+                            c.value.as_ref().map(|v| v.as_str()),
+                        )?;
+                    }
+                    Ok(())
+                });
             (Res::default().with_resource_type(res.resource_type).with_resource_name(res.resource_name), outcome)
         })
         .collect();
@@ -102,7 +107,7 @@ pub fn incremental(b: &Arc<Broker>, r: IncrementalAlterConfigsRequest, _v: i16) 
     )
 }
 
-pub fn legacy(b: &Arc<Broker>, r: AlterConfigsRequest, _v: i16) -> Reply {
+pub fn legacy(b: &Arc<Broker>, r: AlterConfigsRequest, _v: i16, ctx: &Ctx) -> Reply {
     use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as Res;
     let items = r
         .resources
@@ -116,13 +121,14 @@ pub fn legacy(b: &Arc<Broker>, r: AlterConfigsRequest, _v: i16) -> Reply {
                     .map(|c| (c.name.to_string(), OP_SET, c.value.as_ref().map(|v| v.to_string())))
                     .collect(),
             };
-            let outcome = alter(b, res.resource_type, res.resource_name.as_str(), r.validate_only, stated, |map| {
-                map.clear();
-                for c in &res.configs {
-                    apply(map, res.resource_type, c.name.as_str(), OP_SET, c.value.as_ref().map(|v| v.as_str()))?;
-                }
-                Ok(())
-            });
+            let outcome =
+                alter(b, &ctx.access, res.resource_type, res.resource_name.as_str(), r.validate_only, stated, |map| {
+                    map.clear();
+                    for c in &res.configs {
+                        apply(map, res.resource_type, c.name.as_str(), OP_SET, c.value.as_ref().map(|v| v.as_str()))?;
+                    }
+                    Ok(())
+                });
             (Res::default().with_resource_type(res.resource_type).with_resource_name(res.resource_name), outcome)
         })
         .collect();

@@ -11,7 +11,8 @@ use runnel_coordinator::Tp;
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
+use runnel_security::acl::Operation;
 
 fn assignment(b: &Broker, tps: &[Tp]) -> Assignment {
     let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
@@ -29,12 +30,15 @@ fn assignment(b: &Broker, tps: &[Tp]) -> Assignment {
     )
 }
 
-pub fn handle(b: &Arc<Broker>, r: ConsumerGroupDescribeRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: ConsumerGroupDescribeRequest, v: i16, ctx: &Ctx) -> Reply {
     let groups = r
         .group_ids
         .into_iter()
         .map(|id| {
             let out = DescribedGroup::default().with_group_id(id.clone());
+            if !ctx.access.group(Operation::Describe, &id.0) {
+                return out.with_error_code(ResponseError::GroupAuthorizationFailed.code());
+            }
             let found = match b.group_coordinator.describe_consumer(&id.0) {
                 Ok(found) => found,
                 Err(e) => return out.with_error_code(e.code()),

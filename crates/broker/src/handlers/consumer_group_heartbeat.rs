@@ -13,6 +13,7 @@ use runnel_coordinator::{HeartbeatIn, Topics};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::ctx::{now, Ctx, Reply};
+use runnel_security::acl::Operation;
 
 /// The catalog as the coordinator's view of topics.
 struct CatalogTopics<'a>(&'a Broker);
@@ -39,6 +40,14 @@ pub fn handle(b: &Arc<Broker>, r: ConsumerGroupHeartbeatRequest, v: i16, ctx: &C
     };
     if v >= 1 && r.member_id.is_empty() {
         return fail(ResponseError::InvalidRequest, "MemberId can't be empty.");
+    }
+    // As Kafka: READ on the group, and DESCRIBE on every topic subscribed to by name.
+    if !ctx.access.group(Operation::Read, &r.group_id.0) {
+        return fail(ResponseError::GroupAuthorizationFailed, "Group authorization failed.");
+    }
+    let hidden = r.subscribed_topic_names.iter().flatten().find(|t| !ctx.access.topic(Operation::Describe, &t.0));
+    if let Some(t) = hidden {
+        return fail(ResponseError::TopicAuthorizationFailed, &format!("Unauthorized topics: {}", t.0.as_str()));
     }
     let req = HeartbeatIn {
         member_id: r.member_id.to_string(),

@@ -11,10 +11,11 @@ use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::config_view::topic_config_entries;
-use crate::ctx::Reply;
+use crate::ctx::{Ctx, Reply};
 use crate::errors;
 
-pub fn handle(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16, ctx: &Ctx) -> Reply {
+    let access = ctx.access.clone();
     let (default_partitions, default_rf) = {
         let s = b.catalog.settings();
         (s.i64("num.partitions") as i32, s.i64("default.replication.factor") as i16)
@@ -73,6 +74,9 @@ pub fn handle(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Reply {
                         }
                     }
                     assignment = by_index.into_iter().collect();
+                }
+                if !access.create_topic(&name) {
+                    outcome = Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".into()));
                 }
                 let outcome = match outcome {
                     Err(e) => Err(e),

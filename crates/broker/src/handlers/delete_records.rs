@@ -14,22 +14,29 @@ use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionRe
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use crate::broker::Broker;
-use crate::ctx::Reply;
+use crate::ctx::{Ctx, Reply};
 use crate::errors;
+use runnel_security::acl::Operation;
 
-pub fn handle(b: &Arc<Broker>, r: DeleteRecordsRequest, _v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: DeleteRecordsRequest, _v: i16, ctx: &Ctx) -> Reply {
     let b = b.clone();
+    let access = ctx.access.clone();
     Box::pin(async move {
         let deadline = Duration::from_millis(r.timeout_ms.max(0) as u64);
         let controller = b.controller().clone();
         let mut out = Vec::with_capacity(r.topics.len());
         for t in r.topics {
+            let allowed = access.topic(Operation::Delete, &t.name.0);
             let topic = b.catalog.topic(&t.name.0);
             let mut results = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
                 let res = DeleteRecordsPartitionResult::default()
                     .with_partition_index(p.partition_index)
                     .with_low_watermark(-1);
+                if !allowed {
+                    results.push(res.with_error_code(ResponseError::TopicAuthorizationFailed.code()));
+                    continue;
+                }
                 let Some(part) = topic.as_ref().and_then(|t| t.partitions.get(p.partition_index as usize)) else {
                     results.push(res.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
                     continue;

@@ -8,10 +8,12 @@ use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
-use crate::ctx::Reply;
+use crate::ctx::{Ctx, Reply};
+use runnel_security::acl::Operation;
 
-pub fn handle(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16, ctx: &Ctx) -> Reply {
     let b = b.clone();
+    let access = ctx.access.clone();
     Box::pin(async move {
         let enabled = b.catalog.settings().bool("delete.topic.enable");
         let controller = b.controller().clone();
@@ -28,7 +30,10 @@ pub fn handle(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Reply {
                 None => b.catalog.topic_by_id(id),
             };
             let mut res = DeletableTopicResult::default().with_name(name.as_deref().map(topic_name));
+            let named = name.clone().or_else(|| topic.as_ref().map(|t| t.name.to_string()));
+            let allowed = named.as_ref().is_none_or(|n| access.topic(Operation::Delete, n));
             let outcome = match topic {
+                _ if !allowed => Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".to_string())),
                 None => {
                     let code = if name.is_some() {
                         ResponseError::UnknownTopicOrPartition

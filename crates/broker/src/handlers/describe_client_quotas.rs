@@ -12,7 +12,8 @@ use kafka_protocol::messages::{DescribeClientQuotasRequest, DescribeClientQuotas
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
+use runnel_security::acl::Operation;
 
 const MATCH_EXACT: i8 = 0;
 const MATCH_DEFAULT: i8 = 1;
@@ -41,7 +42,12 @@ fn check(r: &DescribeClientQuotasRequest) -> Result<(), String> {
     Ok(())
 }
 
-pub fn handle(_b: &Arc<Broker>, r: DescribeClientQuotasRequest, _v: i16) -> Reply {
+pub fn handle(_b: &Arc<Broker>, r: DescribeClientQuotasRequest, _v: i16, ctx: &Ctx) -> Reply {
+    if !ctx.access.cluster(Operation::DescribeConfigs) {
+        return now(DescribeClientQuotasResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes("Cluster authorization failed."))));
+    }
     let resp = match check(&r) {
         Ok(()) => DescribeClientQuotasResponse::default().with_entries(Some(Vec::new())),
         Err(message) => DescribeClientQuotasResponse::default()

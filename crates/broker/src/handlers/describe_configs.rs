@@ -11,9 +11,10 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::config_change::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::config_view::{broker_entries, topic_config_entries};
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
+use runnel_security::acl::Operation;
 
-pub fn handle(b: &Arc<Broker>, r: DescribeConfigsRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: DescribeConfigsRequest, v: i16, ctx: &Ctx) -> Reply {
     let settings = b.catalog.settings().clone();
     let results = r
         .resources
@@ -27,6 +28,9 @@ pub fn handle(b: &Arc<Broker>, r: DescribeConfigsRequest, v: i16) -> Reply {
                 out.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg)))
             };
             let name = res.resource_name.as_str();
+            if let Err((code, msg)) = ctx.access.config_resource(Operation::DescribeConfigs, res.resource_type, name) {
+                return fail(out, code, msg);
+            }
             match res.resource_type {
                 RESOURCE_TOPIC => match b.catalog.topic(name) {
                     Some(t) => out.with_configs(topic_config_entries(

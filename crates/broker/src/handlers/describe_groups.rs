@@ -9,14 +9,18 @@ use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
+use runnel_security::acl::Operation;
 
-pub fn handle(b: &Arc<Broker>, r: DescribeGroupsRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: DescribeGroupsRequest, v: i16, ctx: &Ctx) -> Reply {
     let groups = r
         .groups
         .into_iter()
         .map(|id| {
             let out = DescribedGroup::default().with_group_id(id.clone());
+            if !ctx.access.group(Operation::Describe, &id.0) {
+                return out.with_error_code(kafka_protocol::error::ResponseError::GroupAuthorizationFailed.code());
+            }
             match b.group_coordinator.describe(&id.0) {
                 Err(e) => out.with_error_code(e.code()),
                 Ok(None) => out.with_group_state(str_bytes("Dead")),

@@ -12,9 +12,18 @@ use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
+use runnel_security::acl::Operation;
 
-pub fn handle(b: &Arc<Broker>, r: DescribeLogDirsRequest, _v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: DescribeLogDirsRequest, v: i16, ctx: &Ctx) -> Reply {
+    if !ctx.access.cluster(Operation::Describe) {
+        // As Kafka: no log dirs, and (v3+) the error.
+        let mut resp = DescribeLogDirsResponse::default();
+        if v >= 3 {
+            resp.error_code = kafka_protocol::error::ResponseError::ClusterAuthorizationFailed.code();
+        }
+        return now(resp);
+    }
     let wanted = |topic: &str, p: i32| match &r.topics {
         None => true,
         Some(ts) => ts.iter().any(|t| &*t.topic.0 == topic && t.partitions.contains(&p)),

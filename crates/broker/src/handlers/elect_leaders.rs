@@ -15,8 +15,9 @@ use runnel_controller::RaftGroupId;
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
-use crate::ctx::Reply;
+use crate::ctx::{now, Ctx, Reply};
 use crate::partition::Partition;
+use runnel_security::acl::Operation;
 
 const UNCLEAN: i8 = 1;
 /// A partition whose preferred leader was asked to take over: (topic row, partition row),
@@ -30,7 +31,26 @@ const ANSWER_MARGIN: Duration = Duration::from_millis(200);
 /// Longest wait for the preferred leaders to take over, whatever the request asks.
 const WAIT_MAX_MS: i32 = 60_000;
 
-pub fn handle(b: &Arc<Broker>, r: ElectLeadersRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: ElectLeadersRequest, v: i16, ctx: &Ctx) -> Reply {
+    if !ctx.access.cluster(Operation::Alter) {
+        // As Kafka: the top-level error, and every partition asked for refused with it.
+        let denied = ResponseError::ClusterAuthorizationFailed;
+        let results = r
+            .topic_partitions
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| {
+                let rows = t.partitions.iter().map(|p| PartitionResult::default().with_partition_id(*p));
+                let rows = rows.map(|row| row.with_error_code(denied.code())).collect();
+                ReplicaElectionResult::default().with_topic(t.topic).with_partition_result(rows)
+            })
+            .collect();
+        let mut resp = ElectLeadersResponse::default().with_replica_election_results(results);
+        if v >= 1 {
+            resp.error_code = denied.code();
+        }
+        return now(resp);
+    }
     let unclean = v >= 1 && r.election_type == UNCLEAN;
     let wanted: Vec<(String, Vec<i32>)> = match r.topic_partitions {
         Some(tps) => tps.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect(),

@@ -3,6 +3,7 @@
 //! long-poll up to `max_wait_ms` until `min_bytes` are there. Incremental fetch sessions
 //! (KIP-227) are in `fetch_session`.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,11 +11,12 @@ use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+use runnel_security::acl::Operation;
 use tokio::time::Instant;
 
 use super::topic_name;
 use crate::broker::Broker;
-use crate::ctx::Reply;
+use crate::ctx::{Ctx, Reply};
 use crate::errors;
 use crate::fetch_session::{PartKey, PartState, SessionError};
 
@@ -59,8 +61,15 @@ struct Read {
     news: bool,
 }
 
-/// One pass over the partitions: what a response sent now would hold.
-fn read_all(b: &Broker, parts: &[(PartKey, PartState)], max_bytes: usize, v: i16) -> (Vec<Read>, usize) {
+/// One pass over the partitions: what a response sent now would hold. Partitions of the
+/// topics in `denied` (no READ on them) get TOPIC_AUTHORIZATION_FAILED.
+fn read_all(
+    b: &Broker,
+    parts: &[(PartKey, PartState)],
+    denied: &HashSet<&str>,
+    max_bytes: usize,
+    v: i16,
+) -> (Vec<Read>, usize) {
     let mut total = 0usize;
     let mut out = Vec::with_capacity(parts.len());
     for (key, st) in parts {
@@ -71,6 +80,11 @@ fn read_all(b: &Broker, parts: &[(PartKey, PartState)], max_bytes: usize, v: i16
         }
         if v >= 11 {
             data.preferred_read_replica = BrokerId(-1);
+        }
+        if denied.contains(key.topic.as_str()) {
+            data.error_code = ResponseError::TopicAuthorizationFailed.code();
+            out.push(Read { key: key.clone(), data, news: true });
+            continue;
         }
         let part = b
             .catalog
@@ -122,7 +136,8 @@ fn read_all(b: &Broker, parts: &[(PartKey, PartState)], max_bytes: usize, v: i16
     (out, total)
 }
 
-pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16) -> Reply {
+pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
+    let access = ctx.access.clone();
     Box::pin(async move {
         let w = wanted(&b, &r, v);
         let (session_id, epoch) = if v >= 7 { (r.session_id, r.session_epoch) } else { (0, -1) };
@@ -142,17 +157,24 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16) -> Reply {
         let max_bytes = if v >= 3 { r.max_bytes.max(0) as usize } else { usize::MAX }.min(broker_max);
         let wait_ms_max = b.config.settings.i64("fetch.max.wait.ms.max");
         let deadline = Instant::now() + Duration::from_millis(r.max_wait_ms.clamp(0, wait_ms_max as i32) as u64);
+        // An unknown id (no name) is UNKNOWN_TOPIC_ID whoever asks.
+        let denied: HashSet<&str> = resolved
+            .parts
+            .iter()
+            .map(|(k, _)| k.topic.as_str())
+            .filter(|t| !((v >= 13 && t.is_empty()) || access.topic(Operation::Read, t)))
+            .collect();
         let reads = loop {
             let notified = b.data_arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (reads, total) = read_all(&b, &resolved.parts, max_bytes, v);
+            let (reads, total) = read_all(&b, &resolved.parts, &denied, max_bytes, v);
             let errors = reads.iter().any(|rd| rd.data.error_code != 0);
             if total >= r.min_bytes.max(0) as usize || errors || Instant::now() >= deadline || b.is_shutting_down() {
                 break reads;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                break read_all(&b, &resolved.parts, max_bytes, v).0;
+                break read_all(&b, &resolved.parts, &denied, max_bytes, v).0;
             }
         };
         let mut sent = Vec::new();

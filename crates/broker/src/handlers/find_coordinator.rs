@@ -13,6 +13,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::ctx::{now, Ctx, Reply};
+use runnel_security::acl::Operation;
 
 const KEY_GROUP: i8 = 0;
 
@@ -21,8 +22,12 @@ fn lookup(
     b: &Broker,
     key_type: i8,
     key: &str,
-    listener: &str,
+    ctx: &Ctx,
 ) -> Result<(BrokerId, StrBytes, i32), (ResponseError, String)> {
+    let listener = &*ctx.listener;
+    if key_type == KEY_GROUP && !ctx.access.group(Operation::Describe, key) {
+        return Err((ResponseError::GroupAuthorizationFailed, "Group authorization failed.".into()));
+    }
     if key_type != KEY_GROUP {
         return Err((ResponseError::CoordinatorNotAvailable, "only consumer-group coordinators are available".into()));
     }
@@ -39,7 +44,7 @@ pub fn handle(b: &Arc<Broker>, r: FindCoordinatorRequest, v: i16, ctx: &Ctx) -> 
             .coordinator_keys
             .into_iter()
             .map(|key: StrBytes| {
-                let found = lookup(b, r.key_type, &key, &ctx.listener);
+                let found = lookup(b, r.key_type, &key, ctx);
                 let out = Coordinator::default().with_key(key);
                 match found {
                     Ok((node, host, port)) => out.with_node_id(node).with_host(host).with_port(port),
@@ -54,7 +59,7 @@ pub fn handle(b: &Arc<Broker>, r: FindCoordinatorRequest, v: i16, ctx: &Ctx) -> 
         return now(FindCoordinatorResponse::default().with_coordinators(coordinators));
     }
     let resp = FindCoordinatorResponse::default();
-    now(match lookup(b, if v >= 1 { r.key_type } else { KEY_GROUP }, &r.key, &ctx.listener) {
+    now(match lookup(b, if v >= 1 { r.key_type } else { KEY_GROUP }, &r.key, ctx) {
         Ok((node, host, port)) => resp.with_node_id(node).with_host(host).with_port(port),
         Err((code, msg)) => {
             let resp = resp.with_node_id(BrokerId(-1)).with_port(-1).with_error_code(code.code());

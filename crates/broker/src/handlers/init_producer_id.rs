@@ -7,10 +7,17 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use crate::broker::Broker;
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
+use runnel_security::acl::{Operation, ResourceType};
 
-pub fn handle(b: &Arc<Broker>, r: InitProducerIdRequest, _v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: InitProducerIdRequest, _v: i16, ctx: &Ctx) -> Reply {
     let resp = InitProducerIdResponse::default();
+    // As Kafka 3+: an idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE on
+    // some topic.
+    let a = &ctx.access;
+    if !a.cluster(Operation::IdempotentWrite) && !a.any(Operation::Write, ResourceType::Topic) {
+        return now(resp.with_error_code(ResponseError::ClusterAuthorizationFailed.code()));
+    }
     if r.transactional_id.is_some() {
         // Transactions are a later capability; refuse clearly rather than pretend.
         return now(resp.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code()));

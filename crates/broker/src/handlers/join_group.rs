@@ -10,8 +10,17 @@ use runnel_coordinator::JoinRequest;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::ctx::{Ctx, Reply};
+use kafka_protocol::error::ResponseError;
+use runnel_security::acl::Operation;
 
 pub fn handle(b: &Arc<Broker>, r: JoinGroupRequest, v: i16, ctx: &Ctx) -> Reply {
+    if !ctx.access.group(Operation::Read, &r.group_id.0) {
+        let mut resp = JoinGroupResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+            .with_generation_id(-1);
+        resp.protocol_name = if v >= 7 { None } else { Some(str_bytes("")) };
+        return crate::ctx::now(resp);
+    }
     let b = b.clone();
     let req = JoinRequest {
         member_id: r.member_id.to_string(),

@@ -7,9 +7,14 @@ use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
 use crate::broker::Broker;
-use crate::ctx::Reply;
+use crate::ctx::{Ctx, Reply};
+use runnel_security::acl::Operation;
 
-pub fn handle(b: &Arc<Broker>, r: LeaveGroupRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: LeaveGroupRequest, v: i16, ctx: &Ctx) -> Reply {
+    if !ctx.access.group(Operation::Read, &r.group_id.0) {
+        let denied = kafka_protocol::error::ResponseError::GroupAuthorizationFailed;
+        return crate::ctx::now(LeaveGroupResponse::default().with_error_code(denied.code()));
+    }
     let b = b.clone();
     Box::pin(async move {
         let members: Vec<(String, Option<String>)> = if v >= 3 {

@@ -8,15 +8,19 @@ use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
+use runnel_security::acl::Operation;
 
-pub fn handle(b: &Arc<Broker>, r: ListGroupsRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: ListGroupsRequest, v: i16, ctx: &Ctx) -> Reply {
+    // As Kafka: DESCRIBE on the cluster lists every group, else those the client may describe.
+    let every = ctx.access.cluster(Operation::Describe);
     let states: Vec<String> = r.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let types: Vec<String> = r.types_filter.iter().map(|s| s.to_lowercase()).collect();
     let groups = b
         .group_coordinator
         .list()
         .into_iter()
+        .filter(|g| every || ctx.access.group(Operation::Describe, &g.group_id))
         .filter(|g| states.is_empty() || states.contains(&g.state.to_lowercase()))
         .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
         .map(|g| {

@@ -9,9 +9,10 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::records::RecordBatchDecoder;
+use runnel_security::acl::Operation;
 
 use crate::broker::Broker;
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
 use crate::errors;
 use crate::partition::Partition;
 
@@ -65,12 +66,13 @@ fn lookup(p: &Partition, ts: i64) -> Result<(i64, i64), ResponseError> {
     })
 }
 
-pub fn handle(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16, ctx: &Ctx) -> Reply {
     let topics = r
         .topics
         .into_iter()
         .map(|t| {
             let topic = b.catalog.topic(&t.name.0);
+            let allowed = ctx.access.topic(Operation::Describe, &t.name.0);
             let partitions = t
                 .partitions
                 .into_iter()
@@ -79,6 +81,9 @@ pub fn handle(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16) -> Reply {
                         .with_partition_index(p.partition_index)
                         .with_offset(-1)
                         .with_timestamp(-1);
+                    if !allowed {
+                        return res.with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                    }
                     let Some(part) = topic.as_ref().and_then(|t| t.partitions.get(p.partition_index as usize)) else {
                         return res.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                     };

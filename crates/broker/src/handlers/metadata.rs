@@ -10,6 +10,8 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 
+use runnel_security::acl::Operation;
+
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::catalog::{validate_topic_name, Topic};
@@ -62,8 +64,18 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16, ctx: &Ctx) -> Reply {
     };
     // Before v4 there was no switch: requests could always auto-create.
     let may_create = v < 4 || r.allow_auto_topic_creation;
+    let auto_create_enabled = b.catalog.settings().bool("auto.create.topics.enable");
+    let access = &ctx.access;
+    let denied = |name: Option<&str>, id| error_entry(name, id, ResponseError::TopicAuthorizationFailed);
+    // As Kafka: every topic means every topic the client may describe; one named that it may
+    // not describe (or may not create, when it would be created) is refused by name.
     let topics: Vec<MetadataResponseTopic> = if all {
-        b.catalog.topics_snapshot().iter().map(|t| topic_entry(b, t, v)).collect()
+        b.catalog
+            .topics_snapshot()
+            .iter()
+            .filter(|t| access.topic(Operation::Describe, &t.name))
+            .map(|t| topic_entry(b, t, v))
+            .collect()
     } else {
         r.topics
             .unwrap_or_default()
@@ -72,10 +84,14 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16, ctx: &Ctx) -> Reply {
             // leave in it.
             .map(|req| {
                 match req.name.as_ref().map(|n| n.0.as_str()).filter(|n| !n.is_empty() || req.topic_id.is_nil()) {
+                    Some(name) if !access.topic(Operation::Describe, name) => denied(Some(name), uuid::Uuid::nil()),
                     Some(name) => match b.catalog.topic(name) {
                         Some(t) => topic_entry(b, &t, v),
                         None if validate_topic_name(name).is_err() => {
                             error_entry(Some(name), uuid::Uuid::nil(), ResponseError::InvalidTopicException)
+                        }
+                        None if may_create && auto_create_enabled && !access.create_topic(name) => {
+                            denied(Some(name), uuid::Uuid::nil())
                         }
                         // Being created by the controller: clients retry.
                         None if may_create && b.auto_create(name) => {
@@ -84,6 +100,7 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16, ctx: &Ctx) -> Reply {
                         None => error_entry(Some(name), uuid::Uuid::nil(), ResponseError::UnknownTopicOrPartition),
                     },
                     None => match b.catalog.topic_by_id(req.topic_id) {
+                        Some(t) if !access.topic(Operation::Describe, &t.name) => denied(None, req.topic_id),
                         Some(t) => topic_entry(b, &t, v),
                         None => error_entry(None, req.topic_id, ResponseError::UnknownTopicId),
                     },

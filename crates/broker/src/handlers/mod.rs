@@ -2,6 +2,7 @@
 //! returns a [`Reply`](crate::ctx::Reply); errors become Kafka codes through
 //! `crate::errors`, never panics.
 
+pub mod acls;
 pub mod alter_configs;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;

@@ -9,18 +9,43 @@ use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponseParti
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use crate::broker::Broker;
-use crate::ctx::Reply;
+use crate::ctx::{Ctx, Reply};
+use runnel_security::acl::Operation;
 
-pub fn handle(b: &Arc<Broker>, r: OffsetCommitRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: OffsetCommitRequest, v: i16, ctx: &Ctx) -> Reply {
     let b = b.clone();
+    let access = ctx.access.clone();
     Box::pin(async move {
+        // As Kafka: READ on the group, else every partition is refused with the group's
+        // error; READ on each topic, else its partitions are refused.
+        if !access.group(Operation::Read, &r.group_id.0) {
+            let denied = ResponseError::GroupAuthorizationFailed.code();
+            let topics = r
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let partitions = t.partitions.iter().map(|p| {
+                        OffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(denied)
+                    });
+                    OffsetCommitResponseTopic::default().with_name(t.name).with_partitions(partitions.collect())
+                })
+                .collect();
+            return Some(OffsetCommitResponse::default().with_topics(topics).into());
+        }
         // Partitions of topics that do not exist are refused one by one, as Kafka does.
         let mut known = Vec::new();
         let mut codes: Vec<Vec<i16>> = Vec::new();
         for t in &r.topics {
             let topic = b.catalog.topic(&t.name.0);
+            let allowed = access.topic(Operation::Read, &t.name.0);
             let mut per = Vec::new();
             for p in &t.partitions {
+                if !allowed {
+                    per.push(ResponseError::TopicAuthorizationFailed.code());
+                    continue;
+                }
                 let exists = topic.as_ref().is_some_and(|t| (p.partition_index as usize) < t.partitions.len());
                 if exists {
                     known.push((

@@ -13,25 +13,39 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse};
 
 use super::{str_bytes, topic_name};
+use crate::authz::Access;
 use crate::broker::Broker;
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
+use runnel_security::acl::Operation;
 
-type Row = (String, i32, i64, i32, String);
+/// (topic, partition, offset, leader epoch, metadata, error code).
+type Row = (String, i32, i64, i32, String, i16);
 
 /// Committed offsets per requested partition (or all), grouped by topic in request order.
+/// As Kafka: the group needs DESCRIBE; of its topics, those the client may not describe are
+/// left out of an answer for all of them and refused one by one when asked for.
 fn lookup(
     b: &Broker,
+    access: &Access,
     group: &str,
     wanted: Option<Vec<(String, i32)>>,
 ) -> Result<Vec<(String, Vec<Row>)>, ResponseError> {
+    if !access.group(Operation::Describe, group) {
+        return Err(ResponseError::GroupAuthorizationFailed);
+    }
     let found = b.group_coordinator.fetch(group, wanted.as_deref())?;
     let mut by_topic: Vec<(String, Vec<Row>)> = Vec::new();
     for ((topic, partition), committed) in found {
-        let (offset, epoch, meta) = match committed {
-            Some(c) => (c.offset, c.leader_epoch, c.metadata),
-            None => (-1, -1, String::new()),
+        let allowed = access.topic(Operation::Describe, &topic);
+        if !allowed && wanted.is_none() {
+            continue;
+        }
+        let (offset, epoch, meta, error) = match committed {
+            _ if !allowed => (-1, -1, String::new(), ResponseError::TopicAuthorizationFailed.code()),
+            Some(c) => (c.offset, c.leader_epoch, c.metadata, 0),
+            None => (-1, -1, String::new(), 0),
         };
-        let row = (topic.clone(), partition, offset, epoch, meta);
+        let row = (topic.clone(), partition, offset, epoch, meta, error);
         match by_topic.iter_mut().find(|(t, _)| *t == topic) {
             Some((_, rows)) => rows.push(row),
             None => by_topic.push((topic, vec![row])),
@@ -40,7 +54,7 @@ fn lookup(
     Ok(by_topic)
 }
 
-pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16, ctx: &Ctx) -> Reply {
     if v >= 8 {
         let groups = r
             .groups
@@ -49,7 +63,7 @@ pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16) -> Reply {
                 let wanted = g.topics.map(|ts| {
                     ts.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (t.name.0.to_string(), *p))).collect()
                 });
-                let found = lookup(b, &g.group_id.0, wanted);
+                let found = lookup(b, &ctx.access, &g.group_id.0, wanted);
                 let error = found.as_ref().err().map_or(0, |e| e.code());
                 let topics = found
                     .unwrap_or_default()
@@ -57,9 +71,10 @@ pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16) -> Reply {
                     .map(|(t, rows)| {
                         let partitions = rows
                             .into_iter()
-                            .map(|(_, p, offset, epoch, meta)| {
+                            .map(|(_, p, offset, epoch, meta, error)| {
                                 OffsetFetchResponsePartitions::default()
                                     .with_partition_index(p)
+                                    .with_error_code(error)
                                     .with_committed_offset(offset)
                                     .with_committed_leader_epoch(epoch)
                                     .with_metadata(Some(str_bytes(&meta)))
@@ -76,7 +91,7 @@ pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16) -> Reply {
     let wanted = r
         .topics
         .map(|ts| ts.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (t.name.0.to_string(), *p))).collect());
-    let found = match lookup(b, &r.group_id.0, wanted.clone()) {
+    let found = match lookup(b, &ctx.access, &r.group_id.0, wanted.clone()) {
         Ok(found) => found,
         Err(e) if v >= 2 => return now(OffsetFetchResponse::default().with_error_code(e.code())),
         // No group-level error before v2: every requested partition carries it.
@@ -102,9 +117,10 @@ pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16) -> Reply {
         .map(|(t, rows)| {
             let partitions = rows
                 .into_iter()
-                .map(|(_, p, offset, epoch, meta)| {
+                .map(|(_, p, offset, epoch, meta, error)| {
                     let mut e = OffsetFetchResponsePartition::default()
                         .with_partition_index(p)
+                        .with_error_code(error)
                         .with_committed_offset(offset)
                         .with_metadata(Some(str_bytes(&meta)));
                     if v >= 5 {

@@ -9,14 +9,16 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset,
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
 use crate::broker::Broker;
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
+use runnel_security::acl::Operation;
 
-pub fn handle(b: &Arc<Broker>, r: OffsetForLeaderEpochRequest, _v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: OffsetForLeaderEpochRequest, _v: i16, ctx: &Ctx) -> Reply {
     let topics = r
         .topics
         .into_iter()
         .map(|t| {
-            let topic = b.catalog.topic(&t.topic.0);
+            let allowed = ctx.access.topic(Operation::Describe, &t.topic.0);
+            let topic = b.catalog.topic(&t.topic.0).filter(|_| allowed);
             let partitions = t
                 .partitions
                 .into_iter()
@@ -24,6 +26,7 @@ pub fn handle(b: &Arc<Broker>, r: OffsetForLeaderEpochRequest, _v: i16) -> Reply
                     let mut out = EpochEndOffset::default().with_partition(p.partition);
                     let part = topic.as_ref().and_then(|t| t.partitions.get(p.partition as usize));
                     match part {
+                        None if !allowed => out.error_code = ResponseError::TopicAuthorizationFailed.code(),
                         None => out.error_code = ResponseError::UnknownTopicOrPartition.code(),
                         Some(part) => {
                             let (_, epoch) = part.leader();

@@ -21,9 +21,18 @@ use kafka_protocol::messages::{
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
-use crate::ctx::Reply;
+use crate::ctx::{Ctx, Reply};
+use runnel_security::acl::Operation;
 
-pub fn alter(b: &Arc<Broker>, r: AlterPartitionReassignmentsRequest, _v: i16) -> Reply {
+pub fn alter(b: &Arc<Broker>, r: AlterPartitionReassignmentsRequest, _v: i16, ctx: &Ctx) -> Reply {
+    if !ctx.access.cluster(Operation::Alter) {
+        let denied = ResponseError::ClusterAuthorizationFailed;
+        return crate::ctx::now(
+            AlterPartitionReassignmentsResponse::default()
+                .with_error_code(denied.code())
+                .with_error_message(Some(str_bytes("Cluster authorization failed."))),
+        );
+    }
     let b = b.clone();
     Box::pin(async move {
         let controller = b.controller().clone();
@@ -55,7 +64,15 @@ fn answer(partition: i32, outcome: Result<(), (ResponseError, String)>) -> Reass
     }
 }
 
-pub fn list(b: &Arc<Broker>, r: ListPartitionReassignmentsRequest, _v: i16) -> Reply {
+pub fn list(b: &Arc<Broker>, r: ListPartitionReassignmentsRequest, _v: i16, ctx: &Ctx) -> Reply {
+    if !ctx.access.cluster(Operation::Describe) {
+        let denied = ResponseError::ClusterAuthorizationFailed;
+        return crate::ctx::now(
+            ListPartitionReassignmentsResponse::default()
+                .with_error_code(denied.code())
+                .with_error_message(Some(str_bytes("Cluster authorization failed."))),
+        );
+    }
     let moving = b.controller().reassignments();
     let wanted = |topic: &str, p: i32| match &r.topics {
         None => true,

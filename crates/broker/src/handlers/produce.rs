@@ -10,13 +10,14 @@ use std::time::Duration;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use runnel_security::acl::Operation;
 use runnel_wire::batch::HEADER_BYTES;
 use runnel_wire::{BatchHeader, Batches};
 
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::catalog::Topic;
-use crate::ctx::Reply;
+use crate::ctx::{Ctx, Reply};
 use crate::errors;
 use crate::partition::{Acks, Appended};
 use crate::topic_config;
@@ -100,7 +101,7 @@ fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
     batch[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
-pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
     let now_ms = crate::now_ms();
     let acks = Acks::from_kafka(r.acks);
     // Accepted writes: (topic index, partition index, the write's durability wait).
@@ -109,6 +110,12 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Reply {
     for t in r.topic_data {
         let topic = if v >= 13 { b.catalog.topic_by_id(t.topic_id) } else { b.catalog.topic(&t.name.0) };
         let rules = topic.as_ref().map(|t| rules(b, t));
+        // By the name the request gives, known or not; v13 names topics by id, and an
+        // unknown id is UNKNOWN_TOPIC_ID.
+        let may_write = match &topic {
+            Some(t) => ctx.access.topic(Operation::Write, &t.name),
+            None => v >= 13 || ctx.access.topic(Operation::Write, &t.name.0),
+        };
         let mut parts = Vec::with_capacity(t.partition_data.len());
         for p in t.partition_data {
             let mut res = PartitionProduceResponse::default().with_index(p.index).with_base_offset(-1);
@@ -121,6 +128,9 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Reply {
                         ResponseError::TransactionalIdAuthorizationFailed,
                         "transactions are not supported yet".into(),
                     ));
+                }
+                if !may_write {
+                    return Err((ResponseError::TopicAuthorizationFailed, "Topic authorization failed.".into()));
                 }
                 let (Some(topic), Some(rules)) = (&topic, &rules) else {
                     let code =

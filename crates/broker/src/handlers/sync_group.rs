@@ -6,9 +6,14 @@ use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::ctx::Reply;
+use crate::ctx::{Ctx, Reply};
+use runnel_security::acl::Operation;
 
-pub fn handle(b: &Arc<Broker>, r: SyncGroupRequest, v: i16) -> Reply {
+pub fn handle(b: &Arc<Broker>, r: SyncGroupRequest, v: i16, ctx: &Ctx) -> Reply {
+    if !ctx.access.group(Operation::Read, &r.group_id.0) {
+        let denied = kafka_protocol::error::ResponseError::GroupAuthorizationFailed;
+        return crate::ctx::now(SyncGroupResponse::default().with_error_code(denied.code()));
+    }
     let b = b.clone();
     Box::pin(async move {
         let assignments = r.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect();

@@ -22,7 +22,8 @@ use runnel_security::{ScramCredential, ScramMechanism};
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::ctx::{now, Reply};
+use crate::ctx::{now, Ctx, Reply};
+use runnel_security::acl::Operation;
 
 type Refusal = (ResponseError, &'static str);
 
@@ -36,7 +37,8 @@ fn mechanism(user: &str, code: i8) -> Result<ScramMechanism, Refusal> {
     Ok(m)
 }
 
-pub fn alter(b: &Arc<Broker>, r: AlterUserScramCredentialsRequest, _v: i16) -> Reply {
+pub fn alter(b: &Arc<Broker>, r: AlterUserScramCredentialsRequest, _v: i16, ctx: &Ctx) -> Reply {
+    let allowed = ctx.access.cluster(Operation::Alter);
     // The first refusal of each user; users with none are changed together.
     let mut refused: BTreeMap<String, Refusal> = BTreeMap::new();
     let mut seen = HashSet::new();
@@ -46,6 +48,7 @@ pub fn alter(b: &Arc<Broker>, r: AlterUserScramCredentialsRequest, _v: i16) -> R
         users.push(user.to_string());
         let twice = !seen.insert((user.to_string(), code));
         let checked = checked.and_then(|m| match twice {
+            _ if !allowed => Err((ResponseError::ClusterAuthorizationFailed, "Cluster authorization failed.")),
             true => {
                 Err((ResponseError::DuplicateResource, "A user credential cannot be altered twice in the same request"))
             }
@@ -109,7 +112,12 @@ pub fn alter(b: &Arc<Broker>, r: AlterUserScramCredentialsRequest, _v: i16) -> R
     })
 }
 
-pub fn describe(b: &Arc<Broker>, r: DescribeUserScramCredentialsRequest, _v: i16) -> Reply {
+pub fn describe(b: &Arc<Broker>, r: DescribeUserScramCredentialsRequest, _v: i16, ctx: &Ctx) -> Reply {
+    if !ctx.access.cluster(Operation::Describe) {
+        return now(DescribeUserScramCredentialsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes("Cluster authorization failed."))));
+    }
     let all = b.controller().scram_users();
     let info = |creds: &Vec<(ScramMechanism, i32)>| {
         creds.iter().map(|(m, i)| CredentialInfo::default().with_mechanism(m.code()).with_iterations(*i)).collect()
