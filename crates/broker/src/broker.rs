@@ -36,6 +36,8 @@ pub struct Broker {
     pub requests: crate::inflight::Requests,
     /// `super.users` and the other authorizer settings; None without `authorizer.class.name`.
     pub authorizer: Option<Arc<runnel_security::acl::Policy>>,
+    /// The rates of clients with a quota, measured on this broker.
+    pub quotas: crate::quota::Quotas,
 }
 
 impl Broker {
@@ -66,6 +68,7 @@ impl Broker {
             consumer_group_max_size: s.usize("group.consumer.max.size").max(1),
         };
         let authorizer = crate::authz::policy(s)?;
+        let quotas = crate::quota::Quotas::new(s);
         let offsets_partitions = s.i64("offsets.topic.num.partitions").max(1) as i32;
         let voters = parse_voters(s.get("controller.quorum.voters"))?;
         let (replicas, links) = ReplicaManager::start(&config, &voters, catalog.clone(), data_arrived.clone()).await?;
@@ -111,6 +114,7 @@ impl Broker {
             offsets_creating: Arc::new(AtomicBool::new(false)),
             requests: Default::default(),
             authorizer,
+            quotas,
         });
         tokio::spawn(crate::replica_manager::announce_leaders(replicas, controller));
         Ok(broker)

@@ -95,6 +95,10 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("authorizer.class.name", Kind::Str, ""),
     ("super.users", Kind::Str, ""),
     ("allow.everyone.if.no.acl.found", Kind::Bool, "false"),
+    // Client quotas (set with AlterClientQuotas) are measured over quota.window.num
+    // samples of quota.window.size.seconds, as in Kafka.
+    ("quota.window.num", Kind::Int, "11"),
+    ("quota.window.size.seconds", Kind::Int, "1"),
     // Runnel: how often a TLS listener looks for changed key and trust store files (new
     // connections get the new certificate; 0: never).
     ("ssl.reload.check.interval.ms", Kind::Long, "10000"),

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, info, warn};
 
 use crate::broker::Broker;
-use crate::ctx::Reply;
+use crate::ctx::{Reply, Session};
 use crate::dispatch;
 
 type Framed = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>>;
@@ -117,7 +117,7 @@ async fn serve_halves<R, W>(
     wr: W,
     peer: SocketAddr,
     entry: &Entry,
-    mut principal: Arc<str>,
+    principal: Arc<str>,
     mut shutdown: watch::Receiver<bool>,
     pool: Arc<Semaphore>,
 ) where
@@ -136,6 +136,7 @@ async fn serve_halves<R, W>(
     let sasl_receive_max = broker.config.settings.usize("sasl.server.max.receive.size");
     let mut gate = entry.sasl.clone().map(|s| crate::sasl_gate::Gate::new(s, sasl_receive_max));
     let listener = &entry.name;
+    let mut session = Session { peer, listener: listener.clone(), principal, mute: Arc::default() };
     loop {
         let size = tokio::select! {
             r = rd.read_i32() => match r {
@@ -193,7 +194,7 @@ async fn serve_halves<R, W>(
                 Step::Reply(resp, v) => (Some(resp), v, false),
                 Step::LoggedIn(resp, v, who) => {
                     info!(%peer, listener = %listener, principal = %who, "authenticated");
-                    principal = who.into();
+                    session.principal = who.into();
                     (Some(resp), v, false)
                 }
                 Step::ReplyAndClose(resp, v) => (Some(resp), v, true),
@@ -215,7 +216,14 @@ async fn serve_halves<R, W>(
                 continue;
             }
         }
-        match decode(&broker, frame, peer, listener, &principal) {
+        // A client over its quota is muted (KIP-219): its next request waits out the mute.
+        if let Some(until) = session.mute.until() {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = shutdown.changed() => break,
+            }
+        }
+        match decode(&broker, frame, &session) {
             Ok(reply) => {
                 registered.connection.started(key, version, correlation_id);
                 if tx.send((reply, permit)).await.is_err() {
@@ -262,19 +270,17 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 /// (with its size prefix), none (acks=0), or why the connection would be closed. The
 /// fuzz tests drive the broker through this.
 pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes, peer: SocketAddr) -> Result<Option<Bytes>, String> {
-    let listener: Arc<str> = broker.config.listeners[0].name.as_str().into();
-    let principal: Arc<str> = crate::authz::ANONYMOUS.into();
-    Ok(decode(broker, frame, peer, &listener, &principal)?.await)
+    let session = Session {
+        peer,
+        listener: broker.config.listeners[0].name.as_str().into(),
+        principal: crate::authz::ANONYMOUS.into(),
+        mute: Arc::default(),
+    };
+    Ok(decode(broker, frame, &session)?.await)
 }
 
 /// Parses one frame and starts its handler. An error means: close the connection.
-fn decode(
-    broker: &Arc<Broker>,
-    mut frame: Bytes,
-    peer: SocketAddr,
-    listener: &Arc<str>,
-    principal: &Arc<str>,
-) -> Result<Framed, String> {
+fn decode(broker: &Arc<Broker>, mut frame: Bytes, session: &Session) -> Result<Framed, String> {
     if frame.len() < 8 {
         return Err(format!("frame of {} bytes is shorter than a request header", frame.len()));
     }
@@ -298,7 +304,7 @@ fn decode(
     if frame.has_remaining() {
         debug!(?key, version, trailing = frame.remaining(), "request has trailing bytes");
     }
-    let reply: Reply = dispatch::dispatch(broker, &header, request, peer, listener, principal);
+    let reply: Reply = dispatch::dispatch(broker, &header, request, session);
     Ok(Box::pin(async move {
         let resp = reply.await?;
         encode_response(key, version, correlation_id, &resp)

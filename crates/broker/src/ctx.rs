@@ -20,6 +20,26 @@ pub struct Ctx {
     pub peer: std::net::SocketAddr,
     pub listener: std::sync::Arc<str>,
     pub access: crate::authz::Access,
+    /// The connection's mute, which a client over its quota is put under.
+    pub mute: std::sync::Arc<crate::quota::Mute>,
+}
+
+impl Ctx {
+    /// Who the client is for quotas: its principal's name and its client id.
+    pub fn quota_client(&self) -> runnel_security::quota::Client {
+        let p = &*self.access.principal;
+        let user = p.split_once(':').map_or(p, |(_, name)| name);
+        runnel_security::quota::Client { user: user.to_string(), client_id: self.client_id.clone() }
+    }
+}
+
+/// What a connection knows of its client: where it is, the listener it came through, its
+/// principal, and its mute.
+pub struct Session {
+    pub peer: std::net::SocketAddr,
+    pub listener: std::sync::Arc<str>,
+    pub principal: std::sync::Arc<str>,
+    pub mute: std::sync::Arc<crate::quota::Mute>,
 }
 
 /// A reply that is ready now.

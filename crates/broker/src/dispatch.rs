@@ -9,7 +9,7 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, RequestKind};
 
 use crate::broker::Broker;
-use crate::ctx::{now, Ctx, Reply};
+use crate::ctx::{now, Ctx, Reply, Session};
 use crate::handlers;
 
 /// Declares the table once: `Api(min, max) => handler;` gives both [`APIS`] and the route.
@@ -67,7 +67,8 @@ api_table! {
     DescribeAcls(1, 3) => |b, r, v, ctx| handlers::acls::describe(b, r, v, ctx);
     CreateAcls(1, 3) => |b, r, v, ctx| handlers::acls::create(b, r, v, ctx);
     DeleteAcls(1, 3) => |b, r, v, ctx| handlers::acls::delete(b, r, v, ctx);
-    DescribeClientQuotas(0, 1) => |b, r, v, ctx| handlers::describe_client_quotas::handle(b, r, v, ctx);
+    DescribeClientQuotas(0, 1) => |b, r, v, ctx| handlers::client_quotas::describe(b, r, v, ctx);
+    AlterClientQuotas(0, 1) => |b, r, v, ctx| handlers::client_quotas::alter(b, r, v, ctx);
     DescribeUserScramCredentials(0, 0) => |b, r, v, ctx| handlers::user_scram_credentials::describe(b, r, v, ctx);
     AlterUserScramCredentials(0, 0) => |b, r, v, ctx| handlers::user_scram_credentials::alter(b, r, v, ctx);
     // Served by the connection before a login (sasl_gate); here: not a SASL listener, or
@@ -99,19 +100,25 @@ pub fn unsupported_version_response() -> ApiVersionsResponse {
     api_versions_response().with_error_code(ResponseError::UnsupportedVersion.code())
 }
 
-pub fn dispatch(
-    broker: &Arc<Broker>,
-    header: &RequestHeader,
-    request: RequestKind,
-    peer: std::net::SocketAddr,
-    listener: &Arc<str>,
-    principal: &Arc<str>,
-) -> Reply {
+pub fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, request: RequestKind, session: &Session) -> Reply {
     let ctx = Ctx {
         client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
-        peer,
-        listener: listener.clone(),
-        access: broker.access(principal, peer),
+        peer: session.peer,
+        listener: session.listener.clone(),
+        access: broker.access(&session.principal, session.peer),
+        mute: session.mute.clone(),
     };
-    route(broker, request, header.request_api_version, &ctx)
+    let quotas = broker.controller().client_quotas();
+    if quotas.is_empty() {
+        return route(broker, request, header.request_api_version, &ctx);
+    }
+    // request_percentage: the time a request takes to handle here (its answer may come
+    // later, waiting costs nothing) counts against the client's quota; over it, the
+    // connection is muted.
+    let started = std::time::Instant::now();
+    let reply = route(broker, request, header.request_api_version, &ctx);
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    let throttle_ms = broker.quotas.record(&quotas, &ctx.quota_client(), crate::quota::REQUEST, ms, crate::now_ms());
+    ctx.mute.set(throttle_ms);
+    reply
 }

@@ -31,6 +31,7 @@ mod memory;
 pub mod offsets_log;
 pub mod partition;
 mod preferred_leader;
+mod quota;
 mod reassign;
 pub mod replica_manager;
 mod sasl_gate;

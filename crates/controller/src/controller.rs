@@ -4,6 +4,7 @@
 //! their own image, so a broker whose copy lags never decides on its own.
 
 use runnel_security::acl::AclBinding;
+use runnel_security::quota;
 use runnel_security::{ScramCredential, ScramMechanism};
 use runnel_sync::{LockExt, RwLockExt};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -409,6 +410,19 @@ impl Controller {
         let change_id = Uuid::new_v4();
         self.run(Call::AlterAcls { creates, deletes, change_id }).await?;
         self.until_applied(|s| s.config_changes.contains(&change_id), "the ACLs were not applied here in time").await
+    }
+
+    /// AlterClientQuotas (checked by the caller), committed by the controller; returns once
+    /// applied here.
+    pub async fn alter_client_quotas(&self, changes: Vec<(quota::Entity, String, Option<f64>)>) -> Outcome {
+        let change_id = Uuid::new_v4();
+        self.run(Call::AlterClientQuotas { changes, change_id }).await?;
+        self.until_applied(|s| s.config_changes.contains(&change_id), "the quotas were not applied here in time").await
+    }
+
+    /// Every client quota, as this broker has applied the metadata log.
+    pub fn client_quotas(&self) -> Arc<quota::Table> {
+        self.read().quotas.clone()
     }
 
     /// Every ACL, as this broker has applied the metadata log.

@@ -147,6 +147,10 @@ impl Controller {
                 let rec = Record::TopicConfigs { name: name.clone(), id, configs, change_id };
                 self.propose(&rec, |s| s.config_changes.contains(&change_id)).await
             }
+            Call::AlterClientQuotas { changes, change_id } => {
+                let rec = Record::ClientQuotas { changes, change_id };
+                self.propose(&rec, |s| s.config_changes.contains(&change_id)).await
+            }
             Call::AlterAcls { creates, deletes, change_id } => {
                 let rec = Record::Acls { creates, deletes, change_id };
                 self.propose(&rec, |s| s.config_changes.contains(&change_id)).await

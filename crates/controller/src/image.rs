@@ -10,6 +10,7 @@ use uuid::Uuid;
 use crate::host::Effect;
 use crate::records::{raft_group, BrokerInfo, Moving, Record};
 use runnel_security::acl::AclBinding;
+use runnel_security::quota;
 use runnel_security::{ScramCredential, ScramMechanism};
 
 /// Applied config change ids remembered, for the brokers waiting on them.
@@ -53,6 +54,8 @@ pub(crate) struct Image {
     pub scram: BTreeMap<(String, ScramMechanism), ScramCredential>,
     /// The ACLs, shared with the requests being authorized (replaced whole on a change).
     pub acls: Arc<Vec<AclBinding>>,
+    /// The client quotas, shared with the requests they apply to (replaced whole on a change).
+    pub quotas: Arc<quota::Table>,
 }
 
 impl Image {
@@ -72,7 +75,8 @@ impl Image {
             Record::RegisterBroker(_)
             | Record::FenceBroker { .. }
             | Record::ScramCredentials { .. }
-            | Record::Acls { .. } => None,
+            | Record::Acls { .. }
+            | Record::ClientQuotas { .. } => None,
             Record::CreateTopic { name, id, seq, replicas, configs } => {
                 (!self.topics.contains_key(name)).then(|| Effect::CreateTopic {
                     name: name.clone(),
@@ -217,6 +221,21 @@ impl Image {
                 }
                 acls.extend(creates);
                 self.acls = Arc::new(acls.into_iter().collect());
+                self.changed(change_id);
+            }
+            Record::ClientQuotas { changes, change_id } => {
+                let mut table = (*self.quotas).clone();
+                for (entity, key, value) in changes {
+                    let values = table.entry(entity.clone()).or_default();
+                    match value {
+                        Some(v) => values.insert(key, v),
+                        None => values.remove(&key),
+                    };
+                    if values.is_empty() {
+                        table.remove(&entity);
+                    }
+                }
+                self.quotas = Arc::new(table);
                 self.changed(change_id);
             }
             Record::DeleteRecords { name, partition, offset, .. } => {

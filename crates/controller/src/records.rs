@@ -2,6 +2,7 @@
 //! brokers send the controller over the Raft transport.
 
 use runnel_security::acl::AclBinding;
+use runnel_security::quota;
 use runnel_security::{ScramCredential, ScramMechanism};
 use std::collections::BTreeMap;
 
@@ -193,6 +194,11 @@ pub(crate) enum Record {
         deletes: Vec<AclBinding>,
         change_id: Uuid,
     },
+    /// AlterClientQuotas: (entity, key, the new value or None to remove it).
+    ClientQuotas {
+        changes: Vec<(quota::Entity, String, Option<f64>)>,
+        change_id: Uuid,
+    },
 }
 
 /// What a broker sends the controller (and the controller's answers) over the Raft
@@ -284,6 +290,11 @@ pub(crate) enum Call {
     AlterAcls {
         creates: Vec<AclBinding>,
         deletes: Vec<AclBinding>,
+        change_id: Uuid,
+    },
+    /// AlterClientQuotas, checked by the broker that took it.
+    AlterClientQuotas {
+        changes: Vec<(quota::Entity, String, Option<f64>)>,
         change_id: Uuid,
     },
 }

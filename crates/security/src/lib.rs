@@ -8,6 +8,7 @@ pub mod dev_certs;
 mod login;
 pub mod oauth;
 pub mod principal;
+pub mod quota;
 pub mod sasl;
 pub mod scram;
 pub mod tls;

@@ -138,6 +138,10 @@ fn read_all(
 
 pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
     let access = ctx.access.clone();
+    let quotas = b.controller().client_quotas();
+    // (the quotas, the client) when some client has a quota.
+    let quota = (!quotas.is_empty()).then(|| (quotas, ctx.quota_client(), ctx.mute.clone()));
+    let mute = ctx.mute.clone();
     Box::pin(async move {
         let w = wanted(&b, &r, v);
         let (session_id, epoch) = if v >= 7 { (r.session_id, r.session_epoch) } else { (0, -1) };
@@ -154,7 +158,23 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
         // As Kafka: the request's max_bytes, never more than the broker's fetch.max.bytes
         // (a response is built in memory before it is sent).
         let broker_max = b.config.settings.i64("fetch.max.bytes").max(1024) as usize;
-        let max_bytes = if v >= 3 { r.max_bytes.max(0) as usize } else { usize::MAX }.min(broker_max);
+        let mut max_bytes = if v >= 3 { r.max_bytes.max(0) as usize } else { usize::MAX }.min(broker_max);
+        if let Some((table, client, mute)) = &quota {
+            // A consumer over its consumer_byte_rate gets an empty answer and waits out its
+            // throttle (KIP-219); one under it gets at most what the quota allows in a window.
+            let throttle_ms = b.quotas.throttled(table, client, crate::quota::FETCH, crate::now_ms());
+            if throttle_ms > 0 {
+                mute.set(throttle_ms);
+                let mut resp = FetchResponse::default().with_throttle_time_ms(mute.remaining_ms());
+                if v >= 7 {
+                    resp.session_id = resolved.session_id;
+                }
+                return Some(resp.into());
+            }
+            if let Some(cap) = b.quotas.window_bytes(table, client, crate::quota::FETCH) {
+                max_bytes = max_bytes.min(cap);
+            }
+        }
         let wait_ms_max = b.config.settings.i64("fetch.max.wait.ms.max");
         let deadline = Instant::now() + Duration::from_millis(r.max_wait_ms.clamp(0, wait_ms_max as i32) as u64);
         // An unknown id (no name) is UNKNOWN_TOPIC_ID whoever asks.
@@ -206,6 +226,18 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
         }
         b.fetch_sessions.record_sent(resolved.session_id, &sent);
         let mut resp = FetchResponse::default().with_responses(topics);
+        if let Some((table, client, mute)) = &quota {
+            let bytes: usize = resp
+                .responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+                .sum();
+            let throttle_ms = b.quotas.record(table, client, crate::quota::FETCH, bytes as f64, crate::now_ms());
+            mute.set(throttle_ms);
+        }
+        // The connection's mute: this fetch's byte-rate throttle, or a longer one.
+        resp.throttle_time_ms = mute.remaining_ms();
         if v >= 7 {
             resp.session_id = resolved.session_id;
         }

@@ -4,6 +4,7 @@
 
 pub mod acls;
 pub mod alter_configs;
+pub mod client_quotas;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
 pub mod create_partitions;
@@ -11,7 +12,6 @@ pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
-pub mod describe_client_quotas;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;

@@ -107,6 +107,7 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
     // Accepted writes: (topic index, partition index, the write's durability wait).
     let mut waits: Vec<(usize, usize, Appended)> = Vec::new();
     let mut responses = Vec::with_capacity(r.topic_data.len());
+    let mut bytes = 0usize;
     for t in r.topic_data {
         let topic = if v >= 13 { b.catalog.topic_by_id(t.topic_id) } else { b.catalog.topic(&t.name.0) };
         let rules = topic.as_ref().map(|t| rules(b, t));
@@ -119,6 +120,7 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
         let mut parts = Vec::with_capacity(t.partition_data.len());
         for p in t.partition_data {
             let mut res = PartitionProduceResponse::default().with_index(p.index).with_base_offset(-1);
+            bytes += p.records.as_ref().map_or(0, |r| r.len());
             let outcome = (|| {
                 let Some(acks) = acks else {
                     return Err((ResponseError::InvalidRequiredAcks, format!("acks={} is not -1, 0 or 1", r.acks)));
@@ -187,6 +189,16 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
         }
         responses.push(tr);
     }
+    // As Kafka: what was produced counts against the client's producer_byte_rate quota,
+    // whatever became of it; over the quota, the answer says how long the connection is
+    // muted for.
+    let quotas = b.controller().client_quotas();
+    let throttle_ms: i64 = match quotas.is_empty() {
+        true => 0,
+        false => b.quotas.record(&quotas, &ctx.quota_client(), crate::quota::PRODUCE, bytes as f64, now_ms),
+    };
+    ctx.mute.set(throttle_ms);
+    let mute = ctx.mute.clone();
     let timeout = Duration::from_millis(r.timeout_ms.max(0) as u64);
     Box::pin(async move {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -201,6 +213,9 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
         if acks == Some(Acks::None) {
             return None;
         }
-        Some(ProduceResponse::default().with_responses(responses).into())
+        // The connection's mute: this request's byte-rate throttle, or a longer one
+        // (request_percentage, counted once the request was handled).
+        let throttle_time_ms = mute.remaining_ms();
+        Some(ProduceResponse::default().with_responses(responses).with_throttle_time_ms(throttle_time_ms).into())
     })
 }
