@@ -80,6 +80,9 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("sasl.enabled.mechanisms", Kind::List, "GSSAPI"),
     ("sasl.jaas.config", Kind::Str, ""),
     ("sasl.server.max.receive.size", Kind::Int, "524288"),
+    // KIP-368: a SASL login lasts this long (0: for the connection's life); the client
+    // logs in again on the same connection before it ends.
+    ("connections.max.reauth.ms", Kind::Long, "0"),
     // OAUTHBEARER: tokens are JWTs checked as Kafka's OAuthBearerValidatorCallbackHandler
     // checks them, against the keys of a JWKS file (file:///path).
     ("sasl.oauthbearer.jwks.endpoint.url", Kind::Str, ""),

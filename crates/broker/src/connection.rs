@@ -134,7 +134,8 @@ async fn serve_halves<R, W>(
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
     let idle = std::time::Duration::from_millis(broker.config.settings.i64("connections.max.idle.ms").max(1) as u64);
     let sasl_receive_max = broker.config.settings.usize("sasl.server.max.receive.size");
-    let mut gate = entry.sasl.clone().map(|s| crate::sasl_gate::Gate::new(s, sasl_receive_max));
+    let reauth_ms = broker.config.settings.for_listener(&entry.name, "connections.max.reauth.ms").parse().unwrap_or(0);
+    let mut gate = entry.sasl.clone().map(|s| crate::sasl_gate::Gate::new(s, sasl_receive_max, reauth_ms));
     let listener = &entry.name;
     let mut session = Session { peer, listener: listener.clone(), principal, mute: Arc::default() };
     loop {
@@ -198,6 +199,8 @@ async fn serve_halves<R, W>(
                     (Some(resp), v, false)
                 }
                 Step::ReplyAndClose(resp, v) => (Some(resp), v, true),
+                // The gate turns these into LoggedIn.
+                Step::LoggedInUntil(resp, v, ..) => (Some(resp), v, true),
                 Step::Close(why) => {
                     info!(%peer, listener = %listener, %why, "closing connection: SASL");
                     break;

@@ -73,6 +73,11 @@ impl OauthValidator {
 
     /// Checks the client's first (and only) message; the principal, or why it failed.
     pub fn authenticate(&self, client_first: &[u8], now_s: i64) -> Result<String, String> {
+        self.login(client_first, now_s).map(|(principal, _)| principal)
+    }
+
+    /// [`Self::authenticate`], with the token's expiry (its `exp` claim, in seconds).
+    pub fn login(&self, client_first: &[u8], now_s: i64) -> Result<(String, i64), String> {
         if client_first.len() > TOKEN_BYTES_MAX {
             return Err("the token is too large".into());
         }
@@ -90,7 +95,7 @@ impl OauthValidator {
         self.validate(token.trim(), now_s)
     }
 
-    fn validate(&self, token: &str, now_s: i64) -> Result<String, String> {
+    fn validate(&self, token: &str, now_s: i64) -> Result<(String, i64), String> {
         let mut parts = token.split('.');
         let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
             return Err("not a signed JWT (three parts)".into());
@@ -141,7 +146,7 @@ impl OauthValidator {
         }
         let sub = claims.get(&self.sub_claim).and_then(Value::as_str).filter(|s| !s.is_empty());
         let sub = sub.ok_or_else(|| format!("no {} claim", self.sub_claim))?;
-        Ok(format!("User:{sub}"))
+        Ok((format!("User:{sub}"), exp))
     }
 }
 

@@ -63,9 +63,10 @@ impl SaslServer {
 
     /// An OAUTHBEARER client's message: the principal, or why the token was refused (for
     /// the log; the client is told only that it failed).
-    pub fn oauth_authenticate(&self, token: &[u8], now_s: i64) -> Result<String, String> {
+    /// An OAUTHBEARER login: the principal and when the token expires (seconds).
+    pub fn oauth_authenticate(&self, token: &[u8], now_s: i64) -> Result<(String, i64), String> {
         match &self.oauth {
-            Some(v) if self.enabled("OAUTHBEARER") => v.authenticate(token, now_s),
+            Some(v) if self.enabled("OAUTHBEARER") => v.login(token, now_s),
             _ => Err("OAUTHBEARER is not enabled".into()),
         }
     }
