@@ -38,6 +38,9 @@ pub struct Broker {
     pub authorizer: Option<Arc<runnel_security::acl::Policy>>,
     /// The rates of clients with a quota, measured on this broker.
     pub quotas: crate::quota::Quotas,
+    /// Each TLS listener's configuration, by listener name (set once the listeners are up),
+    /// for the dynamic `listener.name.<l>.ssl.*` settings.
+    pub listener_tls: std::sync::OnceLock<Vec<(String, Arc<runnel_security::ServerTls>)>>,
 }
 
 impl Broker {
@@ -115,6 +118,7 @@ impl Broker {
             requests: Default::default(),
             authorizer,
             quotas,
+            listener_tls: std::sync::OnceLock::new(),
         });
         tokio::spawn(crate::replica_manager::announce_leaders(replicas, controller));
         Ok(broker)

@@ -104,6 +104,21 @@ fn apply_faults(settings: &Settings) {
 }
 
 impl Catalog {
+    /// The dynamic broker settings persisted in `data_dir` (none when it is new), for what
+    /// is set up before the catalog opens (the listeners' TLS).
+    pub fn persisted_broker_configs(data_dir: &Path) -> Result<BTreeMap<String, String>> {
+        let path = data_dir.join("meta").join("cluster.json");
+        match fs::read(&path) {
+            Ok(bytes) => {
+                let p: Persisted =
+                    serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))?;
+                Ok(p.broker_configs)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
     pub fn open(data_dir: &Path, settings: Settings) -> Result<Catalog> {
         let meta = data_dir.join("meta");
         fs::create_dir_all(&meta).with_context(|| format!("creating {}", meta.display()))?;

@@ -244,6 +244,28 @@ pub struct Settings {
 }
 
 /// Broker settings that can be changed while running (the rest need a restart).
+/// The TLS store settings a listener takes while it runs, as
+/// `listener.name.<listener>.<setting>` (Kafka's dynamic keystore and truststore update).
+pub const DYNAMIC_LISTENER_SSL: &[&str] = &[
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.password",
+    "ssl.key.password",
+    "ssl.keystore.key",
+    "ssl.keystore.certificate.chain",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.truststore.password",
+    "ssl.truststore.certificates",
+];
+
+/// (listener name in lower case, setting) of a dynamic `listener.name.<l>.ssl.*` setting.
+pub fn dynamic_listener_ssl(name: &str) -> Option<(&str, &str)> {
+    let rest = name.strip_prefix("listener.name.")?;
+    let (listener, key) = rest.split_once('.')?;
+    DYNAMIC_LISTENER_SSL.contains(&key).then_some((listener, key))
+}
+
 pub const DYNAMIC_SETTINGS: &[&str] = &[
     "fault.disk.sync.delay.ms",
     "fault.disk.sync.fail",

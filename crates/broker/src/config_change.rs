@@ -28,7 +28,9 @@ fn invalid(msg: String) -> (ResponseError, String) {
 fn kind_of(resource_type: i8, name: &str) -> Option<Kind> {
     match resource_type {
         RESOURCE_TOPIC => topic_config::lookup(name).map(|(_, k)| k),
-        _ => setting(name).map(|(k, _)| k),
+        _ => setting(name).map(|(k, _)| k).or_else(|| {
+            crate::config::dynamic_listener_ssl(name).map(|(_, key)| setting(key).map_or(Kind::Str, |(k, _)| k))
+        }),
     }
 }
 
@@ -83,6 +85,9 @@ pub(crate) fn validate(resource_type: i8, map: &BTreeMap<String, String>) -> Out
         match resource_type {
             RESOURCE_TOPIC => topic_config::validate(k, v).map_err(invalid)?,
             _ => {
+                if crate::config::dynamic_listener_ssl(k).is_some() {
+                    continue; // checked by loading the stores (see alter_configs)
+                }
                 if !DYNAMIC_SETTINGS.contains(&k.as_str()) {
                     return Err(invalid(format!("Cannot update {k} while the broker runs; set it in the config file")));
                 }

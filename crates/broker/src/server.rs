@@ -34,16 +34,24 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
         let running = running.clone();
         Arc::new(move |user, mechanism| running.get()?.upgrade()?.controller().scram_credential(user, mechanism))
     };
+    // TLS stores as the dynamic settings last left them (listener.name.<l>.ssl.*).
+    let mut tls_settings = config.settings.clone();
+    let mut dynamic = crate::catalog::Catalog::persisted_broker_configs(&config.data_dir)?;
+    dynamic.retain(|k, _| crate::config::dynamic_listener_ssl(k).is_some());
+    tls_settings.set_dynamic(dynamic);
+    let mut listener_tls = Vec::new();
     for l in &config.listeners {
         let socket = TcpListener::bind(l.listen).await.with_context(|| format!("binding {} ({})", l.listen, l.name))?;
         let (tls, principal_rules) = if l.protocol.tls() {
-            let (settings, name) = (config.settings.clone(), l.name.clone());
+            let (settings, name) = (tls_settings.clone(), l.name.clone());
             let tls = ServerTls::server(Box::new(move |k: &str| settings.for_listener(&name, k).to_string()))
                 .with_context(|| format!("listener {}", l.name))?;
             let rules = config.settings.for_listener(&l.name, "ssl.principal.mapping.rules");
             let rules = runnel_security::principal::PrincipalRules::parse(rules)
                 .map_err(|e| anyhow::anyhow!("listener {}: ssl.principal.mapping.rules: {e}", l.name))?;
-            (Some(Arc::new(tls)), Some(Arc::new(rules)))
+            let tls = Arc::new(tls);
+            listener_tls.push((l.name.clone(), tls.clone()));
+            (Some(tls), Some(Arc::new(rules)))
         } else {
             (None, None)
         };
@@ -65,6 +73,7 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
         listeners.push((socket, Arc::new(entry)));
     }
     let broker = Broker::start(config).await?;
+    let _ = broker.listener_tls.set(listener_tls);
     let weak = Arc::downgrade(&broker);
     let _ = running.set(weak.clone());
     tokio::spawn(crate::preferred_leader::elect_preferred_leaders(weak.clone()));

@@ -329,11 +329,12 @@ fn modified(path: &Path) -> Option<SystemTime> {
 
 /// A TLS configuration, read again when its files change.
 pub struct Reloading<T> {
-    build: Builder<T>,
+    /// Builds the configuration from the settings; replaced when the settings change.
+    build: RwLock<Builder<T>>,
     state: RwLock<Loaded<T>>,
 }
 
-type Builder<T> = Box<dyn Fn() -> Result<(Arc<T>, Vec<PathBuf>)> + Send + Sync>;
+type Builder<T> = Arc<dyn Fn() -> Result<(Arc<T>, Vec<PathBuf>)> + Send + Sync>;
 
 /// A listener's configuration.
 pub type ServerTls = Reloading<ServerConfig>;
@@ -356,21 +357,42 @@ pub type Settings = Box<dyn Fn(&str) -> String + Send + Sync>;
 impl ServerTls {
     /// A listener's configuration, its stores read now (an error here stops start-up).
     pub fn server(settings: Settings) -> Result<ServerTls> {
-        Reloading::new(Box::new(move || server_config(&*settings)))
+        Reloading::new(Arc::new(move || server_config(&*settings)))
+    }
+
+    /// Blocking (reads the stores): whether `settings` make a valid listener configuration.
+    pub fn check(settings: &dyn Fn(&str) -> String) -> Result<()> {
+        server_config(settings).map(|_| ())
+    }
+
+    /// Blocking (reads the stores): uses `settings` from now on (Kafka's dynamic
+    /// `listener.name.<l>.ssl.*`), if they make a valid configuration; new connections get
+    /// it, existing ones keep theirs.
+    pub fn reconfigure(&self, settings: Settings) -> Result<()> {
+        self.replace(Arc::new(move || server_config(&*settings)))
     }
 }
 
 impl ClientTls {
     /// The broker's outgoing configuration, its stores read now.
     pub fn client(settings: Settings) -> Result<ClientTls> {
-        Reloading::new(Box::new(move || client_config(&*settings)))
+        Reloading::new(Arc::new(move || client_config(&*settings)))
     }
 }
 
 impl<T> Reloading<T> {
     fn new(build: Builder<T>) -> Result<Reloading<T>> {
         let (config, files) = build()?;
-        Ok(Reloading { build, state: RwLock::new(Loaded { config, files: stamped(files) }) })
+        Ok(Reloading { build: RwLock::new(build), state: RwLock::new(Loaded { config, files: stamped(files) }) })
+    }
+
+    /// Builds with `build` now and, if that works, keeps it for later reloads.
+    fn replace(&self, build: Builder<T>) -> Result<()> {
+        let (config, files) = build()?;
+        let loaded = Loaded { config, files: stamped(files) };
+        *self.build.write_or_stop() = build;
+        *self.state.write_or_stop() = loaded;
+        Ok(())
     }
 
     /// The configuration new connections use.
@@ -392,7 +414,8 @@ impl<T> Reloading<T> {
         };
         let stamps = stamped(files);
         // Files are read and stamped before the lock: it is held for the swap alone.
-        let loaded = (self.build)().map(|(config, files)| Loaded { config, files: stamped(files) });
+        let build = self.build.read_or_stop().clone();
+        let loaded = build().map(|(config, files)| Loaded { config, files: stamped(files) });
         let mut state = self.state.write_or_stop();
         match loaded {
             Ok(fresh) => {

@@ -140,6 +140,60 @@ pub fn legacy(b: &Arc<Broker>, r: AlterConfigsRequest, _v: i16, ctx: &Ctx) -> Re
     )
 }
 
+/// Persists and applies this broker's new dynamic settings. A change to a TLS listener's
+/// stores (`listener.name.<l>.ssl.*`) is refused unless they load, as Kafka refuses it;
+/// once persisted, new connections on that listener get them.
+async fn set_broker_configs(b: &Arc<Broker>, map: BTreeMap<String, String>) -> Result<(), (ResponseError, String)> {
+    let before = b.catalog.settings().dynamic().clone();
+    let tls_of = |m: &BTreeMap<String, String>, listener: &str| -> BTreeMap<String, String> {
+        let own = |k: &String| crate::config::dynamic_listener_ssl(k).is_some_and(|(l, _)| l == listener);
+        m.iter().filter(|(k, _)| own(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
+    };
+    let listeners = b.listener_tls.get().cloned().unwrap_or_default();
+    let changed: Vec<_> = listeners
+        .into_iter()
+        .filter(|(name, _)| tls_of(&before, &name.to_ascii_lowercase()) != tls_of(&map, &name.to_ascii_lowercase()))
+        .collect();
+    let mut next = b.catalog.settings().clone();
+    next.set_dynamic(map.clone());
+    if !changed.is_empty() {
+        let (check, settings) = (changed.clone(), next.clone());
+        let checked = tokio::task::spawn_blocking(move || {
+            check.iter().try_for_each(|(name, _)| {
+                runnel_security::ServerTls::check(&|k: &str| settings.for_listener(name, k).to_string())
+                    .map_err(|e| format!("listener {name}: {e:#}"))
+            })
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        if let Err(e) = checked {
+            return Err((
+                ResponseError::InvalidConfig,
+                format!("Validation of dynamic config update of SSLFactory failed: {e}"),
+            ));
+        }
+    }
+    b.catalog.set_broker_configs(map).await.map_err(|e| (errors::catalog(&e), e.to_string()))?;
+    if !changed.is_empty() {
+        let done = tokio::task::spawn_blocking(move || {
+            for (name, tls) in changed {
+                let (settings, l) = (next.clone(), name.clone());
+                match tls.reconfigure(Box::new(move |k: &str| settings.for_listener(&l, k).to_string())) {
+                    Ok(()) => {
+                        tracing::info!(listener = %name, "TLS stores changed by a dynamic config: new connections use them")
+                    }
+                    Err(e) => {
+                        tracing::warn!(listener = %name, error = %format!("{e:#}"), "dynamic TLS stores did not load")
+                    }
+                }
+            }
+        });
+        let _ = done.await;
+    }
+    Ok(())
+}
+
 /// Answers once every topic change that the controller must commit is applied here, and
 /// every broker change is persisted; everything else was decided already.
 fn finish<R: Send + 'static>(
@@ -154,9 +208,7 @@ fn finish<R: Send + 'static>(
         for (res, outcome) in items {
             let outcome = match outcome {
                 Ok(Altered::Topic(name, change)) => b.controller().alter_topic_configs(&name, change).await,
-                Ok(Altered::Broker(map)) => {
-                    b.catalog.set_broker_configs(map).await.map_err(|e| (errors::catalog(&e), e.to_string()))
-                }
+                Ok(Altered::Broker(map)) => set_broker_configs(&b, map).await,
                 Ok(Altered::Done) => Ok(()),
                 Err(e) => Err(e),
             };
