@@ -90,6 +90,10 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("sasl.oauthbearer.expected.audience", Kind::List, ""),
     ("sasl.oauthbearer.sub.claim.name", Kind::Str, "sub"),
     ("sasl.oauthbearer.clock.skew.seconds", Kind::Int, "30"),
+    // An https:// JWKS is fetched again this often, and after a failure with this backoff.
+    ("sasl.oauthbearer.jwks.endpoint.refresh.ms", Kind::Long, "3600000"),
+    ("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", Kind::Long, "100"),
+    ("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", Kind::Long, "10000"),
     // Accepted for Kafka's server.properties (listener.name.<l>.oauthbearer.sasl.server.
     // callback.handler.class=...OAuthBearerValidatorCallbackHandler): Runnel always validates.
     ("sasl.server.callback.handler.class", Kind::Str, ""),

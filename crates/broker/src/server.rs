@@ -95,6 +95,16 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
             let interval = Duration::from_millis(reload_ms as u64);
             tokio::spawn(runnel_security::reload_loop(entry.name.clone(), tls.clone(), interval));
         }
+        if let Some(sasl) = entry.sasl.as_ref().filter(|s| s.oauth().is_some()) {
+            let s = &broker.config.settings;
+            let ms = |k: &str| s.for_listener(&entry.name, k).parse::<u64>().unwrap_or(0);
+            let timing = JwksTiming {
+                refresh: Duration::from_millis(ms("sasl.oauthbearer.jwks.endpoint.refresh.ms").max(1000)),
+                backoff: Duration::from_millis(ms("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms").max(10)),
+                backoff_max: Duration::from_millis(ms("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms").max(10)),
+            };
+            tokio::spawn(jwks_refresh_loop(entry.name.clone(), sasl.clone(), timing));
+        }
     }
     tokio::spawn(group_tick_loop(broker.clone(), shutdown_rx.clone()));
     if broker.config.settings.bool("log.cleaner.enable") {
@@ -304,6 +314,52 @@ async fn cleaner_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             }
         })
         .await;
+    }
+}
+
+struct JwksTiming {
+    refresh: Duration,
+    backoff: Duration,
+    backoff_max: Duration,
+}
+
+/// The shortest time between two refreshes asked for by tokens naming a key the JWKS lacks.
+const JWKS_MISSING_KEY_REFRESH_MIN: Duration = Duration::from_secs(10);
+
+/// Fetches an OAUTHBEARER listener's JWKS again every `refresh.ms`, early when a token named
+/// a key it lacks, and after a failure with a backoff that doubles up to its maximum (the
+/// keys already held stay in use meanwhile), as Kafka's refreshing JWKS does.
+async fn jwks_refresh_loop(listener: Arc<str>, sasl: Arc<SaslServer>, t: JwksTiming) {
+    let mut last = tokio::time::Instant::now();
+    let mut retry: Option<(tokio::time::Instant, Duration)> = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let Some(oauth) = sasl.oauth() else { return };
+        let now = tokio::time::Instant::now();
+        let due = match retry {
+            Some((at, _)) => now >= at,
+            None => now - last >= t.refresh || (oauth.missing_key() && now - last >= JWKS_MISSING_KEY_REFRESH_MIN),
+        };
+        if !due {
+            continue;
+        }
+        let s = sasl.clone();
+        let done = tokio::task::spawn_blocking(move || s.oauth().map(|o| o.refresh())).await;
+        last = tokio::time::Instant::now();
+        match done {
+            Ok(Some(Ok(keys))) => {
+                retry = None;
+                info!(listener = %listener, keys, "JWKS refreshed");
+            }
+            Ok(Some(Err(e))) => {
+                let wait = retry.map_or(t.backoff, |(_, w)| (w * 2).min(t.backoff_max));
+                retry = Some((last + wait, wait));
+                warn!(listener = %listener, error = %format!("{e:#}"), retry_ms = wait.as_millis() as u64,
+                    "JWKS refresh failed; the keys held stay in use");
+            }
+            Ok(None) => return,
+            Err(e) => warn!(listener = %listener, error = %e, "JWKS refresh task failed"),
+        }
     }
 }
 

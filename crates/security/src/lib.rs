@@ -5,6 +5,7 @@
 
 pub mod acl;
 pub mod dev_certs;
+pub mod jwks;
 mod login;
 pub mod oauth;
 pub mod principal;

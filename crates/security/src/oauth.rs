@@ -1,22 +1,26 @@
 //! SASL/OAUTHBEARER (RFC 7628) with the checks of Kafka's
 //! `OAuthBearerValidatorCallbackHandler`: the client's token is a JWT signed by a key of the
-//! configured JWKS (`sasl.oauthbearer.jwks.endpoint.url`, a `file:` URL here), not expired
+//! configured JWKS (`sasl.oauthbearer.jwks.endpoint.url`, an `https:` endpoint or a
+//! `file:` URL, see `jwks`; refreshed every `sasl.oauthbearer.jwks.endpoint.refresh.ms`
+//! and when a token names a key it does not hold), not expired
 //! (with `sasl.oauthbearer.clock.skew.seconds`), from `sasl.oauthbearer.expected.issuer`,
 //! for one of `sasl.oauthbearer.expected.audience`; its `sasl.oauthbearer.sub.claim.name`
 //! claim names the principal. Unsigned tokens (`alg: none`, what Kafka's unsecured
 //! validator takes) are refused.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 
 use anyhow::{anyhow, bail, Context, Result};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine as _;
 use ring::signature::{self, UnparsedPublicKey};
+use runnel_sync::RwLockExt;
 use serde_json::Value;
 
 /// The longest token accepted, and the largest JWKS file read.
 pub const TOKEN_BYTES_MAX: usize = 16 << 10;
-const JWKS_BYTES_MAX: u64 = 1 << 20;
 
 /// One verification key of the JWKS.
 struct Jwk {
@@ -38,7 +42,11 @@ enum PublicKey {
 
 /// What a listener checks tokens against.
 pub struct OauthValidator {
-    keys: Vec<Jwk>,
+    /// The JWKS as last fetched; replaced whole by a refresh.
+    keys: RwLock<Arc<Vec<Jwk>>>,
+    source: crate::jwks::Source,
+    /// A token named a key id the JWKS lacks: the next refresh should come early.
+    missing_key: AtomicBool,
     issuer: Option<String>,
     audience: Vec<String>,
     sub_claim: String,
@@ -46,29 +54,44 @@ pub struct OauthValidator {
 }
 
 impl OauthValidator {
-    /// From the listener's settings (see [`crate::tls::Get`]).
-    pub fn from_settings(get: &dyn Fn(&str) -> String) -> Result<OauthValidator> {
+    /// From the listener's settings (see [`crate::tls::Get`]) and the options of its
+    /// OAuthBearerLoginModule JAAS line (the JWKS endpoint's trust store). Blocking: the
+    /// JWKS is fetched now, and a listener whose JWKS cannot be had does not start.
+    pub fn from_settings(get: &dyn Fn(&str) -> String, options: &[(String, String)]) -> Result<OauthValidator> {
         let url = get("sasl.oauthbearer.jwks.endpoint.url");
-        let path = url.strip_prefix("file://").or_else(|| url.strip_prefix("file:")).ok_or_else(|| {
-            anyhow!("OAUTHBEARER needs sasl.oauthbearer.jwks.endpoint.url=file:///path/to/jwks.json (HTTP endpoints are to come), not '{url}'")
-        })?;
-        let len = std::fs::metadata(path).with_context(|| format!("reading the JWKS {path}"))?.len();
-        if len > JWKS_BYTES_MAX {
-            bail!("the JWKS {path} is {len} bytes, more than {JWKS_BYTES_MAX}");
+        if url.is_empty() {
+            bail!("OAUTHBEARER needs sasl.oauthbearer.jwks.endpoint.url (https://... or file:///path/to/jwks.json)");
         }
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading the JWKS {path}"))?;
-        let keys = parse_jwks(&text).with_context(|| format!("the JWKS {path}"))?;
+        let source = crate::jwks::Source::parse(&url, options)?;
+        let keys = parse_jwks(&source.fetch()?).with_context(|| format!("the JWKS at {url}"))?;
         let list = |s: String| s.split(',').map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect::<Vec<_>>();
         let issuer = Some(get("sasl.oauthbearer.expected.issuer")).filter(|i| !i.is_empty());
         let sub_claim = Some(get("sasl.oauthbearer.sub.claim.name")).filter(|s| !s.is_empty()).unwrap_or("sub".into());
         let skew_s = get("sasl.oauthbearer.clock.skew.seconds").parse().unwrap_or(30);
         Ok(OauthValidator {
-            keys,
+            keys: RwLock::new(Arc::new(keys)),
+            source,
+            missing_key: AtomicBool::new(false),
             issuer,
             audience: list(get("sasl.oauthbearer.expected.audience")),
             sub_claim,
             skew_s,
         })
+    }
+
+    /// Blocking: fetches the JWKS again and, if it holds usable keys, uses it from now on.
+    /// Returns how many keys it holds.
+    pub fn refresh(&self) -> Result<usize> {
+        let keys = parse_jwks(&self.source.fetch()?)?;
+        let n = keys.len();
+        *self.keys.write_or_stop() = Arc::new(keys);
+        self.missing_key.store(false, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// Whether a token named a key the JWKS lacks since the last refresh.
+    pub fn missing_key(&self) -> bool {
+        self.missing_key.load(Ordering::Relaxed)
     }
 
     /// Checks the client's first (and only) message; the principal, or why it failed.
@@ -110,8 +133,11 @@ impl OauthValidator {
         let alg = header.get("alg").and_then(Value::as_str).ok_or("no alg")?;
         let kid = header.get("kid").and_then(Value::as_str);
         let signed = format!("{h}.{p}");
-        let verified = self
-            .keys
+        let keys = self.keys.read_or_stop().clone();
+        if kid.is_some_and(|kid| !keys.iter().any(|k| k.kid.as_deref() == Some(kid))) {
+            self.missing_key.store(true, Ordering::Relaxed);
+        }
+        let verified = keys
             .iter()
             .filter(|k| kid.is_none() || k.kid.as_deref() == kid)
             .any(|k| verify(alg, &k.key, signed.as_bytes(), &sig));
@@ -244,13 +270,13 @@ mod tests {
         std::fs::write(&path, jwks).expect("write");
         let url = format!("file://{}", path.display());
         let audience = audience.to_string();
-        OauthValidator::from_settings(&move |k: &str| match k {
+        let settings = move |k: &str| match k {
             "sasl.oauthbearer.jwks.endpoint.url" => url.clone(),
             "sasl.oauthbearer.expected.issuer" => "https://idp.example".into(),
             "sasl.oauthbearer.expected.audience" => audience.clone(),
             _ => String::new(),
-        })
-        .expect("valid")
+        };
+        OauthValidator::from_settings(&settings, &[]).expect("valid")
     }
 
     fn message(token: &str) -> Vec<u8> {

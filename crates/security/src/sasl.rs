@@ -51,7 +51,20 @@ impl SaslServer {
         for m in &mechanisms {
             match m.as_str() {
                 "PLAIN" => plain = plain_users(&jaas("plain"))?,
-                "OAUTHBEARER" => oauth = Some(crate::oauth::OauthValidator::from_settings(settings)?),
+                "OAUTHBEARER" => {
+                    // The JWKS endpoint's trust, as Kafka takes it: ssl.truststore.* options
+                    // of the OAuthBearerLoginModule line.
+                    let line = jaas("oauthbearer");
+                    let options = match line.trim().is_empty() {
+                        true => Vec::new(),
+                        false => module_options(
+                            &line,
+                            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule",
+                            "oauthbearer",
+                        )?,
+                    };
+                    oauth = Some(crate::oauth::OauthValidator::from_settings(settings, &options)?)
+                }
                 m if ScramMechanism::from_name(m).is_some() => {}
                 other => bail!(
                     "sasl.enabled.mechanisms: {other} is not supported (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER are)"
@@ -59,6 +72,11 @@ impl SaslServer {
             }
         }
         Ok(SaslServer { mechanisms, plain, scram, oauth })
+    }
+
+    /// The OAUTHBEARER validator, when the mechanism is enabled (its JWKS is refreshed).
+    pub fn oauth(&self) -> Option<&crate::oauth::OauthValidator> {
+        self.oauth.as_ref()
     }
 
     /// An OAUTHBEARER client's message: the principal, or why the token was refused (for
@@ -125,21 +143,11 @@ impl SaslServer {
 
 /// The `user_<name>="<password>"` options of a PlainLoginModule JAAS configuration.
 fn plain_users(jaas: &str) -> Result<HashMap<String, Vec<u8>>> {
-    let jaas = jaas.trim();
-    if jaas.is_empty() {
+    if jaas.trim().is_empty() {
         bail!("PLAIN needs listener.name.<listener>.plain.sasl.jaas.config with user_<name>=\"<password>\" options");
     }
-    let rest = jaas.strip_prefix("org.apache.kafka.common.security.plain.PlainLoginModule").ok_or_else(|| {
-        anyhow!("plain.sasl.jaas.config: expected org.apache.kafka.common.security.plain.PlainLoginModule")
-    })?;
-    let rest = rest.trim_start();
-    let rest = ["required", "requisite", "sufficient", "optional"]
-        .iter()
-        .find_map(|flag| rest.strip_prefix(flag))
-        .ok_or_else(|| anyhow!("plain.sasl.jaas.config: expected a control flag (required) after the module"))?;
-    let body = rest.trim().strip_suffix(';').ok_or_else(|| anyhow!("plain.sasl.jaas.config: must end with ';'"))?;
     let mut users = HashMap::new();
-    for (key, value) in jaas_options(body)? {
+    for (key, value) in module_options(jaas, "org.apache.kafka.common.security.plain.PlainLoginModule", "plain")? {
         if let Some(user) = key.strip_prefix("user_") {
             users.insert(user.to_string(), value.into_bytes());
         }
@@ -148,6 +156,18 @@ fn plain_users(jaas: &str) -> Result<HashMap<String, Vec<u8>>> {
         bail!("plain.sasl.jaas.config: no user_<name>=\"<password>\" option");
     }
     Ok(users)
+}
+
+/// The options of a JAAS line for login module `module`: `<module> required key="value" ...;`.
+pub(crate) fn module_options(jaas: &str, module: &str, what: &str) -> Result<Vec<(String, String)>> {
+    let rest = jaas.trim().strip_prefix(module).ok_or_else(|| anyhow!("{what}.sasl.jaas.config: expected {module}"))?;
+    let rest = rest.trim_start();
+    let rest = ["required", "requisite", "sufficient", "optional"]
+        .iter()
+        .find_map(|flag| rest.strip_prefix(flag))
+        .ok_or_else(|| anyhow!("{what}.sasl.jaas.config: expected a control flag (required) after the module"))?;
+    let body = rest.trim().strip_suffix(';').ok_or_else(|| anyhow!("{what}.sasl.jaas.config: must end with ';'"))?;
+    jaas_options(body)
 }
 
 /// `key="value" key=value ...`: JAAS options, values quoted (with \" and \\ escapes) or bare.
