@@ -18,6 +18,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
+/// TLS for every connection this process makes (security.protocol=SSL), once set.
+static TLS: std::sync::OnceLock<Arc<runnel_security::tls::rustls::ClientConfig>> = std::sync::OnceLock::new();
+
+/// Makes every later connection use TLS with `config` (a client's `ssl.*` settings, see
+/// `runnel_security::tls::client_config`). Set once, before connecting.
+pub fn use_tls(config: Arc<runnel_security::tls::rustls::ClientConfig>) {
+    let _ = TLS.set(config);
+}
+
 /// Largest response frame accepted.
 const RESPONSE_BYTES_MAX: usize = 256 << 20;
 
@@ -38,7 +47,31 @@ impl Connection {
     pub async fn connect(addr: &str, client_id: &str, in_flight: usize) -> Result<Arc<Connection>> {
         let stream = TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
         stream.set_nodelay(true)?;
-        let (mut rd, mut wr) = stream.into_split();
+        match TLS.get() {
+            None => {
+                let (rd, wr) = stream.into_split();
+                Ok(Self::start(rd, wr, client_id, in_flight))
+            }
+            Some(config) => {
+                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
+                let name = runnel_security::tls::ServerName::try_from(host.to_string())
+                    .map_err(|e| anyhow!("TLS server name {host}: {e}"))?;
+                let tls = runnel_security::TlsConnector::from(config.clone())
+                    .connect(name, stream)
+                    .await
+                    .with_context(|| format!("TLS handshake with {addr}"))?;
+                let (rd, wr) = tokio::io::split(tls);
+                Ok(Self::start(rd, wr, client_id, in_flight))
+            }
+        }
+    }
+
+    /// Starts the reader and writer tasks on the two halves of a connection.
+    fn start<R, W>(mut rd: R, mut wr: W, client_id: &str, in_flight: usize) -> Arc<Connection>
+    where
+        R: tokio::io::AsyncRead + Unpin + Send + 'static,
+        W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let (tx, mut rx) = mpsc::channel::<(Bytes, Option<Waiter>)>(in_flight.max(1));
         // `None` once the reader has stopped: nothing more will be answered, so a waiter
         // arriving after that is failed at once instead of waiting forever.
@@ -103,12 +136,12 @@ impl Connection {
                 let _ = waiter.send(answer);
             }
         });
-        Ok(Arc::new(Connection {
+        Arc::new(Connection {
             out: tx,
             next_id: AtomicI32::new(1),
             in_flight: Arc::new(Semaphore::new(in_flight.max(1))),
             client_id: client_id.to_string(),
-        }))
+        })
     }
 
     /// Sends a request that gets no answer (Produce with acks=0).

@@ -21,7 +21,7 @@ use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
 
 pub use cluster::{init_producer_id, Cluster, TopicLayout};
-pub use connection::Connection;
+pub use connection::{use_tls, Connection};
 pub use records::{for_each_record, value_stamp};
 
 /// Request versions the tools speak; both Apache Kafka 4.x and Runnel accept them.

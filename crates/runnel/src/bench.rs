@@ -136,9 +136,47 @@ struct RunArgs {
     /// Live progress line on stderr (default: when stderr is a terminal).
     #[arg(long)]
     progress: Option<bool>,
+    /// Client settings in Kafka's properties format, as Kafka's tools take them:
+    /// security.protocol=SSL with ssl.truststore.* (and ssl.keystore.* for a client
+    /// certificate) connects over TLS.
+    #[arg(long, value_name = "FILE")]
+    command_config: Option<PathBuf>,
 }
 
 impl RunArgs {
+    /// Applies --command-config: TLS for every connection when it asks for SSL.
+    fn connect_with(&self) -> Result<()> {
+        let Some(path) = &self.command_config else { return Ok(()) };
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let props: std::collections::BTreeMap<String, String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
+            .filter_map(|l| l.split_once(['=', ':']).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+            .collect();
+        let protocol = props.get("security.protocol").map_or("PLAINTEXT", String::as_str).to_ascii_uppercase();
+        match protocol.as_str() {
+            "PLAINTEXT" => Ok(()),
+            "SSL" => {
+                let get = |k: &str| -> String {
+                    props.get(k).cloned().unwrap_or_else(|| match k {
+                        "ssl.enabled.protocols" => "TLSv1.2,TLSv1.3".into(),
+                        "ssl.endpoint.identification.algorithm" => "https".into(),
+                        "ssl.keystore.type" | "ssl.truststore.type" => "JKS".into(),
+                        _ => String::new(),
+                    })
+                };
+                let (config, _) =
+                    runnel_security::tls::client_config(&get).with_context(|| path.display().to_string())?;
+                runnel_client::use_tls(config);
+                Ok(())
+            }
+            other => {
+                bail!("{}: security.protocol={other} is not supported by runnel bench (PLAINTEXT, SSL)", path.display())
+            }
+        }
+    }
+
     fn workload(&self) -> Result<Workload> {
         let mut w = match &self.scenario {
             Some(s) => scenario(s).ok_or_else(|| anyhow!("unknown scenario {s}; known: {}", NAMES.join(", ")))?,
@@ -228,6 +266,7 @@ pub async fn main(args: BenchArgs) -> Result<()> {
     match args.command {
         None => {
             let a = &args.run;
+            a.connect_with()?;
             let report = runnel_bench::run(&a.bootstrap, a.workload()?, a.progress()).await?;
             print!("{}", report.text());
             if let Some(p) = &a.json {
@@ -239,6 +278,7 @@ pub async fn main(args: BenchArgs) -> Result<()> {
             Ok(())
         }
         Some(BenchCommand::Compare { a, b, rounds, run }) => {
+            run.connect_with()?;
             let c = runnel_bench::compare::compare(&a, &b, run.workload()?, rounds, run.progress()).await?;
             print!("{}", c.text());
             if let Some(p) = &run.json {

@@ -21,6 +21,10 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig, SupportedProtocolVersion
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
+// For the clients built on this crate (`runnel bench` over TLS).
+pub use rustls;
+pub use rustls_pki_types::ServerName;
+
 /// Reads one setting of the listener being configured: the `listener.name.<name>.` form
 /// first, then the plain name, "" when unset.
 pub type Get<'a> = &'a dyn Fn(&str) -> String;
