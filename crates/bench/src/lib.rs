@@ -14,6 +14,7 @@
 
 pub mod compare;
 pub mod consumer;
+pub mod logins;
 pub mod producer;
 pub mod report;
 pub mod run;

@@ -34,6 +34,29 @@ enum BenchCommand {
         #[command(flatten)]
         run: Box<RunArgs>,
     },
+    /// SCRAM logins per second against one broker: connect, log in, disconnect, again.
+    Logins {
+        /// The broker's SASL listener.
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+        #[arg(long, default_value = "SCRAM-SHA-512")]
+        mechanism: String,
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        password: String,
+        /// Workers logging in at the same time.
+        #[arg(long, default_value_t = 8)]
+        connections: usize,
+        /// Seconds to log in for.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+        /// Client settings (security.protocol=SASL_SSL or SSL: TLS with ssl.truststore.*).
+        #[arg(long, value_name = "FILE")]
+        command_config: Option<PathBuf>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Brokers (and cost) needed for a target load, from a measured per-broker throughput.
     Size {
         /// Client MB/s one broker sustained in a cluster with the target replication factor.
@@ -146,35 +169,7 @@ struct RunArgs {
 impl RunArgs {
     /// Applies --command-config: TLS for every connection when it asks for SSL.
     fn connect_with(&self) -> Result<()> {
-        let Some(path) = &self.command_config else { return Ok(()) };
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let props: std::collections::BTreeMap<String, String> = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
-            .filter_map(|l| l.split_once(['=', ':']).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
-            .collect();
-        let protocol = props.get("security.protocol").map_or("PLAINTEXT", String::as_str).to_ascii_uppercase();
-        match protocol.as_str() {
-            "PLAINTEXT" => Ok(()),
-            "SSL" => {
-                let get = |k: &str| -> String {
-                    props.get(k).cloned().unwrap_or_else(|| match k {
-                        "ssl.enabled.protocols" => "TLSv1.2,TLSv1.3".into(),
-                        "ssl.endpoint.identification.algorithm" => "https".into(),
-                        "ssl.keystore.type" | "ssl.truststore.type" => "JKS".into(),
-                        _ => String::new(),
-                    })
-                };
-                let (config, _) =
-                    runnel_security::tls::client_config(&get).with_context(|| path.display().to_string())?;
-                runnel_client::use_tls(config);
-                Ok(())
-            }
-            other => {
-                bail!("{}: security.protocol={other} is not supported by runnel bench (PLAINTEXT, SSL)", path.display())
-            }
-        }
+        connect_with(self.command_config.as_deref(), false)
     }
 
     fn workload(&self) -> Result<Workload> {
@@ -254,6 +249,40 @@ impl RunArgs {
     }
 }
 
+/// Applies a client properties file: TLS for every connection when security.protocol is
+/// SSL (or SASL_SSL, when `sasl` says the caller logs in itself).
+fn connect_with(path: Option<&std::path::Path>, sasl: bool) -> Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let props: std::collections::BTreeMap<String, String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
+        .filter_map(|l| l.split_once(['=', ':']).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .collect();
+    let protocol = props.get("security.protocol").map_or("PLAINTEXT", String::as_str).to_ascii_uppercase();
+    match protocol.as_str() {
+        "PLAINTEXT" => Ok(()),
+        "SASL_PLAINTEXT" if sasl => Ok(()),
+        "SSL" | "SASL_SSL" if protocol == "SSL" || sasl => {
+            let get = |k: &str| -> String {
+                props.get(k).cloned().unwrap_or_else(|| match k {
+                    "ssl.enabled.protocols" => "TLSv1.2,TLSv1.3".into(),
+                    "ssl.endpoint.identification.algorithm" => "https".into(),
+                    "ssl.keystore.type" | "ssl.truststore.type" => "JKS".into(),
+                    _ => String::new(),
+                })
+            };
+            let (config, _) = runnel_security::tls::client_config(&get).with_context(|| path.display().to_string())?;
+            runnel_client::use_tls(config);
+            Ok(())
+        }
+        other => {
+            bail!("{}: security.protocol={other} is not supported by runnel bench (PLAINTEXT, SSL)", path.display())
+        }
+    }
+}
+
 fn write_out(path: &PathBuf, text: &str) -> Result<()> {
     if path.as_os_str() == "-" {
         println!("{text}");
@@ -274,6 +303,26 @@ pub async fn main(args: BenchArgs) -> Result<()> {
             }
             if let Some(p) = &a.svg {
                 write_out(p, &report.svg())?;
+            }
+            Ok(())
+        }
+        Some(BenchCommand::Logins {
+            bootstrap,
+            mechanism,
+            user,
+            password,
+            connections,
+            duration,
+            command_config,
+            json,
+        }) => {
+            connect_with(command_config.as_deref(), true)?;
+            let address = bootstrap.split(',').next().unwrap_or_default().trim().to_string();
+            let duration = std::time::Duration::from_secs_f64(duration.max(0.1));
+            let r = runnel_bench::logins::logins(&address, &mechanism, &user, &password, connections, duration).await?;
+            print!("{}", r.text());
+            if let Some(p) = &json {
+                write_out(p, &serde_json::to_string_pretty(&r)?)?;
             }
             Ok(())
         }
