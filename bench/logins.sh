@@ -66,7 +66,7 @@ run() {  # label port pid round
   echo "  $1 round $4: $(grep -o '[0-9]* logins/s' "$OUT/$1-$4.txt"), broker CPU $(cat "$OUT/$1-$4.cpu") s"
 }
 KPID=$(cat "$PEERS_KAFKA_HOME/run-$KPORT/node1.pid")
-RBPID=$(grep "^broker" "$OUT/runnel-dev.out" | tail -1 | awk '{print $4}')
+RBPID=$(grep "^broker" "$OUT/runnel-dev.out" | tail -1 | awk '{print $4}' || true)
 RBPID="${RBPID:-$RPID}"
 : > "$OUT/summary.txt"
 for r in $(seq "$ROUNDS"); do

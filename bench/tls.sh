@@ -113,9 +113,10 @@ PROPS
       -Djava.awt.headless=true -Dkafka.logs.dir="$KRUN/node$i" -Dlog4j2.configurationFile="$KRUN/log4j2.properties" \
       -cp "$KAFKA_CP" kafka.Kafka "$KRUN/node$i.properties" > "$KRUN/node$i/stdout.log" 2>&1 < /dev/null &
 done
-KBOOT="127.0.0.1:$KPORT,127.0.0.1:$((KPORT+1)),127.0.0.1:$((KPORT+2))"
+KALL="127.0.0.1:$KPORT,127.0.0.1:$((KPORT+1)),127.0.0.1:$((KPORT+2))"
+KBOOT="127.0.0.1:$KPORT"
 deadline=$(( $(date +%s) + 180 ))
-until [[ $(kafka_tool org.apache.kafka.tools.BrokerApiVersionsCommand --bootstrap-server "$KBOOT" \
+until [[ $(kafka_tool org.apache.kafka.tools.BrokerApiVersionsCommand --bootstrap-server "$KALL" \
           --command-config "$CLIENT" 2>/dev/null | grep -c '(id: ') -ge 3 ]]; do
   if (( $(date +%s) > deadline )); then echo "Kafka (TLS) did not start; see $KRUN/node*/server.log" >&2; exit 1; fi
   sleep 1
@@ -138,7 +139,7 @@ run() {  # label bootstrap pids-function [bench args...]
       --progress false --json "$OUT/$label-$round.json" "$@" > "$OUT/$label-$round.txt" 2>&1
   after=$(cpu_s "${pids[@]}")
   echo "$(echo "$after - $before" | bc)" > "$OUT/$label-$round.cpu"
-  echo "  $label round $round: $(grep '^produce' "$OUT/$label-$round.txt" | awk '{print $3, "rec/s"}'), broker CPU $(cat "$OUT/$label-$round.cpu") s"
+  echo "  $label round $round: $(grep '^produce' "$OUT/$label-$round.txt" | awk '{print $4, "rec/s"}'), broker CPU $(cat "$OUT/$label-$round.cpu") s"
 }
 plain_pids() { runnel_pids plain; }
 tls_pids() { runnel_pids tls; }
