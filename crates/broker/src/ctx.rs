@@ -22,6 +22,8 @@ pub struct Ctx {
     pub access: crate::authz::Access,
     /// The connection's mute, which a client over its quota is put under.
     pub mute: std::sync::Arc<crate::quota::Mute>,
+    /// The client quotas as they were when the request arrived (read once per request).
+    pub quotas: std::sync::Arc<runnel_security::quota::Table>,
 }
 
 impl Ctx {

@@ -107,8 +107,9 @@ pub fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, request: RequestKi
         listener: session.listener.clone(),
         access: broker.access(&session.principal, session.peer),
         mute: session.mute.clone(),
+        quotas: broker.controller().client_quotas(),
     };
-    let quotas = broker.controller().client_quotas();
+    let quotas = ctx.quotas.clone();
     if quotas.is_empty() {
         return route(broker, request, header.request_api_version, &ctx);
     }

@@ -138,7 +138,7 @@ fn read_all(
 
 pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
     let access = ctx.access.clone();
-    let quotas = b.controller().client_quotas();
+    let quotas = ctx.quotas.clone();
     // (the quotas, the client) when some client has a quota.
     let quota = (!quotas.is_empty()).then(|| (quotas, ctx.quota_client(), ctx.mute.clone()));
     let mute = ctx.mute.clone();

@@ -192,10 +192,10 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
     // As Kafka: what was produced counts against the client's producer_byte_rate quota,
     // whatever became of it; over the quota, the answer says how long the connection is
     // muted for.
-    let quotas = b.controller().client_quotas();
+    let quotas = &ctx.quotas;
     let throttle_ms: i64 = match quotas.is_empty() {
         true => 0,
-        false => b.quotas.record(&quotas, &ctx.quota_client(), crate::quota::PRODUCE, bytes as f64, now_ms),
+        false => b.quotas.record(quotas, &ctx.quota_client(), crate::quota::PRODUCE, bytes as f64, now_ms),
     };
     ctx.mute.set(throttle_ms);
     let mute = ctx.mute.clone();
