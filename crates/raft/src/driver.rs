@@ -21,17 +21,21 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use raft::eraftpb::Message;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::{error, warn};
 
+use crate::queue;
 use crate::replica::Replica;
-use crate::transport::{Envelope, PeerTls, TcpTransport, Transport};
+use crate::transport::{PeerTls, TcpTransport, Transport};
 
 /// Interval between Raft ticks; election and heartbeat timeouts count these.
 pub const TICK: Duration = Duration::from_millis(100);
 /// Inbound messages queued for the driver before new ones are dropped.
 pub const INBOUND_QUEUE_MAX: usize = 65_536;
+/// Inbound bytes queued for the driver before new messages are dropped (while it waits
+/// on a slow disk, say).
+pub const INBOUND_QUEUE_BYTES_MAX: usize = 64 << 20;
 
 /// What the broker does with a group after each ready (with the replica locked).
 pub trait Hooks: Send + Sync {
@@ -161,7 +165,7 @@ impl Driver {
         now_ms: fn() -> i64,
         tls: Option<PeerTls>,
     ) -> io::Result<Arc<Driver>> {
-        let (tx, rx) = mpsc::channel(INBOUND_QUEUE_MAX);
+        let (tx, rx) = queue::channel(INBOUND_QUEUE_MAX, INBOUND_QUEUE_BYTES_MAX);
         let transport = TcpTransport::start(listen, peers, tx, tls).await?;
         Ok(Driver::with_transport(id, Arc::new(transport), rx, hooks, sync, now_ms, Host::default()))
     }
@@ -172,7 +176,7 @@ impl Driver {
     pub fn with_transport(
         id: u64,
         transport: Arc<dyn Transport>,
-        inbound: mpsc::Receiver<Envelope>,
+        inbound: queue::Receiver,
         hooks: Arc<dyn Hooks>,
         sync: SyncPolicy,
         now_ms: fn() -> i64,
@@ -261,7 +265,7 @@ impl Driver {
         }
     }
 
-    async fn run(self: Arc<Self>, mut inbound: mpsc::Receiver<Envelope>) {
+    async fn run(self: Arc<Self>, mut inbound: queue::Receiver) {
         let mut ticker = tokio::time::interval(TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::new();

@@ -12,6 +12,7 @@
 
 pub mod driver;
 mod offsets;
+pub mod queue;
 pub mod replica;
 pub mod store;
 pub mod transport;

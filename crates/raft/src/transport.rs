@@ -4,8 +4,9 @@
 //! `tests/sim_driver.rs`.)
 //!
 //! Frame: `u32` length, then messages, each `u64` group id, `u32` length, protobuf bytes.
-//! Sending never blocks the driver: each peer has a bounded queue, and a message that
-//! does not fit is dropped (Raft resends what matters). A broken connection is redialled.
+//! Sending never blocks the driver: each peer has a queue bounded in messages and bytes
+//! ([`crate::queue`]), and a message that does not fit is dropped (Raft resends what
+//! matters). A broken connection is redialled.
 //!
 //! With [`PeerTls`], connections both ways are mutual TLS: a peer must present a
 //! certificate the cluster's trust store signed, or it cannot connect. Whatever the
@@ -23,21 +24,26 @@ use raft::eraftpb::Message;
 use runnel_security::{ClientTls, ServerTls, TlsAcceptor, TlsConnector};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tracing::{debug, warn};
+
+pub use crate::queue::Envelope;
+use crate::queue::{self, Receiver, Sender};
 
 /// Queued messages per peer before new ones are dropped.
 pub const PEER_QUEUE_MAX: usize = 16_384;
+/// Queued bytes per peer before new messages are dropped.
+pub const PEER_QUEUE_BYTES_MAX: usize = 32 << 20;
 /// Largest frame accepted from a peer.
 pub const FRAME_BYTES_MAX: usize = 64 << 20;
 /// A writer gathers queued messages into one frame up to this size.
 const FRAME_TARGET_BYTES: usize = 1 << 20;
 
+/// A frame buffer that a burst (a catch-up, a snapshot) grew past this is given back once
+/// that frame is done, rather than kept for the connection's life.
+const FRAME_BUFFER_KEEP_BYTES: usize = 2 * FRAME_TARGET_BYTES;
+
 /// How long a peer gets to finish a TLS handshake.
 const TLS_HANDSHAKE_MAX: Duration = Duration::from_secs(10);
-
-/// A message for one group.
-pub type Envelope = (u64, Message);
 
 /// Mutual TLS between brokers: what the Raft listener presents and requires (its client
 /// authentication must be `required`), and what this broker presents when it dials.
@@ -62,9 +68,9 @@ pub trait Transport: Send + Sync {
 }
 
 pub struct TcpTransport {
-    peers: HashMap<u64, mpsc::Sender<Envelope>>,
+    peers: HashMap<u64, Sender>,
     /// Keeps the driver's inbound queue open when nothing listens (a cluster of one).
-    _inbound: mpsc::Sender<Envelope>,
+    _inbound: Sender,
 }
 
 impl TcpTransport {
@@ -73,7 +79,7 @@ impl TcpTransport {
     pub async fn start(
         listen: Option<&str>,
         peers: HashMap<u64, String>,
-        inbound: mpsc::Sender<Envelope>,
+        inbound: Sender,
         tls: Option<PeerTls>,
     ) -> io::Result<TcpTransport> {
         if let Some(listen) = listen {
@@ -82,7 +88,7 @@ impl TcpTransport {
         }
         let mut senders = HashMap::new();
         for (id, addr) in peers {
-            let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
+            let (tx, rx) = queue::channel(PEER_QUEUE_MAX, PEER_QUEUE_BYTES_MAX);
             tokio::spawn(peer_writer(addr, rx, tls.as_ref().map(|t| t.client.clone())));
             senders.insert(id, tx);
         }
@@ -93,7 +99,7 @@ impl TcpTransport {
 impl Transport for TcpTransport {
     fn send(&self, group: u64, msg: Message) {
         if let Some(tx) = self.peers.get(&msg.to) {
-            let _ = tx.try_send((group, msg));
+            tx.try_send((group, msg));
         }
     }
 }
@@ -114,7 +120,7 @@ async fn dial(addr: &str, tls: Option<&ClientTls>) -> io::Result<Writer> {
     }
 }
 
-async fn peer_writer(addr: String, mut rx: mpsc::Receiver<Envelope>, tls: Option<Arc<ClientTls>>) {
+async fn peer_writer(addr: String, mut rx: Receiver, tls: Option<Arc<ClientTls>>) {
     let mut frame = BytesMut::new();
     loop {
         let mut stream = match dial(&addr, tls.as_deref()).await {
@@ -123,7 +129,7 @@ async fn peer_writer(addr: String, mut rx: mpsc::Receiver<Envelope>, tls: Option
                 debug!(%addr, error = %e, "peer not reachable");
                 // Messages queued meanwhile are stale by the time the peer is back.
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                while rx.try_recv().is_ok() {}
+                rx.clear();
                 if rx.is_closed() {
                     return;
                 }
@@ -137,8 +143,8 @@ async fn peer_writer(addr: String, mut rx: mpsc::Receiver<Envelope>, tls: Option
             encode(&mut frame, &first);
             while frame.len() < FRAME_TARGET_BYTES {
                 match rx.try_recv() {
-                    Ok(m) => encode(&mut frame, &m),
-                    Err(_) => break,
+                    Some(m) => encode(&mut frame, &m),
+                    None => break,
                 }
             }
             let len = (frame.len() - 4) as u32;
@@ -152,18 +158,29 @@ async fn peer_writer(addr: String, mut rx: mpsc::Receiver<Envelope>, tls: Option
                 debug!(%addr, error = %e, "peer connection lost");
                 break;
             }
+            if frame.capacity() > FRAME_BUFFER_KEEP_BYTES {
+                frame = BytesMut::new();
+            }
         }
     }
 }
 
+/// Appends one message to `frame`, encoded in place.
 fn encode(frame: &mut BytesMut, (group, msg): &Envelope) {
-    let bytes = msg.write_to_bytes().unwrap_or_default();
+    let len = msg.compute_size();
+    let at = frame.len();
     frame.put_u64(*group);
-    frame.put_u32(bytes.len() as u32);
-    frame.put_slice(&bytes);
+    frame.put_u32(len);
+    let body = frame.len();
+    frame.resize(body + len as usize, 0);
+    let mut out = protobuf::CodedOutputStream::bytes(&mut frame[body..]);
+    if msg.write_to_with_cached_sizes(&mut out).and_then(|()| out.flush()).is_err() {
+        // Cannot happen for a size just computed; the message is left out if it does.
+        frame.truncate(at);
+    }
 }
 
-async fn accept_loop(listener: TcpListener, inbound: mpsc::Sender<Envelope>, tls: Option<Arc<ServerTls>>) {
+async fn accept_loop(listener: TcpListener, inbound: Sender, tls: Option<Arc<ServerTls>>) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -187,7 +204,7 @@ async fn accept_loop(listener: TcpListener, inbound: mpsc::Sender<Envelope>, tls
     }
 }
 
-async fn peer_reader(mut stream: Reader, inbound: mpsc::Sender<Envelope>) {
+async fn peer_reader(mut stream: Reader, inbound: Sender) {
     let mut buf = Vec::new();
     let mut sender = None;
     loop {
@@ -210,7 +227,7 @@ async fn peer_reader(mut stream: Reader, inbound: mpsc::Sender<Envelope>) {
                 impostor.get_or_insert(envelope.1.from);
                 return;
             }
-            let _ = inbound.try_send(envelope);
+            inbound.try_send(envelope);
         });
         if let Err(e) = decoded {
             warn!(error = %e, "malformed peer frame; closing the connection");
@@ -219,6 +236,9 @@ async fn peer_reader(mut stream: Reader, inbound: mpsc::Sender<Envelope>) {
         if let Some(other) = impostor {
             warn!(sender = ?sender, other, "a peer connection carried messages from two senders; closing it");
             return;
+        }
+        if buf.capacity() > FRAME_BUFFER_KEEP_BYTES {
+            buf = Vec::new();
         }
     }
 }
@@ -267,7 +287,9 @@ mod tests {
     #[test]
     fn frames_split_into_their_messages() {
         let m = |to, commit| Message { to, commit, ..Default::default() };
-        let sent = vec![(7, m(2, 5)), (u64::MAX, m(3, 0))];
+        let entry = raft::eraftpb::Entry { index: 9, term: 2, data: vec![7u8; 3000].into(), ..Default::default() };
+        let append = Message { entries: vec![entry].into(), ..m(2, 8) };
+        let sent = vec![(7, m(2, 5)), (8, append), (u64::MAX, m(3, 0))];
         let mut got = Vec::new();
         decode_frame(&frame(&sent), |e| got.push(e)).expect("well-formed");
         assert_eq!(got, sent);
@@ -304,7 +326,7 @@ mod tests {
             l.local_addr().expect("addr").port()
         };
         let addr = format!("127.0.0.1:{port}");
-        let (tx, mut rx) = mpsc::channel(16);
+        let (tx, mut rx) = queue::channel(16, 1 << 20);
         let _t = TcpTransport::start(Some(&addr), HashMap::new(), tx, None).await.expect("listen");
         let mut conn = TcpStream::connect(&addr).await.expect("connect");
         let m = |from| Message { to: 1, from, ..Default::default() };

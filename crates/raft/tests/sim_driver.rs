@@ -40,16 +40,17 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use runnel_raft::driver::{lock, SyncFuture, INBOUND_QUEUE_MAX};
+use runnel_raft::driver::{lock, SyncFuture, INBOUND_QUEUE_BYTES_MAX, INBOUND_QUEUE_MAX};
+use runnel_raft::queue;
 use runnel_raft::{
-    Disk, Driver, Durability, Envelope, Fatal, Hooks, Host, Message, ProposeError, Replica, ReplicaConfig, SyncPolicy,
+    Disk, Driver, Durability, Fatal, Hooks, Host, Message, ProposeError, Replica, ReplicaConfig, SyncPolicy,
     TcpTransport, Transport,
 };
 use runnel_storage::{fault, LogConfig};
 use runnel_wire::batch::Batches;
 use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_NONE};
 use runnel_wire::BatchHeader;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 const NODES: u64 = 3;
@@ -93,7 +94,7 @@ struct Net {
     rng: StdRng,
     faulty: bool,
     /// Each running node's inbound queue.
-    inbound: BTreeMap<u64, mpsc::Sender<Envelope>>,
+    inbound: BTreeMap<u64, queue::Sender>,
     /// Directed links that lose everything: (from, to).
     cut: BTreeSet<(u64, u64)>,
     sent: u64,
@@ -131,7 +132,7 @@ impl Transport for SimTransport {
                 let net = guard(&net);
                 if !net.cut.contains(&(msg.from, msg.to)) {
                     if let Some(tx) = net.inbound.get(&msg.to) {
-                        let _ = tx.try_send((group, msg));
+                        tx.try_send((group, msg));
                     }
                 }
             });
@@ -493,7 +494,7 @@ impl Sim {
                 Fatal::Write(e) => guard(&world).violate(format!("node {id}: a write failed: {e}")),
             }),
         };
-        let (tx, rx) = mpsc::channel(INBOUND_QUEUE_MAX);
+        let (tx, rx) = queue::channel(INBOUND_QUEUE_MAX, INBOUND_QUEUE_BYTES_MAX);
         let transport = Arc::new(SimTransport { net: self.net.clone() });
         let driver = Driver::with_transport(id, transport, rx, hooks.clone(), node.sync, now_ms, host);
         hooks.driver.set(Arc::downgrade(&driver)).expect("set once");
@@ -923,7 +924,7 @@ fn drivers_keep_committed_data_through_crashes_partitions_and_disk_faults() {
 /// The `Transport` contract, run against the broker's transport and the simulator's (with
 /// its faults off): a message reaches the driver it names, as `(group, message)`; one for
 /// an unknown peer is dropped; `send` never blocks, however much is queued.
-async fn check_transport(transport: &dyn Transport, peer_inbound: &mut mpsc::Receiver<Envelope>) {
+async fn check_transport(transport: &dyn Transport, peer_inbound: &mut queue::Receiver) {
     let m = Message { from: 1, to: 2, term: 7, index: 42, ..Message::default() };
     transport.send(3, Message { to: 99, ..m.clone() });
     transport.send(3, m.clone());
@@ -940,7 +941,7 @@ async fn check_transport(transport: &dyn Transport, peer_inbound: &mut mpsc::Rec
 fn transports_keep_the_contract() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let (tx, mut rx) = mpsc::channel(INBOUND_QUEUE_MAX);
+        let (tx, mut rx) = queue::channel(INBOUND_QUEUE_MAX, INBOUND_QUEUE_BYTES_MAX);
         let net = Net {
             rng: StdRng::seed_from_u64(0),
             faulty: false,
@@ -955,9 +956,9 @@ fn transports_keep_the_contract() {
 
         // A free port for the peer to listen on.
         let addr = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").to_string();
-        let (tx, mut rx) = mpsc::channel(INBOUND_QUEUE_MAX);
+        let (tx, mut rx) = queue::channel(INBOUND_QUEUE_MAX, INBOUND_QUEUE_BYTES_MAX);
         let _peer = TcpTransport::start(Some(&addr), HashMap::new(), tx, None).await.expect("listen");
-        let (tx, _rx) = mpsc::channel(INBOUND_QUEUE_MAX);
+        let (tx, _rx) = queue::channel(INBOUND_QUEUE_MAX, INBOUND_QUEUE_BYTES_MAX);
         let transport = TcpTransport::start(None, HashMap::from([(2, addr)]), tx, None).await.expect("dial");
         check_transport(&transport, &mut rx).await;
     });
