@@ -199,11 +199,20 @@ impl LocalCluster {
     fn command(&self, i: u16) -> Result<Command> {
         let n = self.brokers();
         let voters: Vec<String> = (0..n).map(|j| format!("{j}@{}", self.raft_address(j))).collect();
+        // RUNNEL_BROKER_WRAPPER names a program each broker is started through (it gets the
+        // broker's command line and should exec it, keeping the pid the faults signal): a
+        // heap profiler for one broker, say. docs/chaos.md.
+        let mut program: Vec<std::ffi::OsString> = std::env::var_os("RUNNEL_BROKER_WRAPPER").into_iter().collect();
+        program.push(self.exe.clone().into_os_string());
         let mut cmd = match &self.network {
-            Network::Loopback => Command::new(&self.exe),
+            Network::Loopback => {
+                let mut c = Command::new(&program[0]);
+                c.args(&program[1..]);
+                c
+            }
             Network::Namespaces(ns) => {
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", &ns.namespace(i)]).arg(&self.exe);
+                c.args(["netns", "exec", &ns.namespace(i)]).args(&program);
                 c
             }
         };
