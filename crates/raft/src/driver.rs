@@ -36,6 +36,11 @@ pub const INBOUND_QUEUE_MAX: usize = 65_536;
 /// Inbound bytes queued for the driver before new messages are dropped (while it waits
 /// on a slow disk, say).
 pub const INBOUND_QUEUE_BYTES_MAX: usize = 64 << 20;
+/// Inbound messages the driver takes off its queue at once.
+const INBOUND_BATCH_MAX: usize = 4096;
+/// The batch buffer is kept between rounds up to this many messages; one a burst grew
+/// larger (up to 800 KB at [`INBOUND_BATCH_MAX`]) is freed after that round.
+const INBOUND_BATCH_KEEP: usize = 256;
 
 /// What the broker does with a group after each ready (with the replica locked).
 pub trait Hooks: Send + Sync {
@@ -279,7 +284,7 @@ impl Driver {
                         self.groups().into_iter().filter(|(_, r)| lock(r).tick()).map(|(g, _)| g).collect();
                     self.dirty.lock_or_stop().extend(ticked);
                 }
-                n = inbound.recv_many(&mut batch, 4096) => {
+                n = inbound.recv_many(&mut batch, INBOUND_BATCH_MAX) => {
                     if n == 0 {
                         return;
                     }
@@ -296,6 +301,9 @@ impl Driver {
                         }
                     }
                     self.dirty.lock_or_stop().extend(touched);
+                    if batch.capacity() > INBOUND_BATCH_KEEP {
+                        batch = Vec::new();
+                    }
                 }
                 _ = self.wake.notified() => {}
             }

@@ -39,8 +39,11 @@ pub const FRAME_BYTES_MAX: usize = 64 << 20;
 const FRAME_TARGET_BYTES: usize = 1 << 20;
 
 /// A frame buffer that a burst (a catch-up, a snapshot) grew past this is given back once
-/// that frame is done, rather than kept for the connection's life.
-const FRAME_BUFFER_KEEP_BYTES: usize = 2 * FRAME_TARGET_BYTES;
+/// that frame is done, rather than kept for the connection's life: kept, each would hold
+/// the largest frame seen so far, and a broker's memory would creep up with every new
+/// record burst (heap profiles under chaos showed it). Steady traffic under this size
+/// reuses its buffer.
+const FRAME_BUFFER_KEEP_BYTES: usize = 64 << 10;
 
 /// How long a peer gets to finish a TLS handshake.
 const TLS_HANDSHAKE_MAX: Duration = Duration::from_secs(10);
