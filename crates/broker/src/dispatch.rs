@@ -109,8 +109,7 @@ pub fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, request: RequestKi
         mute: session.mute.clone(),
         quotas: broker.controller().client_quotas(),
     };
-    let quotas = ctx.quotas.clone();
-    if quotas.is_empty() {
+    if ctx.quotas.is_empty() {
         return route(broker, request, header.request_api_version, &ctx);
     }
     // request_percentage: the time a request takes to handle here (its answer may come
@@ -119,7 +118,8 @@ pub fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, request: RequestKi
     let started = std::time::Instant::now();
     let reply = route(broker, request, header.request_api_version, &ctx);
     let ms = started.elapsed().as_secs_f64() * 1000.0;
-    let throttle_ms = broker.quotas.record(&quotas, &ctx.quota_client(), crate::quota::REQUEST, ms, crate::now_ms());
+    let throttle_ms =
+        broker.quotas.record(&ctx.quotas, &ctx.quota_client(), crate::quota::REQUEST, ms, crate::now_ms());
     ctx.mute.set(throttle_ms);
     reply
 }

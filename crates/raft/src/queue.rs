@@ -30,7 +30,8 @@ pub fn channel(max_messages: usize, max_bytes: usize) -> (Sender, Receiver) {
 
 #[derive(Clone)]
 pub struct Sender {
-    tx: mpsc::Sender<Envelope>,
+    /// Each message travels with its size, counted once.
+    tx: mpsc::Sender<(Envelope, usize)>,
     bytes: Arc<AtomicUsize>,
     max_bytes: usize,
 }
@@ -45,7 +46,7 @@ impl Sender {
             self.bytes.fetch_sub(size, Ordering::Relaxed);
             return false;
         }
-        if self.tx.try_send(envelope).is_err() {
+        if self.tx.try_send((envelope, size)).is_err() {
             self.bytes.fetch_sub(size, Ordering::Relaxed);
             return false;
         }
@@ -54,36 +55,39 @@ impl Sender {
 }
 
 pub struct Receiver {
-    rx: mpsc::Receiver<Envelope>,
+    rx: mpsc::Receiver<(Envelope, usize)>,
     bytes: Arc<AtomicUsize>,
 }
 
 impl Receiver {
-    fn took(&self, envelope: &Envelope) {
-        self.bytes.fetch_sub(size_of(&envelope.1), Ordering::Relaxed);
+    fn took(&self, (envelope, size): (Envelope, usize)) -> Envelope {
+        self.bytes.fetch_sub(size, Ordering::Relaxed);
+        envelope
     }
 
     /// The next message; None once every sender is gone and the queue is empty.
     pub async fn recv(&mut self) -> Option<Envelope> {
         let e = self.rx.recv().await?;
-        self.took(&e);
-        Some(e)
+        Some(self.took(e))
     }
 
     /// The next message if one is queued.
     pub fn try_recv(&mut self) -> Option<Envelope> {
         let e = self.rx.try_recv().ok()?;
-        self.took(&e);
-        Some(e)
+        Some(self.took(e))
     }
 
     /// Waits for a message, then appends it and whatever else is queued, up to `limit`
-    /// in all, to `buf`. Returns how many; 0 once every sender is gone.
+    /// messages, to `buf`. Returns how many; 0 once every sender is gone.
     pub async fn recv_many(&mut self, buf: &mut Vec<Envelope>, limit: usize) -> usize {
-        let start = buf.len();
-        let n = self.rx.recv_many(buf, limit).await;
-        let taken: usize = buf[start..].iter().map(|e| size_of(&e.1)).sum();
-        self.bytes.fetch_sub(taken, Ordering::Relaxed);
+        let Some(first) = self.recv().await else { return 0 };
+        buf.push(first);
+        let mut n = 1;
+        while n < limit {
+            let Some(e) = self.try_recv() else { break };
+            buf.push(e);
+            n += 1;
+        }
         n
     }
 
@@ -97,7 +101,8 @@ impl Receiver {
     }
 
     /// Bytes queued now (by [`size_of`]).
-    pub fn queued_bytes(&self) -> usize {
+    #[cfg(test)]
+    fn queued_bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
     }
 }
