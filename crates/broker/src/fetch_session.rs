@@ -29,12 +29,19 @@ pub struct PartState {
     pub max_bytes: i32,
     /// What the last response told the client; -1 until the partition was sent once.
     pub sent_high_watermark: i64,
+    pub sent_last_stable_offset: i64,
     pub sent_log_start_offset: i64,
 }
 
 impl PartState {
     pub fn new(fetch_offset: i64, max_bytes: i32) -> PartState {
-        PartState { fetch_offset, max_bytes, sent_high_watermark: -1, sent_log_start_offset: -1 }
+        PartState {
+            fetch_offset,
+            max_bytes,
+            sent_high_watermark: -1,
+            sent_last_stable_offset: -1,
+            sent_log_start_offset: -1,
+        }
     }
 }
 
@@ -138,15 +145,17 @@ impl FetchSessions {
     }
 
     /// After a response: remember what was sent for each partition.
-    pub fn record_sent(&self, session_id: i32, sent: &[(PartKey, i64, i64)]) {
+    /// `sent`: (partition, high watermark, last stable offset, log start offset).
+    pub fn record_sent(&self, session_id: i32, sent: &[(PartKey, i64, i64, i64)]) {
         if session_id == 0 {
             return;
         }
         let mut inner = self.lock();
         if let Some(s) = inner.sessions.get_mut(&session_id) {
-            for (key, hw, start) in sent {
+            for (key, hw, lso, start) in sent {
                 if let Some(p) = s.parts.get_mut(key) {
                     p.sent_high_watermark = *hw;
+                    p.sent_last_stable_offset = *lso;
                     p.sent_log_start_offset = *start;
                 }
             }
@@ -174,7 +183,7 @@ mod tests {
             .resolve(0, 0, vec![(key(0), PartState::new(0, 100)), (key(1), PartState::new(5, 100))], &[])
             .expect("open");
         assert!(r.session_id > 0 && !r.incremental && r.parts.len() == 2);
-        s.record_sent(r.session_id, &[(key(0), 10, 0)]);
+        s.record_sent(r.session_id, &[(key(0), 10, 10, 0)]);
         // Epoch 1: only partition 1 moved; partition 0 is forgotten.
         let inc = s.resolve(r.session_id, 1, vec![(key(1), PartState::new(7, 100))], &[key(0)]).expect("incremental");
         assert!(inc.incremental);

@@ -15,7 +15,7 @@ use runnel_wire::{BatchHeader, Batches};
 
 use crate::catalog::{Catalog, Topic};
 use crate::config::Settings;
-use crate::partition::Acks;
+use crate::partition::{Acks, Isolation};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// How much one read of the offsets log fetches while replaying it.
@@ -84,7 +84,8 @@ impl GroupLog for OffsetsLog {
         let mut out = Vec::new();
         let mut offset = part.log_start_offset();
         loop {
-            let read = part.read(offset, REPLAY_READ_BYTES, true).map_err(|e| e.to_string())?;
+            let read =
+                part.read(offset, REPLAY_READ_BYTES, true, Isolation::ReadUncommitted).map_err(|e| e.to_string())?;
             if offset >= read.high_watermark {
                 break;
             }

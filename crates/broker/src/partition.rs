@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runnel_raft::{driver, Driver, Durability, ProposeError, Replica, SharedReplica};
-use runnel_storage::{CleanStats, Log, ProducerError, ReadError, ReadPlan};
-use runnel_wire::BatchHeader;
+use runnel_storage::{AbortedTxn, CleanStats, Log, ProducerError, ReadError, ReadPlan};
+use runnel_wire::{BatchHeader, TxnEnd};
 use tokio::sync::oneshot;
 
 /// A hosted partition: its replica, its Raft group id and the driver that runs it.
@@ -110,12 +110,35 @@ impl Appended {
     }
 }
 
+/// Which records a read may return (Kafka's `isolation_level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// Everything below the high watermark.
+    ReadUncommitted,
+    /// Everything below the last stable offset, with the aborted transactions listed.
+    ReadCommitted,
+}
+
+impl Isolation {
+    pub fn from_kafka(level: i8) -> Isolation {
+        if level == 1 {
+            Isolation::ReadCommitted
+        } else {
+            Isolation::ReadUncommitted
+        }
+    }
+}
+
 /// One read of a partition, taken under one lock: the bounds a fetch reports and what to
 /// read (carried out without the lock).
 pub struct Read {
     pub high_watermark: i64,
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
     pub plan: Result<ReadPlan, ReadError>,
+    /// With read_committed: the aborted transactions from the read's offset up to the last
+    /// stable offset (the caller keeps those the records it returns reach).
+    pub aborted: Vec<AbortedTxn>,
 }
 
 impl Partition {
@@ -267,15 +290,57 @@ impl Partition {
 
     /// What a consumer's fetch from `offset` reads on the leader (at most `max_bytes`, or
     /// the first batch whole when `min_one`), with the bounds it reports, under one lock.
-    pub fn read(&self, offset: i64, max_bytes: usize, min_one: bool) -> Result<Read, PartitionError> {
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+        isolation: Isolation,
+    ) -> Result<Read, PartitionError> {
         let r = self.lock().filter(|r| r.is_leader()).ok_or(PartitionError::NotLeader)?;
         let high_watermark = r.high_watermark();
         let log = r.log();
+        let last_stable_offset = log.last_stable_offset(high_watermark);
+        let (upper, aborted) = match isolation {
+            Isolation::ReadUncommitted => (high_watermark, Vec::new()),
+            Isolation::ReadCommitted => (last_stable_offset, log.aborted_transactions(offset, last_stable_offset)),
+        };
         Ok(Read {
             high_watermark,
+            last_stable_offset,
             log_start_offset: log.log_start_offset(),
-            plan: log.read(offset, max_bytes, high_watermark, min_one),
+            plan: log.read(offset, max_bytes, upper, min_one),
+            aborted,
         })
+    }
+
+    /// Offsets below this are stable: every transaction there has ended and its marker is
+    /// committed (0 when the partition is remote).
+    pub fn last_stable_offset(&self) -> i64 {
+        self.lock().map_or(0, |r| r.log().last_stable_offset(r.high_watermark()))
+    }
+
+    /// Ends `producer_id`'s transaction on this partition (leader only): writes its commit
+    /// or abort marker; [`Appended::durable`] waits for it to commit.
+    pub fn write_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        end: TxnEnd,
+    ) -> Result<Appended, PartitionError> {
+        let mut r = self.lock().ok_or(PartitionError::NotLeader)?;
+        let p = r.propose_marker(producer_id, producer_epoch, coordinator_epoch, end, crate::now_ms())?;
+        let durable = Some(r.wait(p.index, p.term, Durability::Committed));
+        let log_start_offset = r.log().log_start_offset();
+        drop(r);
+        self.kick();
+        Ok(Appended { base_offset: p.base_offset, log_start_offset, durable })
+    }
+
+    /// Producers with a transaction open on this partition, and its first offset.
+    pub fn open_transactions(&self) -> Vec<(i64, i64)> {
+        self.lock().map(|r| r.log().open_transactions()).unwrap_or_default()
     }
 
     /// Time and size retention of this replica; the new log start if it moved.

@@ -18,7 +18,8 @@ use raft::eraftpb::{
 use raft::{Config, RawNode, SnapshotStatus, StateRole};
 use runnel_storage::{CleanPlan, CleanStats, Cleaned, Log, LogConfig, ProducerError};
 use runnel_wire::batch::stamp;
-use runnel_wire::BatchHeader;
+use runnel_wire::marker::marker_batch;
+use runnel_wire::{BatchHeader, TxnEnd};
 use tokio::sync::oneshot;
 
 use crate::store::RaftLog;
@@ -431,6 +432,34 @@ impl Replica {
         })
     }
 
+    /// Proposes a transaction marker ending `producer_id`'s transaction here. A marker from
+    /// an epoch older than the producer's (in the log or proposed) is fenced.
+    pub fn propose_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        end: TxnEnd,
+        now_ms: i64,
+    ) -> Result<Proposed, ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader(self.leader()));
+        }
+        let term = self.term();
+        let epoch = i32::try_from(term).map_err(|_| ProposeError::Invalid("term past i32".into()))?;
+        let (next, pending) = self.pending();
+        let newer_pending = pending.iter().any(|p| p.producer_id == producer_id && p.producer_epoch > producer_epoch);
+        if newer_pending {
+            return Err(ProposeError::Producer(ProducerError::Fenced));
+        }
+        self.log().check_marker(producer_id, producer_epoch).map_err(ProposeError::Producer)?;
+        let mut data = marker_batch(producer_id, producer_epoch, coordinator_epoch, end, now_ms);
+        stamp(&mut data, next, epoch);
+        self.propose_raw(data)?;
+        let index = self.node.raft.raft_log.last_index();
+        Ok(Proposed { base_offset: next, last_offset: next, index, term, duplicate: false })
+    }
+
     /// Proposes DeleteRecords: once the entry commits, every replica moves its log start to
     /// `offset` (which the caller checked is at most the high watermark).
     pub fn propose_delete_records(&mut self, offset: i64) -> Result<Proposed, ProposeError> {
@@ -665,6 +694,10 @@ impl Replica {
             self.node.store().end_offset_in_memory(durable).expect("the offsets of unsettled entries are in memory");
         let moved = hw > self.high_watermark;
         self.high_watermark = self.high_watermark.max(hw);
+        if moved {
+            let hw = self.high_watermark;
+            self.node.mut_store().log_mut().settle_transactions(hw);
+        }
         self.durable_index = self.durable_index.max(durable);
         for (queue, upto) in [(&mut self.commit_waiters, durable), (&mut self.local_waiters, synced)] {
             while queue.front().is_some_and(|w| w.index <= upto) {

@@ -663,7 +663,8 @@ fn entry_of(index: u64, h: &BatchHeader, batch: Bytes) -> io::Result<Entry> {
         Some([0, 0, hi, lo]) => i16::from_be_bytes([*hi, *lo]),
         _ => return Err(bad()),
     };
-    if kind == CONTROL_DELETE_RECORDS {
+    if kind == CONTROL_DELETE_RECORDS || runnel_wire::marker::txn_end(h, &batch).is_some() {
+        // Entries of the partition's own: DeleteRecords, and transaction markers.
         e.set_entry_type(EntryType::EntryNormal);
         e.data = batch;
         return Ok(e);

@@ -17,6 +17,10 @@
 //!    fsynced and renamed to `{base}-{end}.swap` (the commit point), the old segments are
 //!    deleted, and the file is renamed to `{base}.log`. Opening a log finishes any swap left
 //!    half done and drops `.cleaned` leftovers.
+//!
+//! Transactions: a pass stops at the last stable offset, drops the records of aborted
+//! transactions (they neither survive nor hide an older record of their key) and keeps
+//! every marker, so the transaction state rebuilt from the log stays the same.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -31,6 +35,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use runnel_wire::batch::{read_varint, BatchHeader, HEADER_BYTES};
 use runnel_wire::build::{compress, decompress, DECOMPRESSED_BYTES_MAX};
 
+use crate::producer::AbortedTxn;
 use crate::segment::{self, file_name};
 
 /// Keys one pass maps (a map entry costs ~40 bytes). A pass that reaches this stops at the
@@ -56,6 +61,9 @@ pub struct CleanPlan {
     pub(crate) first_dirty: i64,
     /// Last offset of each producer's last batch: that batch is kept even when emptied.
     pub(crate) producer_last_offsets: HashMap<i64, i64>,
+    /// Aborted transactions below the plan's bound: their records go, and never hide an
+    /// older record of the same key.
+    pub(crate) aborted: Vec<AbortedTxn>,
     pub(crate) segment_bytes: u64,
     pub(crate) delete_retention_ms: i64,
 }
@@ -144,6 +152,15 @@ impl KeyHasher {
 }
 
 impl CleanPlan {
+    /// A data batch of a transaction that was aborted.
+    fn is_aborted(&self, h: &BatchHeader) -> bool {
+        h.is_transactional()
+            && !h.is_control()
+            && self.aborted.iter().any(|a| {
+                a.producer_id == h.producer_id && a.first_offset <= h.base_offset && h.base_offset < a.last_offset
+            })
+    }
+
     /// Builds the offset map and writes the cleaned segments. Does not touch the live log.
     pub fn execute(self, now_ms: i64) -> io::Result<Cleaned> {
         let hasher = KeyHasher(RandomState::new(), RandomState::new());
@@ -154,7 +171,7 @@ impl CleanPlan {
                 break;
             }
             for_each_batch(seg, |h, batch| {
-                if h.is_control() {
+                if h.is_control() || self.is_aborted(h) {
                     return Ok(());
                 }
                 for r in records_of(h, batch)?.iter() {
@@ -194,7 +211,10 @@ impl CleanPlan {
                     } else {
                         let producer_last = h.has_producer_id()
                             && self.producer_last_offsets.get(&h.producer_id) == Some(&h.last_offset());
-                        filter_batch(h, batch, producer_last, &mut stats, |o, k, t| keep(o, k, t, h.max_timestamp))?
+                        let aborted = self.is_aborted(h);
+                        filter_batch(h, batch, producer_last, &mut stats, |o, k, t| {
+                            !aborted && keep(o, k, t, h.max_timestamp)
+                        })?
                     };
                     let bytes: &[u8] = match &kept {
                         Filtered::All => batch,

@@ -10,11 +10,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use runnel_wire::batch::{stamp, BatchHeader, Batches};
+use runnel_wire::marker::txn_end;
 use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::cleaner::{self, CleanPlan, CleanStats, Cleaned, SegmentSnapshot};
-use crate::producer::{ProducerError, ProducerTable};
+use crate::producer::{AbortedTxn, ProducerError, ProducerTable};
 use crate::segment::{file_name, Segment};
 
 const CHECKPOINT_FILE: &str = "checkpoint";
@@ -188,8 +189,8 @@ impl Log {
                     continue;
                 }
             }
-            let outcome = seg.scan(recovery_point, |h, _| {
-                producers.record(h);
+            let outcome = seg.scan(recovery_point, |h, end| {
+                producers.record(h, end);
                 visit(h);
             })?;
             if let Some(why) = outcome.torn {
@@ -292,7 +293,7 @@ impl Log {
             let _ = self.active_mut().truncate_to(size);
             return Err(e.into());
         }
-        self.producers.record(&stamped);
+        self.producers.record(&stamped, txn_end(&stamped, batch));
         assert_eq!(self.log_end_offset(), stamped.next_offset(), "log end must follow the appended batch");
         Ok(AppendInfo { base_offset, last_offset: stamped.last_offset(), duplicate: false })
     }
@@ -308,7 +309,7 @@ impl Log {
             let _ = self.active_mut().truncate_to(size);
             return Err(e);
         }
-        self.producers.record(h);
+        self.producers.record(h, txn_end(h, batch));
         Ok(())
     }
 
@@ -349,7 +350,7 @@ impl Log {
         }
         let mut producers = ProducerTable::default();
         for seg in &self.segments {
-            seg.for_each_header(|h| producers.record(h))?;
+            seg.for_each_header(|h, end| producers.record(h, end))?;
         }
         self.producers = producers;
         self.log_start_offset = self.log_start_offset.min(self.log_end_offset());
@@ -389,8 +390,9 @@ impl Log {
         self.reset(batches.first().map_or(end, |(h, _)| h.base_offset), now_ms)?;
         for (h, range) in &batches {
             self.maybe_roll(range.len() as u64, h.last_offset(), now_ms)?;
-            self.active_mut().append(&prefix[range.clone()], h)?;
-            self.producers.record(h);
+            let batch = &prefix[range.clone()];
+            self.active_mut().append(batch, h)?;
+            self.producers.record(h, txn_end(h, batch));
         }
         if self.log_end_offset() < end {
             self.active().file.sync_data()?;
@@ -412,6 +414,32 @@ impl Log {
         pending: &[BatchHeader],
     ) -> Result<Option<(i64, i64)>, ProducerError> {
         self.producers.check_after(h, pending)
+    }
+
+    /// Checks a transaction marker of `producer_id` at `epoch` before it is appended.
+    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<(), ProducerError> {
+        self.producers.check_marker(producer_id, epoch)
+    }
+
+    /// The last stable offset for a high watermark: below it, every transaction has ended
+    /// and its marker is committed (what a `read_committed` fetch may return).
+    pub fn last_stable_offset(&self, high_watermark: i64) -> i64 {
+        self.producers.first_unstable_offset(high_watermark).map_or(high_watermark, |o| o.min(high_watermark))
+    }
+
+    /// The high watermark moved: transactions whose markers are below it are stable.
+    pub fn settle_transactions(&mut self, high_watermark: i64) {
+        self.producers.settle(high_watermark);
+    }
+
+    /// Aborted transactions overlapping `[from, upto)` (a `read_committed` fetch's range).
+    pub fn aborted_transactions(&self, from: i64, upto: i64) -> Vec<AbortedTxn> {
+        self.producers.aborted_in(from, upto)
+    }
+
+    /// Producers with an open transaction here, and the offset it started at.
+    pub fn open_transactions(&self) -> Vec<(i64, i64)> {
+        self.producers.open_transactions()
     }
 
     /// Base offset of the first batch kept on disk (below the log start when DeleteRecords
@@ -597,11 +625,16 @@ impl Log {
             seg.delete()?;
             n += 1;
         }
+        if n > 0 {
+            // Markers in deleted segments are gone: so is what they recorded.
+            self.producers.forget_below(self.segments[0].base_offset);
+        }
         Ok(n)
     }
 
     /// Decides whether the log needs a cleaning pass and, if so, snapshots what the pass
-    /// needs. Only closed segments wholly below `upper` (the high watermark) and older than
+    /// needs. Only closed segments wholly below `upper` (the high watermark; the last stable
+    /// offset when a transaction is open) and older than
     /// `min.compaction.lag.ms` are cleanable; a pass runs once the dirty share reaches
     /// `min.cleanable.dirty.ratio`, or when dirty data is older than `max.compaction.lag.ms`.
     pub fn clean_plan(&self, upper: i64, now_ms: i64) -> Option<CleanPlan> {
@@ -609,6 +642,9 @@ impl Log {
         if !c.compact {
             return None;
         }
+        // As Kafka's cleaner: nothing at or past the last stable offset (an open
+        // transaction's records may still be aborted).
+        let upper = self.last_stable_offset(upper);
         let closed = &self.segments[..self.segments.len() - 1];
         let lag_bound = now_ms.saturating_sub(c.min_compaction_lag_ms);
         let n = closed
@@ -640,6 +676,7 @@ impl Log {
                 .collect(),
             first_dirty: self.cleaner_point,
             producer_last_offsets: self.producers.last_offsets(),
+            aborted: self.producers.aborted_in(0, upper),
             segment_bytes: c.segment_bytes.min(SEGMENT_BYTES_MAX),
             delete_retention_ms: c.delete_retention_ms,
         })

@@ -5,10 +5,17 @@
 //! The rules are Kafka's: a retried batch among the cached ones is a duplicate and is
 //! answered with its original offsets; a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER; an
 //! older epoch is fenced; a newer epoch must start again at sequence 0.
+//!
+//! Transactions, also derived from the log: a producer's first transactional batch opens
+//! its transaction at that offset; its marker (commit or abort) closes it. A transaction
+//! stays unstable until its marker is below the high watermark, and the first unstable
+//! offset bounds the last stable offset (what `read_committed` consumers may read). Each
+//! aborted transaction is remembered (producer, first offset, marker offset) until the
+//! log start passes its marker, so fetches can list the aborted ones in what they return.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use runnel_wire::BatchHeader;
+use runnel_wire::{BatchHeader, TxnEnd};
 
 pub const CACHED_BATCHES_PER_PRODUCER: usize = 5;
 /// A bound on the table so a flood of producer ids cannot exhaust memory; the oldest
@@ -28,6 +35,18 @@ struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<CachedBatch>,
     last_write: u64,
+    /// First offset of the producer's open transaction.
+    txn_first: Option<i64>,
+}
+
+/// A transaction its marker aborted: its records in `[first_offset, last_offset)` from
+/// this producer are not to be read by `read_committed` consumers (`last_offset` is the
+/// marker's offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +61,11 @@ pub enum ProducerError {
 pub struct ProducerTable {
     producers: HashMap<i64, ProducerEntry>,
     clock: u64,
+    /// Transactions not known stable, by first offset: the producer, and the marker's
+    /// offset once it is written.
+    unstable: BTreeMap<i64, (i64, Option<i64>)>,
+    /// Aborted transactions in marker order (so by `last_offset`).
+    aborted: VecDeque<AbortedTxn>,
 }
 
 fn next_seq(seq: i32) -> i32 {
@@ -99,13 +123,26 @@ impl ProducerTable {
             view.producers.insert(h.producer_id, e.clone());
         }
         for p in pending.iter().filter(mine) {
-            view.record(p);
+            // A marker's kind does not matter to idempotence: any marker closes the
+            // transaction and may move the epoch.
+            view.record(p, p.is_control().then_some(TxnEnd::Abort));
         }
         view.check(h)
     }
 
+    /// Checks a transaction marker before it is appended: an older epoch than the
+    /// producer's is fenced (a zombie coordinator or producer cannot end a newer
+    /// transaction).
+    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<(), ProducerError> {
+        match self.producers.get(&producer_id) {
+            Some(e) if epoch < e.epoch => Err(ProducerError::Fenced),
+            _ => Ok(()),
+        }
+    }
+
     /// Records a batch that is now in the log (appended, or found while scanning on open).
-    pub fn record(&mut self, h: &BatchHeader) {
+    /// `end` is what a transaction marker records (None for any other batch).
+    pub fn record(&mut self, h: &BatchHeader, end: Option<TxnEnd>) {
         if !h.has_producer_id() {
             return;
         }
@@ -119,7 +156,30 @@ impl ProducerTable {
             e.batches.clear();
         }
         e.last_write = self.clock;
-        if h.base_sequence < 0 {
+        if h.is_transactional() {
+            match (end, e.txn_first) {
+                (Some(end), Some(first)) => {
+                    e.txn_first = None;
+                    self.unstable.insert(first, (h.producer_id, Some(h.base_offset)));
+                    if end == TxnEnd::Abort {
+                        self.aborted.push_back(AbortedTxn {
+                            producer_id: h.producer_id,
+                            first_offset: first,
+                            last_offset: h.base_offset,
+                        });
+                    }
+                }
+                // A marker for a transaction that wrote nothing here closes nothing.
+                (Some(_), None) => {}
+                (None, Some(_)) => {}
+                (None, None) if !h.is_control() => {
+                    e.txn_first = Some(h.base_offset);
+                    self.unstable.insert(h.base_offset, (h.producer_id, None));
+                }
+                (None, None) => {}
+            }
+        }
+        if h.base_sequence < 0 || h.is_control() {
             return;
         }
         if e.batches.len() == CACHED_BATCHES_PER_PRODUCER {
@@ -133,10 +193,53 @@ impl ProducerTable {
         });
     }
 
+    /// Forgets the least recently written producer that has no open transaction (one with
+    /// an open transaction holds the last stable offset back, and its marker must find it;
+    /// transactions end by the coordinator's timeout, so those are bounded there).
     fn evict_oldest(&mut self) {
-        if let Some(pid) = self.producers.iter().min_by_key(|(_, e)| e.last_write).map(|(p, _)| *p) {
+        let idle = self.producers.iter().filter(|(_, e)| e.txn_first.is_none());
+        if let Some(pid) = idle.min_by_key(|(_, e)| e.last_write).map(|(p, _)| *p) {
             self.producers.remove(&pid);
         }
+    }
+
+    /// The first offset of the oldest transaction that is open or whose marker is not below
+    /// `high_watermark`: the last stable offset is the smaller of it and the high
+    /// watermark.
+    pub fn first_unstable_offset(&self, high_watermark: i64) -> Option<i64> {
+        self.unstable
+            .iter()
+            .find(|(_, (_, marker))| marker.is_none_or(|m| m >= high_watermark))
+            .map(|(first, _)| *first)
+    }
+
+    /// Forgets transactions whose marker is below `high_watermark` (they are stable).
+    pub fn settle(&mut self, high_watermark: i64) {
+        if !self.unstable.is_empty() {
+            self.unstable.retain(|_, (_, marker)| marker.is_none_or(|m| m >= high_watermark));
+        }
+    }
+
+    /// The aborted transactions that overlap `[from, upto)`, oldest marker first.
+    pub fn aborted_in(&self, from: i64, upto: i64) -> Vec<AbortedTxn> {
+        let start = self.aborted.partition_point(|a| a.last_offset < from);
+        self.aborted.iter().skip(start).filter(|a| a.first_offset < upto).copied().collect()
+    }
+
+    /// Forgets aborted transactions whose marker is below the log start (no fetch can read
+    /// any of them any more).
+    pub fn forget_below(&mut self, log_start_offset: i64) {
+        while self.aborted.front().is_some_and(|a| a.last_offset < log_start_offset) {
+            self.aborted.pop_front();
+        }
+    }
+
+    /// Producers with an open transaction, and where it started.
+    pub fn open_transactions(&self) -> Vec<(i64, i64)> {
+        let mut open: Vec<(i64, i64)> =
+            self.producers.iter().filter_map(|(&pid, e)| Some((pid, e.txn_first?))).collect();
+        open.sort_unstable_by_key(|(_, first)| *first);
+        open
     }
 
     pub fn len(&self) -> usize {
@@ -175,19 +278,19 @@ mod tests {
         let mut t = ProducerTable::default();
         let a = batch(1, 0, 0, 5, 100);
         assert_eq!(t.check(&a), Ok(None));
-        t.record(&a);
+        t.record(&a, None);
         // The retry of the same batch maps to its original offsets.
         assert_eq!(t.check(&batch(1, 0, 0, 5, -1)), Ok(Some((100, 104))));
         // The next batch must start at sequence 5.
         assert_eq!(t.check(&batch(1, 0, 6, 1, -1)), Err(ProducerError::OutOfOrder { expected: 5, got: 6 }));
         assert_eq!(t.check(&batch(1, 0, 5, 1, -1)), Ok(None));
         // A new epoch restarts at 0; an older one is fenced.
-        t.record(&batch(1, 1, 0, 1, 105));
+        t.record(&batch(1, 1, 0, 1, 105), None);
         assert_eq!(t.check(&batch(1, 0, 1, 1, -1)), Err(ProducerError::Fenced));
         assert_eq!(t.check(&batch(1, 2, 3, 1, -1)), Err(ProducerError::OutOfOrder { expected: 0, got: 3 }));
         // Only the last five batches are remembered.
         for i in 1..=6 {
-            t.record(&batch(1, 1, i, 1, 105 + i as i64));
+            t.record(&batch(1, 1, i, 1, 105 + i as i64), None);
         }
         assert_eq!(t.check(&batch(1, 1, 1, 1, -1)), Err(ProducerError::OutOfOrder { expected: 7, got: 1 }));
         assert_eq!(t.check(&batch(1, 1, 2, 1, -1)), Ok(Some((107, 107))));
@@ -196,7 +299,63 @@ mod tests {
     #[test]
     fn sequence_wraps_at_i32_max() {
         let mut t = ProducerTable::default();
-        t.record(&batch(9, 0, i32::MAX - 1, 2, 0));
+        t.record(&batch(9, 0, i32::MAX - 1, 2, 0), None);
         assert_eq!(t.check(&batch(9, 0, 0, 1, -1)), Ok(None));
+    }
+
+    fn txn_batch(pid: i64, epoch: i16, seq: i32, base_offset: i64) -> BatchHeader {
+        BatchHeader { attributes: 0x10, ..batch(pid, epoch, seq, 1, base_offset) }
+    }
+
+    fn marker(pid: i64, epoch: i16, base_offset: i64) -> BatchHeader {
+        BatchHeader { attributes: 0x30, ..batch(pid, epoch, -1, 1, base_offset) }
+    }
+
+    #[test]
+    fn transactions_bound_the_stable_offset_until_their_markers_commit() {
+        let mut t = ProducerTable::default();
+        t.record(&batch(1, 0, 0, 1, 0), None); // not transactional
+        t.record(&txn_batch(2, 0, 0, 1), None);
+        t.record(&txn_batch(3, 0, 0, 2), None);
+        t.record(&txn_batch(2, 0, 1, 3), None);
+        assert_eq!(t.first_unstable_offset(10), Some(1));
+        assert_eq!(t.open_transactions(), vec![(2, 1), (3, 2)]);
+        // Producer 2 aborts at offset 4: still unstable until the high watermark passes it.
+        t.record(&marker(2, 0, 4), Some(TxnEnd::Abort));
+        assert_eq!(t.first_unstable_offset(4), Some(1));
+        assert_eq!(t.first_unstable_offset(5), Some(2));
+        t.settle(5);
+        assert_eq!(t.first_unstable_offset(5), Some(2));
+        assert_eq!(t.aborted_in(0, 10), vec![AbortedTxn { producer_id: 2, first_offset: 1, last_offset: 4 }]);
+        assert_eq!(t.aborted_in(5, 10), vec![]);
+        assert_eq!(t.aborted_in(0, 1), vec![]);
+        // Producer 3 commits: nothing is unstable once its marker is below the watermark.
+        t.record(&marker(3, 0, 5), Some(TxnEnd::Commit));
+        assert_eq!(t.first_unstable_offset(6), None);
+        t.settle(6);
+        assert!(t.unstable.is_empty() && t.open_transactions().is_empty());
+        assert_eq!(t.aborted_in(0, 10).len(), 1);
+        // A marker for a transaction that wrote nothing here changes nothing.
+        t.record(&marker(1, 0, 6), Some(TxnEnd::Abort));
+        assert_eq!(t.aborted_in(0, 10).len(), 1);
+        t.forget_below(5);
+        assert!(t.aborted_in(0, 10).is_empty());
+        // Markers from an older epoch are fenced; the sequence goes on after a marker.
+        assert_eq!(t.check_marker(2, 0), Ok(()));
+        t.record(&txn_batch(2, 1, 0, 7), None);
+        assert_eq!(t.check_marker(2, 0), Err(ProducerError::Fenced));
+        t.record(&marker(2, 1, 8), Some(TxnEnd::Commit));
+        assert_eq!(t.check(&txn_batch(2, 1, 1, -1)), Ok(None));
+    }
+
+    #[test]
+    fn producers_with_open_transactions_are_not_evicted() {
+        let mut t = ProducerTable::default();
+        t.record(&txn_batch(0, 0, 0, 0), None);
+        for pid in 1..=PRODUCERS_PER_PARTITION_MAX as i64 {
+            t.record(&batch(pid, 0, 0, 1, pid), None);
+        }
+        assert_eq!(t.len(), PRODUCERS_PER_PARTITION_MAX);
+        assert_eq!(t.open_transactions(), vec![(0, 0)]);
     }
 }

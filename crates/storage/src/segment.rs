@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use runnel_wire::batch::{BatchHeader, HEADER_BYTES};
+use runnel_wire::marker::txn_end;
+use runnel_wire::TxnEnd;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IndexEntry {
@@ -109,7 +111,11 @@ impl Segment {
     /// header to `visit`. From `validate_from` on (an offset), batches are fully validated
     /// (CRC included); the scan stops at the first batch that is torn or invalid and
     /// reports how many bytes are good. The caller truncates.
-    pub fn scan(&mut self, validate_from: i64, mut visit: impl FnMut(&BatchHeader, u64)) -> io::Result<ScanOutcome> {
+    pub fn scan(
+        &mut self,
+        validate_from: i64,
+        mut visit: impl FnMut(&BatchHeader, Option<TxnEnd>),
+    ) -> io::Result<ScanOutcome> {
         let len = self.file.metadata()?.len();
         let mut pos = 0u64;
         let mut head = [0u8; HEADER_BYTES];
@@ -136,15 +142,18 @@ impl Segment {
             if h.base_offset.checked_add(h.last_offset_delta as i64 + 1).is_none() {
                 break Some(format!("offsets of the batch at position {pos} run past the largest offset"));
             }
-            if h.last_offset() >= validate_from {
+            let marker = h.is_control() && h.is_transactional();
+            if h.last_offset() >= validate_from || marker {
                 body.resize(total as usize, 0);
                 self.file.read_exact_at(&mut body, pos)?;
+            }
+            if h.last_offset() >= validate_from {
                 if let Err(e) = BatchHeader::validate(&body) {
                     break Some(format!("invalid batch at offset {} position {pos}: {e}", h.base_offset));
                 }
             }
             self.note_appended(&h, pos, total);
-            visit(&h, pos);
+            visit(&h, if marker { txn_end(&h, &body) } else { None });
             pos += total;
         };
         self.size = pos;
@@ -222,12 +231,24 @@ impl Segment {
         Ok(self.find_batch(&mut pos, |h| !visit(h))?.is_some())
     }
 
-    /// Hands every batch header, in order, to `visit` (the segment was scanned already).
-    pub fn for_each_header(&self, mut visit: impl FnMut(&BatchHeader)) -> io::Result<()> {
-        self.find_batch(&mut 0, |h| {
-            visit(h);
-            false
-        })?;
+    /// Hands every batch header, in order, to `visit` (the segment was scanned already),
+    /// with what each transaction marker records.
+    pub fn for_each_header(&self, mut visit: impl FnMut(&BatchHeader, Option<TxnEnd>)) -> io::Result<()> {
+        let mut head = [0u8; HEADER_BYTES];
+        let mut body = Vec::new();
+        let mut pos = 0u64;
+        while pos + HEADER_BYTES as u64 <= self.size {
+            self.file.read_exact_at(&mut head, pos)?;
+            let h = BatchHeader::parse(&head).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let mut end = None;
+            if h.is_control() && h.is_transactional() {
+                body.resize(h.total_bytes(), 0);
+                self.file.read_exact_at(&mut body, pos)?;
+                end = txn_end(&h, &body);
+            }
+            visit(&h, end);
+            pos += h.total_bytes() as u64;
+        }
         Ok(())
     }
 

@@ -13,6 +13,7 @@ pub const CODEC_GZIP: i16 = 1;
 pub const CODEC_SNAPPY: i16 = 2;
 pub const CODEC_LZ4: i16 = 3;
 pub const CODEC_ZSTD: i16 = 4;
+const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
 
 /// The most bytes a batch's records section may decompress to. A batch that claims or
@@ -196,9 +197,20 @@ impl BatchBuilder {
         self.finish_with(codec, codec, producer)
     }
 
+    /// A batch written inside a transaction (the transactional attribute set).
+    pub fn finish_transactional(&self, codec: i16, producer: ProducerFields) -> anyhow::Result<Vec<u8>> {
+        self.finish_with(codec, codec | ATTR_TRANSACTIONAL, producer)
+    }
+
     /// An uncompressed control batch (clients skip it, as they skip transaction markers).
     pub fn finish_control(&self) -> Vec<u8> {
         self.finish_with(CODEC_NONE, CODEC_NONE | ATTR_CONTROL, ProducerFields::NONE)
+            .expect("an uncompressed batch cannot fail to build")
+    }
+
+    /// An uncompressed transactional control batch (a transaction marker).
+    pub(crate) fn finish_marker(&self, producer: ProducerFields) -> Vec<u8> {
+        self.finish_with(CODEC_NONE, CODEC_NONE | ATTR_CONTROL | ATTR_TRANSACTIONAL, producer)
             .expect("an uncompressed batch cannot fail to build")
     }
 

@@ -13,5 +13,7 @@
 
 pub mod batch;
 pub mod build;
+pub mod marker;
 
 pub use batch::{BatchError, BatchHeader, Batches};
+pub use marker::TxnEnd;

@@ -1,4 +1,5 @@
-//! Fetch (key 1): read committed batches (below the high watermark) for each partition,
+//! Fetch (key 1): read committed batches (below the high watermark; with read_committed,
+//! below the last stable offset, with the aborted transactions listed) for each partition,
 //! within `max_bytes` for the response and `partition_max_bytes` for each partition, and
 //! long-poll up to `max_wait_ms` until `min_bytes` are there. Incremental fetch sessions
 //! (KIP-227) are in `fetch_session`.
@@ -9,9 +10,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId};
 use runnel_security::acl::Operation;
+use runnel_wire::Batches;
 use tokio::time::Instant;
 
 use super::topic_name;
@@ -19,6 +21,7 @@ use crate::broker::Broker;
 use crate::ctx::{Ctx, Reply};
 use crate::errors;
 use crate::fetch_session::{PartKey, PartState, SessionError};
+use crate::partition::Isolation;
 
 struct Wanted {
     parts: Vec<(PartKey, PartState)>,
@@ -68,6 +71,7 @@ fn read_all(
     parts: &[(PartKey, PartState)],
     denied: &HashSet<&str>,
     max_bytes: usize,
+    isolation: Isolation,
     v: i16,
 ) -> (Vec<Read>, usize) {
     let mut total = 0usize;
@@ -102,7 +106,7 @@ fn read_all(
             continue;
         };
         let budget = max_bytes.saturating_sub(total).min(st.max_bytes.max(0) as usize);
-        let read = match part.read(st.fetch_offset, budget, total == 0) {
+        let read = match part.read(st.fetch_offset, budget, total == 0, isolation) {
             Ok(read) => read,
             Err(e) => {
                 data.error_code = errors::partition(&e).code();
@@ -111,18 +115,35 @@ fn read_all(
             }
         };
         data.high_watermark = read.high_watermark;
-        data.last_stable_offset = read.high_watermark;
+        if v >= 4 {
+            data.last_stable_offset = read.last_stable_offset;
+        }
         if v >= 5 {
             data.log_start_offset = read.log_start_offset;
         }
         data.aborted_transactions = if v >= 4 { Some(Vec::new()) } else { None };
         let records = read.plan.and_then(|plan| plan.execute().map_err(Into::into));
-        let mut news =
-            read.high_watermark != st.sent_high_watermark || data.log_start_offset != st.sent_log_start_offset;
+        let mut news = read.high_watermark != st.sent_high_watermark
+            || data.last_stable_offset != st.sent_last_stable_offset
+            || data.log_start_offset != st.sent_log_start_offset;
         match records {
             Ok(bytes) => {
                 total += bytes.len();
                 news |= !bytes.is_empty();
+                if v >= 4 && !read.aborted.is_empty() {
+                    // The aborted transactions that reach into what is returned.
+                    let end = Batches::new(&bytes).filter_map(Result::ok).last().map(|(h, _)| h.next_offset());
+                    let within = read.aborted.iter().filter(|a| end.is_some_and(|end| a.first_offset < end));
+                    data.aborted_transactions = Some(
+                        within
+                            .map(|a| {
+                                AbortedTransaction::default()
+                                    .with_producer_id(ProducerId(a.producer_id))
+                                    .with_first_offset(a.first_offset)
+                            })
+                            .collect(),
+                    );
+                }
                 data.records = Some(Bytes::from(bytes));
             }
             Err(e) => {
@@ -175,6 +196,7 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
                 max_bytes = max_bytes.min(cap);
             }
         }
+        let isolation = Isolation::from_kafka(if v >= 4 { r.isolation_level } else { 0 });
         let wait_ms_max = b.config.settings.i64("fetch.max.wait.ms.max");
         let deadline = Instant::now() + Duration::from_millis(r.max_wait_ms.clamp(0, wait_ms_max as i32) as u64);
         // An unknown id (no name) is UNKNOWN_TOPIC_ID whoever asks.
@@ -188,13 +210,13 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
             let notified = b.data_arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (reads, total) = read_all(&b, &resolved.parts, &denied, max_bytes, v);
+            let (reads, total) = read_all(&b, &resolved.parts, &denied, max_bytes, isolation, v);
             let errors = reads.iter().any(|rd| rd.data.error_code != 0);
             if total >= r.min_bytes.max(0) as usize || errors || Instant::now() >= deadline || b.is_shutting_down() {
                 break reads;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                break read_all(&b, &resolved.parts, &denied, max_bytes, v).0;
+                break read_all(&b, &resolved.parts, &denied, max_bytes, isolation, v).0;
             }
         };
         let mut sent = Vec::new();
@@ -203,7 +225,7 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
             if resolved.incremental && !rd.news {
                 continue;
             }
-            sent.push((rd.key.clone(), rd.data.high_watermark, rd.data.log_start_offset));
+            sent.push((rd.key.clone(), rd.data.high_watermark, rd.data.last_stable_offset, rd.data.log_start_offset));
             let same_topic = topics.last().is_some_and(|t| {
                 if v >= 13 {
                     t.topic_id == rd.key.topic_id

@@ -1,6 +1,7 @@
 //! ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3, KIP-734),
 //! earliest-local (-4) and latest-tiered (-5, KIP-405), or the first offset whose record
-//! timestamp is at or after a given time, found by decoding the batch that holds it.
+//! timestamp is at or after a given time, found by decoding the batch that holds it. With
+//! read_committed, the last stable offset stands for the high watermark.
 
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use runnel_security::acl::Operation;
 use crate::broker::Broker;
 use crate::ctx::{now, Ctx, Reply};
 use crate::errors;
-use crate::partition::Partition;
+use crate::partition::{Isolation, Partition};
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -34,8 +35,12 @@ fn find_record(batch: Vec<u8>, from: i64, below: i64, pick: impl Fn(i64) -> bool
         .map(|r| (r.offset, r.timestamp))
 }
 
-fn lookup(p: &Partition, ts: i64) -> Result<(i64, i64), ResponseError> {
-    let hw = p.high_watermark();
+/// `isolation`: with read_committed, nothing at or past the last stable offset is found.
+fn lookup(p: &Partition, ts: i64, isolation: Isolation) -> Result<(i64, i64), ResponseError> {
+    let hw = match isolation {
+        Isolation::ReadUncommitted => p.high_watermark(),
+        Isolation::ReadCommitted => p.last_stable_offset(),
+    };
     let start = p.log_start_offset();
     let io = |e: std::io::Error| {
         tracing::error!(topic = %p.topic, partition = p.index, error = %e, "ListOffsets");
@@ -67,6 +72,7 @@ fn lookup(p: &Partition, ts: i64) -> Result<(i64, i64), ResponseError> {
 }
 
 pub fn handle(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16, ctx: &Ctx) -> Reply {
+    let isolation = Isolation::from_kafka(if v >= 2 { r.isolation_level } else { 0 });
     let topics = r
         .topics
         .into_iter()
@@ -97,7 +103,7 @@ pub fn handle(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16, ctx: &Ctx) -> Repl
                     if p.current_leader_epoch >= 0 && p.current_leader_epoch < epoch {
                         return res.with_error_code(ResponseError::FencedLeaderEpoch.code());
                     }
-                    match lookup(part, p.timestamp) {
+                    match lookup(part, p.timestamp, isolation) {
                         Ok((offset, timestamp)) => {
                             res.offset = offset;
                             res.timestamp = timestamp;

@@ -34,6 +34,7 @@ pub mod partition_reassignments;
 pub mod produce;
 pub mod sync_group;
 pub mod user_scram_credentials;
+pub mod write_txn_markers;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
