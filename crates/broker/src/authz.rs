@@ -58,6 +58,10 @@ impl Access {
         self.allows(op, ResourceType::Group, name)
     }
 
+    pub fn transactional_id(&self, op: Operation, name: &str) -> bool {
+        self.allows(op, ResourceType::TransactionalId, name)
+    }
+
     pub fn cluster(&self, op: Operation) -> bool {
         self.allows(op, ResourceType::Cluster, CLUSTER_NAME)
     }

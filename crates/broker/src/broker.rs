@@ -12,9 +12,11 @@ use runnel_coordinator::{Coordinator, CoordinatorConfig};
 use crate::catalog::Catalog;
 use crate::config::BrokerConfig;
 use crate::fetch_session::FetchSessions;
-use crate::offsets_log::OffsetsLog;
+use crate::offsets_log::{InternalLog, OFFSETS_TOPIC, TXN_TOPIC};
 use crate::partition::Partition;
 use crate::replica_manager::ReplicaManager;
+use crate::txn::BrokerTxnHost;
+use runnel_txn::{TxnConfig, TxnCoordinator};
 
 pub struct Broker {
     pub config: BrokerConfig,
@@ -30,8 +32,14 @@ pub struct Broker {
     pub controller: Arc<Controller>,
     /// The Raft driver and this broker's replicas.
     pub replicas: Arc<ReplicaManager>,
-    /// A creation of the offsets topic is under way (see `group_coordinator::locate`).
+    /// A creation of the offsets topic is under way (see `coordinators::locate`).
     pub offsets_creating: Arc<AtomicBool>,
+    /// Transactional ids, kept in `__transaction_state`.
+    pub txn_coordinator: Arc<TxnCoordinator>,
+    /// A creation of `__transaction_state` is under way.
+    pub txn_state_creating: Arc<AtomicBool>,
+    /// Transaction requests to other brokers waiting for their answers.
+    pub txn_peers: crate::txn::TxnPeers,
     /// The requests in flight on every connection, for the watchdog's report.
     pub requests: crate::inflight::Requests,
     /// `super.users` and the other authorizer settings; None without `authorizer.class.name`.
@@ -73,6 +81,11 @@ impl Broker {
         let authorizer = crate::authz::policy(s)?;
         let quotas = crate::quota::Quotas::new(s);
         let offsets_partitions = s.i64("offsets.topic.num.partitions").max(1) as i32;
+        let txn_partitions = s.i64("transaction.state.log.num.partitions").max(1) as i32;
+        let txn_config = TxnConfig {
+            max_timeout_ms: s.i64("transaction.max.timeout.ms").clamp(1, i32::MAX as i64) as i32,
+            id_expiration_ms: s.i64("transactional.id.expiration.ms").max(1),
+        };
         let voters = parse_voters(s.get("controller.quorum.voters"))?;
         let (replicas, links) = ReplicaManager::start(&config, &voters, catalog.clone(), data_arrived.clone()).await?;
         let first = &config.listeners[0];
@@ -102,11 +115,20 @@ impl Broker {
             links.inbox,
             links.meta_ready,
         )?;
+        let txn_host = Arc::new(BrokerTxnHost::default());
+        let txn_log = InternalLog { catalog: catalog.clone(), topic: TXN_TOPIC, partitions: txn_partitions };
         let broker = Arc::new(Broker {
             group_coordinator: Coordinator::new(
-                Arc::new(OffsetsLog { catalog: catalog.clone(), partitions: offsets_partitions }),
+                Arc::new(InternalLog {
+                    catalog: catalog.clone(),
+                    topic: OFFSETS_TOPIC,
+                    partitions: offsets_partitions,
+                }),
                 group_config,
             ),
+            txn_coordinator: Arc::new(TxnCoordinator::new(Arc::new(txn_log), txn_host.clone(), txn_config)),
+            txn_state_creating: Arc::new(AtomicBool::new(false)),
+            txn_peers: Default::default(),
             config,
             catalog,
             data_arrived,
@@ -120,6 +142,8 @@ impl Broker {
             quotas,
             listener_tls: std::sync::OnceLock::new(),
         });
+        let _ = txn_host.broker.set(Arc::downgrade(&broker));
+        tokio::spawn(crate::txn::peer_loop(Arc::downgrade(&broker), links.txn_inbox));
         tokio::spawn(crate::replica_manager::announce_leaders(replicas, controller));
         Ok(broker)
     }
@@ -139,6 +163,13 @@ impl Broker {
 
     pub fn controller(&self) -> &Arc<Controller> {
         &self.controller
+    }
+
+    /// A producer id no other producer of the cluster has: each broker allocates from its
+    /// own range (node id + 1 in the high bits), so ids never collide across brokers.
+    pub async fn allocate_producer_id(&self) -> Result<i64> {
+        let id = self.catalog.allocate_producer_id().await?;
+        Ok(id | ((self.node_id() as i64 + 1) << 40))
     }
 
     /// Whether `name` names this broker in a config resource ("" is the cluster-wide

@@ -193,6 +193,15 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // Committed offsets of a group expire this long after it became empty (KIP-211).
     ("offsets.retention.minutes", Kind::Int, "10080"),
     ("offsets.retention.check.interval.ms", Kind::Long, "600000"),
+    // Transactions: `__transaction_state` (created on the first FindCoordinator for a
+    // transactional id, as the offsets topic is) and the coordinator's timers.
+    ("transaction.state.log.num.partitions", Kind::Int, "50"),
+    ("transaction.state.log.replication.factor", Kind::Int, "3"),
+    ("transaction.state.log.segment.bytes", Kind::Int, "104857600"),
+    ("transaction.max.timeout.ms", Kind::Int, "900000"),
+    ("transactional.id.expiration.ms", Kind::Int, "604800000"),
+    ("transaction.abort.timed.out.transaction.cleanup.interval.ms", Kind::Int, "10000"),
+    ("transaction.remove.expired.transaction.cleanup.interval.ms", Kind::Int, "3600000"),
     ("group.min.session.timeout.ms", Kind::Int, "6000"),
     ("group.max.session.timeout.ms", Kind::Int, "1800000"),
     // Kafka waits this long for more members before the first rebalance of an empty group.

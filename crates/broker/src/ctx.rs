@@ -15,6 +15,7 @@ pub type Reply = Pin<Box<dyn Future<Output = Option<ResponseKind>> + Send>>;
 /// Who sent a request: what JoinGroup records as a member's client id and host, the
 /// listener it came through (whose advertised addresses Metadata answers with), and what
 /// its principal may do.
+#[derive(Clone)]
 pub struct Ctx {
     pub client_id: String,
     pub peer: std::net::SocketAddr,

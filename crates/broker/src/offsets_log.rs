@@ -1,7 +1,9 @@
-//! The coordinator's log: the partitions of the internal `__consumer_offsets` topic,
-//! written and read through the same [`Partition`](crate::partition::Partition) seam as user data (validated batches,
-//! appended with acks=all), so that replicating partitions replicates groups too. The
-//! topic is created through the controller on the first FindCoordinator.
+//! The coordinators' logs: the partitions of the internal topics `__consumer_offsets`
+//! (groups and offsets) and `__transaction_state` (transactional ids), written and read
+//! through the same [`Partition`](crate::partition::Partition) seam as user data
+//! (validated batches, appended with acks=all), so that replicating partitions replicates
+//! coordinators too. Each topic is created through the controller on the first
+//! FindCoordinator that needs it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,25 +20,33 @@ use crate::config::Settings;
 use crate::partition::{Acks, Isolation};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub const TXN_TOPIC: &str = "__transaction_state";
 /// How much one read of the offsets log fetches while replaying it.
 const REPLAY_READ_BYTES: usize = 1 << 20;
 
-pub struct OffsetsLog {
+/// Whether clients may not produce to the topic: only its coordinator writes it.
+pub fn is_internal(topic: &str) -> bool {
+    topic == OFFSETS_TOPIC || topic == TXN_TOPIC
+}
+
+pub struct InternalLog {
     pub catalog: Arc<Catalog>,
+    pub topic: &'static str,
     pub partitions: i32,
 }
 
-impl OffsetsLog {
+impl InternalLog {
     fn topic(&self) -> Result<Option<Arc<Topic>>, String> {
-        Ok(self.catalog.topic(OFFSETS_TOPIC))
+        Ok(self.catalog.topic(self.topic))
     }
 }
 
-/// As Kafka's: compacted, so it holds each group's and offset's latest record.
-pub fn topic_configs(s: &Settings) -> BTreeMap<String, String> {
+/// As Kafka's: compacted, so it holds the latest record of each group, offset or
+/// transactional id. `segment_setting`: the topic's `*.segment.bytes` broker setting.
+pub fn topic_configs(s: &Settings, segment_setting: &str) -> BTreeMap<String, String> {
     [
         ("cleanup.policy".to_string(), "compact".to_string()),
-        ("segment.bytes".to_string(), s.get("offsets.topic.segment.bytes").to_string()),
+        ("segment.bytes".to_string(), s.get(segment_setting).to_string()),
     ]
     .into_iter()
     .collect()
@@ -51,16 +61,16 @@ fn encode(records: &[(Bytes, Option<Bytes>)]) -> Result<Vec<u8>, String> {
     batch.finish(CODEC_NONE, ProducerFields::NONE).map_err(|e| e.to_string())
 }
 
-impl GroupLog for OffsetsLog {
+impl GroupLog for InternalLog {
     fn partitions(&self) -> i32 {
         self.partitions
     }
 
     fn append(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> LogFuture {
         let appended = (|| {
-            // The topic exists once a FindCoordinator created it (`group_coordinator::locate`).
-            let topic = self.topic()?.ok_or("the offsets topic is not created yet")?;
-            let part = topic.partitions.get(partition as usize).cloned().ok_or("offsets partition out of range")?;
+            // The topic exists once a FindCoordinator created it (`coordinators::locate`).
+            let topic = self.topic()?.ok_or_else(|| format!("{} is not created yet", self.topic))?;
+            let part = topic.partitions.get(partition as usize).cloned().ok_or("partition out of range")?;
             let batch = encode(&records)?;
             let h = BatchHeader::validate_for_append(&batch).map_err(|e| e.to_string())?;
             let appended = part.append(&[(&batch, h)], Acks::All).map_err(|e| e.to_string())?;

@@ -338,6 +338,13 @@ impl Partition {
         Ok(Appended { base_offset: p.base_offset, log_start_offset, durable })
     }
 
+    /// Whether the producer's transaction is open here, counting batches proposed and not
+    /// yet written (so a transaction's later batches need no new check with its
+    /// coordinator).
+    pub fn in_transaction(&self, producer_id: i64) -> bool {
+        self.lock().is_some_and(|r| r.in_transaction(producer_id))
+    }
+
     /// Producers with a transaction open on this partition, and its first offset.
     pub fn open_transactions(&self) -> Vec<(i64, i64)> {
         self.lock().map(|r| r.log().open_transactions()).unwrap_or_default()

@@ -60,10 +60,11 @@ pub struct ReplicaManager {
 }
 
 /// What the driver's hooks hand on: the controller's inbox and the metadata group's
-/// readiness, for [`Controller::start`].
+/// readiness, for [`Controller::start`]; the transaction messages' inbox, for `txn`.
 pub struct ControllerLinks {
     pub inbox: mpsc::Receiver<(u64, Vec<u8>)>,
     pub meta_ready: Arc<Notify>,
+    pub txn_inbox: mpsc::Receiver<(u64, Vec<u8>)>,
 }
 
 /// The driver's hooks: they only route (no locks beyond the replica the driver holds).
@@ -72,6 +73,7 @@ struct RaftHooks {
     data_arrived: Arc<Notify>,
     controller: mpsc::Sender<(u64, Vec<u8>)>,
     peers: mpsc::Sender<(u64, Vec<u8>)>,
+    txn: mpsc::Sender<(u64, Vec<u8>)>,
 }
 
 impl Hooks for RaftHooks {
@@ -87,6 +89,7 @@ impl Hooks for RaftHooks {
         let queue = match data.first() {
             Some(&CONTROLLER_CHANNEL) => &self.controller,
             Some(&REPLICAS_CHANNEL) => &self.peers,
+            Some(&crate::txn::TXN_CHANNEL) => &self.txn,
             _ => return warn!(from, "forwarded message on an unknown channel"),
         };
         if queue.try_send((from, data[1..].to_vec())).is_err() {
@@ -161,9 +164,15 @@ impl ReplicaManager {
         }
         let (controller_tx, controller_rx) = mpsc::channel(INBOX_MAX);
         let (peers_tx, peers_rx) = mpsc::channel(PEER_INBOX_MAX);
+        let (txn_tx, txn_rx) = mpsc::channel(PEER_INBOX_MAX);
         let meta_ready = Arc::new(Notify::new());
-        let hooks =
-            RaftHooks { meta_ready: meta_ready.clone(), data_arrived, controller: controller_tx, peers: peers_tx };
+        let hooks = RaftHooks {
+            meta_ready: meta_ready.clone(),
+            data_arrived,
+            controller: controller_tx,
+            peers: peers_tx,
+            txn: txn_tx,
+        };
         let tls = if listen.is_some() { peer_tls(config)? } else { None };
         let driver =
             Driver::start(raft_id(node_id), listen, peers, Arc::new(hooks), sync_policy(config), crate::now_ms, tls)
@@ -178,7 +187,7 @@ impl ReplicaManager {
             hints: RwLock::new(HashMap::new()),
         });
         tokio::spawn(peer_loop(manager.clone(), peers_rx));
-        Ok((manager, ControllerLinks { inbox: controller_rx, meta_ready }))
+        Ok((manager, ControllerLinks { inbox: controller_rx, meta_ready, txn_inbox: txn_rx }))
     }
 
     pub fn driver(&self) -> &Arc<Driver> {

@@ -17,6 +17,7 @@ use tracing::{info, warn};
 use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::connection;
+use crate::coordinators::Kind;
 use runnel_security::{SaslServer, ServerTls};
 
 /// How long start-up waits for the groups of the offsets partitions this broker leads.
@@ -78,9 +79,10 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     let _ = running.set(weak.clone());
     tokio::spawn(crate::preferred_leader::elect_preferred_leaders(weak.clone()));
     tokio::spawn(crate::reassign::carry_out(weak.clone()));
-    // Each partition of the offsets log is read back by the broker that leads it, when it
-    // starts leading it.
-    tokio::spawn(crate::group_coordinator::follow_leaders(weak));
+    // Each partition of the coordinators' logs is read back by the broker that leads it,
+    // when it starts leading it.
+    tokio::spawn(crate::coordinators::follow_leaders(weak.clone(), Kind::Groups));
+    tokio::spawn(crate::coordinators::follow_leaders(weak, Kind::Transactions));
     crate::watchdog::start(&broker);
     crate::memory::start(&broker);
     let connections_max = broker.config.settings.usize("max.connections").max(1);
@@ -107,6 +109,7 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
         }
     }
     tokio::spawn(group_tick_loop(broker.clone(), shutdown_rx.clone()));
+    tokio::spawn(txn_expiry_loop(broker.clone(), shutdown_rx.clone()));
     if broker.config.settings.bool("log.cleaner.enable") {
         tokio::spawn(cleaner_loop(broker.clone(), shutdown_rx.clone()));
     }
@@ -119,9 +122,12 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
         _ = broker.controller().until_registered() => {}
         _ = &mut stop => stopped = true,
     }
-    // Groups of the offsets partitions led here are read back before clients are served.
+    // Groups and transactions of the partitions led here are read back before clients are
+    // served.
     if !stopped {
-        crate::group_coordinator::until_led_partitions_loaded(&broker, GROUPS_LOAD_WAIT_MAX).await;
+        for kind in [Kind::Groups, Kind::Transactions] {
+            crate::coordinators::until_led_partitions_loaded(&broker, kind, GROUPS_LOAD_WAIT_MAX).await;
+        }
     }
     let described: Vec<String> = broker
         .config
@@ -277,6 +283,25 @@ async fn group_tick_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
             _ = tokio::time::sleep(Duration::from_millis(GROUP_TICK_MS)) => broker.group_coordinator.tick().await,
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+/// Aborts transactions past their timeout and forgets expired transactional ids.
+async fn txn_expiry_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let ms = |k: &str| Duration::from_millis(broker.config.settings.i64(k).max(10) as u64);
+    let abort_interval = ms("transaction.abort.timed.out.transaction.cleanup.interval.ms");
+    let remove_interval = ms("transaction.remove.expired.transaction.cleanup.interval.ms");
+    let mut next_removal = tokio::time::Instant::now() + remove_interval;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(abort_interval) => {}
+            _ = shutdown.changed() => return,
+        }
+        let remove = tokio::time::Instant::now() >= next_removal;
+        if remove {
+            next_removal = tokio::time::Instant::now() + remove_interval;
+        }
+        broker.txn_coordinator.expire(remove).await;
     }
 }
 

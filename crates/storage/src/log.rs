@@ -437,6 +437,11 @@ impl Log {
         self.producers.aborted_in(from, upto)
     }
 
+    /// Whether `producer_id` has a transaction open here (in the log as written).
+    pub fn in_transaction(&self, producer_id: i64) -> bool {
+        self.producers.in_transaction(producer_id)
+    }
+
     /// Producers with an open transaction here, and the offset it started at.
     pub fn open_transactions(&self) -> Vec<(i64, i64)> {
         self.producers.open_transactions()

@@ -234,6 +234,11 @@ impl ProducerTable {
         }
     }
 
+    /// Whether the producer has a transaction open here.
+    pub fn in_transaction(&self, producer_id: i64) -> bool {
+        self.producers.get(&producer_id).is_some_and(|e| e.txn_first.is_some())
+    }
+
     /// Producers with an open transaction, and where it started.
     pub fn open_transactions(&self) -> Vec<(i64, i64)> {
         let mut open: Vec<(i64, i64)> =

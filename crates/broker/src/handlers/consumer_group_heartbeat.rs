@@ -25,7 +25,7 @@ impl Topics for CatalogTopics<'_> {
 
     fn names(&self) -> Vec<String> {
         let topics = self.0.catalog.topics_snapshot();
-        topics.iter().filter(|t| &*t.name != crate::offsets_log::OFFSETS_TOPIC).map(|t| t.name.to_string()).collect()
+        topics.iter().filter(|t| !crate::offsets_log::is_internal(&t.name)).map(|t| t.name.to_string()).collect()
     }
 }
 

@@ -1,7 +1,7 @@
-//! FindCoordinator (key 10): a single broker coordinates every group; in a cluster, the
-//! leader of the group's `__consumer_offsets` partition does (`group_coordinator::locate`).
-//! v4+ asks for many keys at once. Transactions are not built yet, so transaction
-//! coordinators are refused.
+//! FindCoordinator (key 10): a group's coordinator is the leader of its
+//! `__consumer_offsets` partition, a transactional id's the leader of its
+//! `__transaction_state` partition (`coordinators::locate`; a single broker leads them
+//! all). v4+ asks for many keys at once.
 
 use std::sync::Arc;
 
@@ -12,10 +12,12 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::coordinators::Kind;
 use crate::ctx::{now, Ctx, Reply};
 use runnel_security::acl::Operation;
 
 const KEY_GROUP: i8 = 0;
+const KEY_TRANSACTION: i8 = 1;
 
 /// (node id, host, port) of the coordinator of one key.
 fn lookup(
@@ -25,13 +27,21 @@ fn lookup(
     ctx: &Ctx,
 ) -> Result<(BrokerId, StrBytes, i32), (ResponseError, String)> {
     let listener = &*ctx.listener;
-    if key_type == KEY_GROUP && !ctx.access.group(Operation::Describe, key) {
-        return Err((ResponseError::GroupAuthorizationFailed, "Group authorization failed.".into()));
-    }
-    if key_type != KEY_GROUP {
-        return Err((ResponseError::CoordinatorNotAvailable, "only consumer-group coordinators are available".into()));
-    }
-    let info = crate::group_coordinator::locate(b, key)?;
+    let kind = match key_type {
+        KEY_GROUP if !ctx.access.group(Operation::Describe, key) => {
+            return Err((ResponseError::GroupAuthorizationFailed, "Group authorization failed.".into()));
+        }
+        KEY_GROUP => Kind::Groups,
+        KEY_TRANSACTION if !ctx.access.transactional_id(Operation::Describe, key) => {
+            return Err((
+                ResponseError::TransactionalIdAuthorizationFailed,
+                "Transactional Id authorization failed.".into(),
+            ));
+        }
+        KEY_TRANSACTION => Kind::Transactions,
+        _ => return Err((ResponseError::InvalidRequest, format!("unknown coordinator key type {key_type}"))),
+    };
+    let info = crate::coordinators::locate(b, kind, key)?;
     let (host, port) = info.endpoint(listener).ok_or_else(|| {
         (ResponseError::CoordinatorNotAvailable, format!("broker {} has no listener named {listener}", info.id))
     })?;

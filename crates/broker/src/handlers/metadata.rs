@@ -46,7 +46,7 @@ pub fn topic_entry(b: &Broker, t: &Topic, v: i16) -> MetadataResponseTopic {
     let mut topic = MetadataResponseTopic::default()
         .with_name(Some(topic_name(&t.name)))
         .with_partitions(partitions)
-        .with_is_internal(v >= 1 && &*t.name == crate::offsets_log::OFFSETS_TOPIC);
+        .with_is_internal(v >= 1 && crate::offsets_log::is_internal(&t.name));
     if v >= 10 {
         topic.topic_id = t.id;
     }

@@ -33,6 +33,7 @@ pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
 pub mod sync_group;
+pub mod txn;
 pub mod user_scram_credentials;
 pub mod write_txn_markers;
 

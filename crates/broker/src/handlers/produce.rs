@@ -2,8 +2,11 @@
 //! append it through [`Partition::append`] (which checks the idempotent producer's
 //! sequence and proposes to the partition's Raft group), and answer per `acks`: 0 not at
 //! all, 1 once on the leader's disk, -1 (all) once committed on a majority of disks.
+//! A transactional producer's first batch on a partition waits for its transaction
+//! coordinator to confirm the partition is in the transaction (KIP-890 part 1).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,9 +48,12 @@ type Validated<'a> = (Cow<'a, [u8]>, BatchHeader);
 
 /// Validates a partition's records into batches ready to append (copied only when
 /// LogAppendTime rewrites the timestamp).
+/// `transactional`: the request names a transactional id, so transactional batches are
+/// taken (control batches never are: only the broker writes markers).
 fn validate<'a>(
     records: &'a [u8],
     rules: &TopicRules,
+    transactional: bool,
     now_ms: i64,
 ) -> Result<Vec<Validated<'a>>, (ResponseError, String)> {
     let mut out = Vec::new();
@@ -61,8 +67,12 @@ fn validate<'a>(
                 format!("batch of {} bytes exceeds max.message.bytes {}", bytes.len(), rules.max_message_bytes),
             ));
         }
-        if h.is_control() || h.is_transactional() {
-            return Err((ResponseError::InvalidRecord, "transactional and control batches are not accepted".into()));
+        if h.is_control() {
+            return Err((ResponseError::InvalidRecord, "control batches are written by the broker only".into()));
+        }
+        if h.is_transactional() && !(transactional && h.has_producer_id()) {
+            let msg = "a transactional batch needs a transactional id and a producer id";
+            return Err((ResponseError::InvalidRecord, msg.into()));
         }
         if rules.compact {
             match runnel_storage::all_records_keyed(&h, bytes) {
@@ -101,8 +111,71 @@ fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
     batch[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// The (topic, partition, producer id, epoch) of each partition where this request would
+/// open a producer's transaction: its first batch is transactional and the producer has
+/// no transaction open there yet. The coordinator is asked about those first (KIP-890).
+fn opening_transactions(b: &Broker, r: &ProduceRequest, v: i16) -> Vec<(String, i32, i64, i16)> {
+    let mut out = Vec::new();
+    for t in &r.topic_data {
+        let topic = if v >= 13 { b.catalog.topic_by_id(t.topic_id) } else { b.catalog.topic(&t.name.0) };
+        let Some(topic) = topic else { continue };
+        for p in &t.partition_data {
+            let first = p.records.as_deref().and_then(|r| Batches::new(r).next()).and_then(Result::ok);
+            let Some((h, _)) = first.filter(|(h, _)| h.is_transactional() && h.has_producer_id()) else { continue };
+            let Some(part) = topic.partitions.get(p.index as usize) else { continue };
+            if !part.is_remote() && !part.in_transaction(h.producer_id) {
+                out.push((topic.name.to_string(), p.index, h.producer_id, h.producer_epoch));
+            }
+        }
+    }
+    out
+}
+
 pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
+    let transactional_id = r.transactional_id.as_ref().map(|id| id.0.to_string());
+    let Some(id) = transactional_id else { return append(b, r, v, ctx, Refused::new()) };
+    if !ctx.access.transactional_id(Operation::Write, &id) {
+        return append(b, r, v, ctx, Refused::all(ResponseError::TransactionalIdAuthorizationFailed));
+    }
+    let opening = opening_transactions(b, &r, v);
+    if opening.is_empty() {
+        return append(b, r, v, ctx, Refused::new());
+    }
+    let (b, ctx) = (b.clone(), ctx.clone());
+    Box::pin(async move {
+        let mut refused = Refused::new();
+        for (topic, partition, producer_id, epoch) in opening {
+            if let Err(code) = crate::txn::verify(&b, &id, producer_id, epoch, (topic.clone(), partition)).await {
+                refused.partitions.insert((topic, partition), code);
+            }
+        }
+        append(&b, r, v, &ctx, refused).await
+    })
+}
+
+/// Partitions (or the whole request) refused before any append.
+struct Refused {
+    all: Option<ResponseError>,
+    partitions: HashMap<(String, i32), ResponseError>,
+}
+
+impl Refused {
+    fn new() -> Refused {
+        Refused { all: None, partitions: HashMap::new() }
+    }
+
+    fn all(code: ResponseError) -> Refused {
+        Refused { all: Some(code), partitions: HashMap::new() }
+    }
+
+    fn get(&self, topic: &str, partition: i32) -> Option<ResponseError> {
+        self.all.or_else(|| self.partitions.get(&(topic.to_string(), partition)).copied())
+    }
+}
+
+fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refused) -> Reply {
     let now_ms = crate::now_ms();
+    let transactional = r.transactional_id.is_some();
     let acks = Acks::from_kafka(r.acks);
     // Accepted writes: (topic index, partition index, the write's durability wait).
     let mut waits: Vec<(usize, usize, Appended)> = Vec::new();
@@ -125,11 +198,16 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
                 let Some(acks) = acks else {
                     return Err((ResponseError::InvalidRequiredAcks, format!("acks={} is not -1, 0 or 1", r.acks)));
                 };
-                if r.transactional_id.is_some() {
-                    return Err((
-                        ResponseError::TransactionalIdAuthorizationFailed,
-                        "transactions are not supported yet".into(),
-                    ));
+                if let Some(code) = refused.get(topic.as_ref().map_or(&t.name.0, |t| &t.name), p.index) {
+                    let msg = match code {
+                        ResponseError::InvalidTxnState => "the partition is not in the producer's transaction",
+                        ResponseError::InvalidProducerEpoch => {
+                            "the producer is fenced: a newer one has its transactional id"
+                        }
+                        ResponseError::TransactionalIdAuthorizationFailed => "Transactional Id authorization failed.",
+                        _ => "the transaction's coordinator did not confirm the partition",
+                    };
+                    return Err((code, msg.into()));
                 }
                 if !may_write {
                     return Err((ResponseError::TopicAuthorizationFailed, "Topic authorization failed.".into()));
@@ -139,7 +217,7 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
                         if v >= 13 { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
                     return Err((code, "This server does not host this topic-partition.".into()));
                 };
-                if &*topic.name == crate::offsets_log::OFFSETS_TOPIC {
+                if crate::offsets_log::is_internal(&topic.name) {
                     // As Kafka: clients never write internal topics (the group coordinator
                     // appends to them through the partition, not through Produce).
                     return Err((
@@ -157,7 +235,7 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
                     return Err((errors::partition(&e), e.to_string()));
                 }
                 let records = p.records.as_deref().unwrap_or_default();
-                let batches = validate(records, rules, now_ms)?;
+                let batches = validate(records, rules, transactional, now_ms)?;
                 let refs: Vec<(&[u8], BatchHeader)> = batches.iter().map(|(bytes, h)| (bytes.as_ref(), *h)).collect();
                 let appended = part.append(&refs, acks).map_err(|e| (errors::partition(&e), e.to_string()))?;
                 Ok((appended, rules.log_append_time))

@@ -1,0 +1,322 @@
+//! Transactions on this broker: the transaction coordinator's host (producer ids, and
+//! markers written on the partitions' leaders, here or on other brokers), the check a
+//! partition leader makes before it takes a transaction's first batch (KIP-890), and what
+//! brokers send each other for both over the Raft transport's `T` channel (mutual TLS
+//! when the internal listener has it). Delivery there is best effort: a request not
+//! answered in time counts as failed, and the coordinator retries markers until they land.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use runnel_sync::LockExt;
+use runnel_txn::{BoxFuture, MarkerWrite, Tp, TxnHost};
+use runnel_wire::TxnEnd;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
+
+use crate::broker::Broker;
+use crate::coordinators::{self, Kind};
+use crate::errors;
+use crate::offsets_log::TXN_TOPIC;
+
+/// First byte of what brokers send each other about transactions.
+pub const TXN_CHANNEL: u8 = b'T';
+/// How long a marker may take to commit on its partition.
+pub const MARKER_COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a peer has to answer a verification.
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(tag = "type")]
+enum TxnMessage {
+    /// Write these markers (the receiver leads the partitions) and answer which failed.
+    WriteMarkers {
+        req: u64,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+        partitions: Vec<Tp>,
+    },
+    MarkersWritten {
+        req: u64,
+        failed: Vec<(Tp, String)>,
+    },
+    /// Is the partition in the producer's open transaction? (The receiver coordinates it.)
+    Verify {
+        req: u64,
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        partition: Tp,
+    },
+    Verified {
+        req: u64,
+        error: i16,
+    },
+}
+
+impl TxnMessage {
+    fn reply_to(&self) -> Option<u64> {
+        match self {
+            TxnMessage::MarkersWritten { req, .. } | TxnMessage::Verified { req, .. } => Some(*req),
+            _ => None,
+        }
+    }
+}
+
+/// Requests to peers waiting for their answers.
+#[derive(Default)]
+pub struct TxnPeers {
+    next_req: AtomicU64,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<TxnMessage>>>,
+}
+
+impl TxnPeers {
+    /// Sends `make(req)` to broker `to` and waits (at most `timeout`) for its answer.
+    async fn ask(
+        &self,
+        b: &Broker,
+        to: i32,
+        timeout: Duration,
+        make: impl FnOnce(u64) -> TxnMessage,
+    ) -> Option<TxnMessage> {
+        let req = self.next_req.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.waiting.lock_or_stop().insert(req, tx);
+        runnel_controller::send_on_channel(b.replicas.driver(), to, TXN_CHANNEL, &make(req));
+        let answer = tokio::time::timeout(timeout, rx).await;
+        self.waiting.lock_or_stop().remove(&req);
+        answer.ok().and_then(Result::ok)
+    }
+}
+
+/// The coordinator's view of this broker (set once the broker exists).
+#[derive(Default)]
+pub struct BrokerTxnHost {
+    pub broker: OnceLock<Weak<Broker>>,
+}
+
+impl BrokerTxnHost {
+    fn broker(&self) -> Option<Arc<Broker>> {
+        self.broker.get().and_then(Weak::upgrade)
+    }
+}
+
+impl TxnHost for BrokerTxnHost {
+    fn write_markers(&self, w: MarkerWrite) -> BoxFuture<Vec<(Tp, String)>> {
+        let b = self.broker();
+        Box::pin(async move {
+            match b {
+                Some(b) => write_markers(&b, w).await,
+                None => w.partitions.into_iter().map(|tp| (tp, "the broker is stopping".to_string())).collect(),
+            }
+        })
+    }
+
+    fn allocate_producer_id(&self) -> BoxFuture<Result<i64, String>> {
+        let b = self.broker();
+        Box::pin(async move {
+            match b {
+                Some(b) => b.allocate_producer_id().await.map_err(|e| e.to_string()),
+                None => Err("the broker is stopping".into()),
+            }
+        })
+    }
+
+    fn coordinator_epoch(&self, partition: i32) -> Option<i32> {
+        let b = self.broker()?;
+        let topic = b.catalog.topic(TXN_TOPIC)?;
+        let term = topic.partitions.get(partition as usize)?.current_leader_term()?;
+        i32::try_from(term).ok()
+    }
+}
+
+/// Writes markers on the partitions' leaders: those led here directly, the others through
+/// their leaders. Returns the partitions not written, with why.
+async fn write_markers(b: &Arc<Broker>, mut w: MarkerWrite) -> Vec<(Tp, String)> {
+    let mut here: Vec<Tp> = Vec::new();
+    let mut elsewhere: BTreeMap<i32, Vec<Tp>> = BTreeMap::new();
+    let mut failed = Vec::new();
+    for tp in std::mem::take(&mut w.partitions) {
+        let part = b.catalog.topic(&tp.0).and_then(|t| t.partitions.get(tp.1 as usize).cloned());
+        let Some(part) = part else {
+            continue; // the topic was deleted: nothing to end there
+        };
+        match b.partition_leader(&part).0 {
+            leader if leader == b.node_id() => here.push(tp),
+            leader if leader >= 0 => elsewhere.entry(leader).or_default().push(tp),
+            _ => failed.push((tp, "no leader".to_string())),
+        }
+    }
+    // Each leader asked in a task of its own, all at once.
+    let remote: Vec<_> = elsewhere
+        .into_iter()
+        .map(|(leader, partitions)| {
+            let b = b.clone();
+            let w = MarkerWrite { partitions, ..w.clone() };
+            tokio::spawn(async move {
+                let answer = b
+                    .txn_peers
+                    .ask(&b, leader, MARKER_COMMIT_TIMEOUT, |req| TxnMessage::WriteMarkers {
+                        req,
+                        producer_id: w.producer_id,
+                        producer_epoch: w.producer_epoch,
+                        coordinator_epoch: w.coordinator_epoch,
+                        commit: w.end == TxnEnd::Commit,
+                        partitions: w.partitions.clone(),
+                    })
+                    .await;
+                match answer {
+                    Some(TxnMessage::MarkersWritten { failed, .. }) => failed,
+                    _ => w.partitions.into_iter().map(|tp| (tp, format!("broker {leader} did not answer"))).collect(),
+                }
+            })
+        })
+        .collect();
+    let codes = write_markers_here(b, w.producer_id, w.producer_epoch, w.coordinator_epoch, w.end, &here).await;
+    failed.extend(failures(here, codes));
+    for task in remote {
+        match task.await {
+            Ok(f) => failed.extend(f),
+            Err(e) => warn!(error = %e, "a marker request to a peer failed"),
+        }
+    }
+    failed
+}
+
+/// The partitions whose markers were not written, with why (a partition that no longer
+/// exists has nothing to end, so it counts as written).
+fn failures(partitions: Vec<Tp>, codes: Vec<Option<ResponseError>>) -> Vec<(Tp, String)> {
+    partitions
+        .into_iter()
+        .zip(codes)
+        .filter_map(|(tp, code)| match code {
+            None | Some(ResponseError::UnknownTopicOrPartition) => None,
+            Some(code) => Some((tp, format!("{code:?}"))),
+        })
+        .collect()
+}
+
+/// Writes the markers on partitions led here and waits for them to commit. One result per
+/// partition, in order: None when written, else Kafka's error (UNKNOWN_TOPIC_OR_PARTITION
+/// for a partition that does not exist).
+pub async fn write_markers_here(
+    b: &Broker,
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    end: TxnEnd,
+    partitions: &[Tp],
+) -> Vec<Option<ResponseError>> {
+    let mut results = Vec::with_capacity(partitions.len());
+    let mut waits = Vec::new();
+    for (i, (topic, index)) in partitions.iter().enumerate() {
+        let part = b.catalog.topic(topic).and_then(|t| t.partitions.get(*index as usize).cloned());
+        results.push(match part {
+            None => Some(ResponseError::UnknownTopicOrPartition),
+            Some(part) => match part.write_marker(producer_id, producer_epoch, coordinator_epoch, end) {
+                Ok(appended) => {
+                    waits.push((i, appended));
+                    None
+                }
+                Err(e) => Some(errors::partition(&e)),
+            },
+        });
+    }
+    for (i, appended) in waits {
+        if let Err(e) = appended.durable(MARKER_COMMIT_TIMEOUT).await {
+            results[i] = Some(errors::partition(&e));
+        }
+    }
+    results
+}
+
+/// KIP-890: before a partition leader takes the first batch of a producer's transaction,
+/// the transaction's coordinator must have the partition in it (so a late or stray write
+/// cannot open a transaction that nobody will end). Kafka's answers: INVALID_TXN_STATE
+/// when it is not, INVALID_PRODUCER_EPOCH for a fenced producer, NOT_ENOUGH_REPLICAS
+/// (retriable) when the coordinator cannot be asked now.
+pub async fn verify(
+    b: &Arc<Broker>,
+    transactional_id: &str,
+    producer_id: i64,
+    epoch: i16,
+    tp: Tp,
+) -> Result<(), ResponseError> {
+    let answer = match coordinators::locate(b, Kind::Transactions, transactional_id) {
+        Err(_) => Err(ResponseError::NotEnoughReplicas),
+        Ok(info) if info.id == b.node_id() => b.txn_coordinator.verify(transactional_id, producer_id, epoch, &tp),
+        Ok(info) => {
+            let id = transactional_id.to_string();
+            let asked = b.txn_peers.ask(b, info.id, VERIFY_TIMEOUT, |req| TxnMessage::Verify {
+                req,
+                transactional_id: id,
+                producer_id,
+                producer_epoch: epoch,
+                partition: tp,
+            });
+            match asked.await {
+                Some(TxnMessage::Verified { error: 0, .. }) => Ok(()),
+                Some(TxnMessage::Verified { error, .. }) => {
+                    Err(ResponseError::try_from_code(error).unwrap_or(ResponseError::UnknownServerError))
+                }
+                _ => Err(ResponseError::NotEnoughReplicas),
+            }
+        }
+    };
+    answer.map_err(|e| match e {
+        ResponseError::ProducerFenced | ResponseError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+        ResponseError::InvalidTxnState | ResponseError::InvalidProducerIdMapping => ResponseError::InvalidTxnState,
+        _ => ResponseError::NotEnoughReplicas,
+    })
+}
+
+/// Handles what peers send about transactions.
+pub async fn peer_loop(broker: Weak<Broker>, mut inbox: mpsc::Receiver<(u64, Vec<u8>)>) {
+    while let Some((from, data)) = inbox.recv().await {
+        let Some(b) = broker.upgrade() else { return };
+        let msg = match serde_json::from_slice::<TxnMessage>(&data) {
+            Ok(msg) => msg,
+            Err(e) => {
+                warn!(from, error = %e, "unreadable transaction message from a peer");
+                continue;
+            }
+        };
+        if let Some(req) = msg.reply_to() {
+            if let Some(tx) = b.txn_peers.waiting.lock_or_stop().remove(&req) {
+                let _ = tx.send(msg);
+            }
+            continue;
+        }
+        let to = runnel_controller::broker_of(from);
+        match msg {
+            TxnMessage::WriteMarkers { req, producer_id, producer_epoch, coordinator_epoch, commit, partitions } => {
+                tokio::spawn(async move {
+                    let end = if commit { TxnEnd::Commit } else { TxnEnd::Abort };
+                    let codes =
+                        write_markers_here(&b, producer_id, producer_epoch, coordinator_epoch, end, &partitions).await;
+                    let reply = TxnMessage::MarkersWritten { req, failed: failures(partitions, codes) };
+                    runnel_controller::send_on_channel(b.replicas.driver(), to, TXN_CHANNEL, &reply);
+                });
+            }
+            TxnMessage::Verify { req, transactional_id, producer_id, producer_epoch, partition } => {
+                let error = match b.txn_coordinator.verify(&transactional_id, producer_id, producer_epoch, &partition) {
+                    Ok(()) => 0,
+                    Err(e) => e.code(),
+                };
+                runnel_controller::send_on_channel(
+                    b.replicas.driver(),
+                    to,
+                    TXN_CHANNEL,
+                    &TxnMessage::Verified { req, error },
+                );
+            }
+            TxnMessage::MarkersWritten { .. } | TxnMessage::Verified { .. } => {}
+        }
+    }
+}

@@ -1,0 +1,254 @@
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+/**
+ * Transactions with the official Java client (tests/test_transactions.py).
+ *
+ * <pre>
+ * TxnCheck --bootstrap B --topic-prefix P [--timeout-s S]
+ * </pre>
+ *
+ * <ol>
+ *   <li><b>commit and abort</b>: one transactional producer commits 30 records over 3
+ *       partitions, aborts 30, commits 30 more. A read_committed consumer reads exactly the 60
+ *       committed ones, in order per partition; a read_uncommitted one reads all 90.</li>
+ *   <li><b>the last stable offset</b>: while a transaction is open (records sent and flushed,
+ *       not committed), a read_committed consumer's end offset stays where it was and a
+ *       read_uncommitted one's moves; after the commit both pass the records.</li>
+ *   <li><b>fencing</b>: a second producer with the same transactional id fences the first,
+ *       whose open transaction is aborted and whose commit fails; the second one's
+ *       transaction commits, and read_committed sees it and nothing of the first.</li>
+ * </ol>
+ *
+ * Prints "TxnCheck OK: ..." and exits 0 on success; exits 1 on a failed check, 3 when the
+ * watchdog fires.
+ */
+public class TxnCheck {
+    static String bootstrap;
+
+    static void check(boolean ok, String what) {
+        if (!ok) {
+            System.err.println("TxnCheck FAILED: " + what);
+            System.exit(1);
+        }
+    }
+
+    static KafkaProducer<String, String> producer(String txnId) {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, 20000);
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, 30000);
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, 30000);
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, 10000);
+        p.put(ProducerConfig.LINGER_MS_CONFIG, 5);
+        return new KafkaProducer<>(p, new StringSerializer(), new StringSerializer());
+    }
+
+    static KafkaConsumer<String, String> consumer(boolean committed) {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, committed ? "read_committed" : "read_uncommitted");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        return new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer());
+    }
+
+    static List<TopicPartition> partitions(String topic, int n) {
+        List<TopicPartition> out = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            out.add(new TopicPartition(topic, i));
+        }
+        return out;
+    }
+
+    /** Every value a consumer with this isolation reads from the start up to its end offsets. */
+    static Map<Integer, List<String>> readAll(String topic, int parts, boolean committed) {
+        Map<Integer, List<String>> out = new HashMap<>();
+        try (KafkaConsumer<String, String> c = consumer(committed)) {
+            List<TopicPartition> tps = partitions(topic, parts);
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = c.endOffsets(tps, Duration.ofSeconds(20));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (true) {
+                boolean done = true;
+                for (TopicPartition tp : tps) {
+                    done &= c.position(tp, Duration.ofSeconds(20)) >= end.get(tp);
+                }
+                if (done) {
+                    break;
+                }
+                check(System.nanoTime() < deadline, "reading " + topic + " to " + end + " timed out");
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                    out.computeIfAbsent(r.partition(), k -> new ArrayList<>()).add(r.value());
+                }
+            }
+        }
+        return out;
+    }
+
+    static long endOffset(String topic, int partition, boolean committed) {
+        try (KafkaConsumer<String, String> c = consumer(committed)) {
+            TopicPartition tp = new TopicPartition(topic, partition);
+            return c.endOffsets(List.of(tp), Duration.ofSeconds(20)).get(tp);
+        }
+    }
+
+    static void send(KafkaProducer<String, String> p, String topic, String prefix, int n, int parts) {
+        for (int i = 0; i < n; i++) {
+            p.send(new ProducerRecord<>(topic, i % parts, "k" + i, prefix + i));
+        }
+    }
+
+    static int count(Map<Integer, List<String>> read, String prefix) {
+        int n = 0;
+        for (List<String> vs : read.values()) {
+            for (String v : vs) {
+                n += v.startsWith(prefix) ? 1 : 0;
+            }
+        }
+        return n;
+    }
+
+    static void commitAndAbort(String topic) {
+        try (KafkaProducer<String, String> p = producer(topic + "-tx")) {
+            p.initTransactions();
+            p.beginTransaction();
+            send(p, topic, "c1-", 30, 3);
+            p.commitTransaction();
+            p.beginTransaction();
+            send(p, topic, "ab-", 30, 3);
+            p.flush(); // written before the abort (the client drops what it has not sent)
+            p.abortTransaction();
+            p.beginTransaction();
+            send(p, topic, "c2-", 30, 3);
+            p.commitTransaction();
+        }
+        Map<Integer, List<String>> committed = readAll(topic, 3, true);
+        check(count(committed, "ab-") == 0, "read_committed read aborted records: " + committed);
+        check(count(committed, "c1-") == 30 && count(committed, "c2-") == 30, "read_committed lost records: " + committed);
+        for (int part = 0; part < 3; part++) {
+            List<String> want = new ArrayList<>();
+            for (String prefix : new String[] {"c1-", "c2-"}) {
+                for (int i = part; i < 30; i += 3) {
+                    want.add(prefix + i);
+                }
+            }
+            check(want.equals(committed.get(part)), "partition " + part + ": " + committed.get(part) + " != " + want);
+        }
+        Map<Integer, List<String>> all = readAll(topic, 3, false);
+        check(count(all, "ab-") == 30 && count(all, "c1-") + count(all, "c2-") == 60, "read_uncommitted: " + all);
+    }
+
+    static void lastStableOffset(String topic) {
+        long before = endOffset(topic, 0, true);
+        try (KafkaProducer<String, String> p = producer(topic + "-lso")) {
+            p.initTransactions();
+            p.beginTransaction();
+            send(p, topic, "open-", 3, 1);
+            p.flush();
+            long stable = endOffset(topic, 0, true);
+            long written = endOffset(topic, 0, false);
+            check(stable == before, "an open transaction did not hold the last stable offset: " + stable + " != " + before);
+            check(written >= before + 3, "the high watermark did not move: " + written);
+            p.commitTransaction();
+        }
+        long after = endOffset(topic, 0, true);
+        check(after >= before + 4, "after the commit the stable offset is " + after + ", was " + before);
+    }
+
+    static void fencing(String topic) {
+        String id = topic + "-fenced";
+        KafkaProducer<String, String> zombie = producer(id);
+        zombie.initTransactions();
+        zombie.beginTransaction();
+        send(zombie, topic, "zombie-", 6, 3);
+        zombie.flush();
+        try (KafkaProducer<String, String> next = producer(id)) {
+            next.initTransactions();
+            boolean failed = false;
+            try {
+                send(zombie, topic, "zombie-late-", 3, 3);
+                zombie.commitTransaction();
+            } catch (Exception e) {
+                failed = true;
+                System.err.println("TxnCheck: the fenced producer's commit failed as it must: " + e);
+            }
+            check(failed, "a fenced producer committed");
+            next.beginTransaction();
+            send(next, topic, "next-", 6, 3);
+            next.commitTransaction();
+        }
+        try {
+            zombie.close(Duration.ofSeconds(5));
+        } catch (Exception e) {
+            // A fenced producer may refuse to close cleanly.
+        }
+        Map<Integer, List<String>> committed = readAll(topic, 3, true);
+        check(count(committed, "zombie-") == 0, "read_committed read a fenced producer's records: " + committed);
+        check(count(committed, "next-") == 6, "the new instance's records: " + committed);
+    }
+
+    public static void main(String[] args) throws Exception {
+        String prefix = "txncheck";
+        int timeoutS = 300;
+        for (int i = 0; i + 1 < args.length; i += 2) {
+            switch (args[i]) {
+                case "--bootstrap" -> bootstrap = args[i + 1];
+                case "--topic-prefix" -> prefix = args[i + 1];
+                case "--timeout-s" -> timeoutS = Integer.parseInt(args[i + 1]);
+                default -> throw new IllegalArgumentException(args[i]);
+            }
+        }
+        final int limit = timeoutS;
+        Thread watchdog = new Thread(() -> {
+            try {
+                Thread.sleep(limit * 1000L);
+                System.err.println("TxnCheck: watchdog fired after " + limit + "s");
+                Runtime.getRuntime().halt(3);
+            } catch (InterruptedException e) {
+                // done in time
+            }
+        });
+        watchdog.setDaemon(true);
+        watchdog.start();
+        Properties ap = new Properties();
+        ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        String[] topics = {prefix + "-commit", prefix + "-lso", prefix + "-fence"};
+        try (Admin admin = Admin.create(ap)) {
+            Collection<NewTopic> nt = new ArrayList<>();
+            for (String t : topics) {
+                nt.add(new NewTopic(t, 3, (short) -1));
+            }
+            admin.createTopics(nt).all().get(30, TimeUnit.SECONDS);
+        }
+        commitAndAbort(topics[0]);
+        System.out.println("TxnCheck: commit and abort OK");
+        lastStableOffset(topics[1]);
+        System.out.println("TxnCheck: last stable offset OK");
+        fencing(topics[2]);
+        System.out.println("TxnCheck: fencing OK");
+        System.out.println("TxnCheck OK: commit/abort, last stable offset, fencing");
+        System.exit(0);
+    }
+}
