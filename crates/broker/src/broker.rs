@@ -15,8 +15,7 @@ use crate::fetch_session::FetchSessions;
 use crate::offsets_log::{InternalLog, OFFSETS_TOPIC, TXN_TOPIC};
 use crate::partition::Partition;
 use crate::replica_manager::ReplicaManager;
-use crate::txn::BrokerTxnHost;
-use runnel_txn::{TxnConfig, TxnCoordinator};
+use runnel_txn::{LateHost, TxnConfig, TxnCoordinator};
 
 pub struct Broker {
     pub config: BrokerConfig,
@@ -38,8 +37,12 @@ pub struct Broker {
     pub txn_coordinator: Arc<TxnCoordinator>,
     /// A creation of `__transaction_state` is under way.
     pub txn_state_creating: Arc<AtomicBool>,
+    /// The coordinator's host: this broker, attached once it exists (`txn::attach`).
+    pub txn_host: Arc<LateHost>,
     /// Transaction requests to other brokers waiting for their answers.
-    pub txn_peers: crate::txn::TxnPeers,
+    pub txn_peers: crate::txn_peers::TxnPeers,
+    /// What peers send about transactions, until `txn::attach` takes it.
+    pub txn_inbox: std::sync::Mutex<Option<crate::txn_peers::Inbox>>,
     /// The requests in flight on every connection, for the watchdog's report.
     pub requests: crate::inflight::Requests,
     /// `super.users` and the other authorizer settings; None without `authorizer.class.name`.
@@ -115,7 +118,7 @@ impl Broker {
             links.inbox,
             links.meta_ready,
         )?;
-        let txn_host = Arc::new(BrokerTxnHost::default());
+        let txn_host = Arc::new(LateHost::default());
         let txn_log = InternalLog { catalog: catalog.clone(), topic: TXN_TOPIC, partitions: txn_partitions };
         let broker = Arc::new(Broker {
             group_coordinator: Coordinator::new(
@@ -128,7 +131,9 @@ impl Broker {
             ),
             txn_coordinator: Arc::new(TxnCoordinator::new(Arc::new(txn_log), txn_host.clone(), txn_config)),
             txn_state_creating: Arc::new(AtomicBool::new(false)),
+            txn_host,
             txn_peers: Default::default(),
+            txn_inbox: std::sync::Mutex::new(Some(links.txn_inbox)),
             config,
             catalog,
             data_arrived,
@@ -142,8 +147,6 @@ impl Broker {
             quotas,
             listener_tls: std::sync::OnceLock::new(),
         });
-        let _ = txn_host.broker.set(Arc::downgrade(&broker));
-        tokio::spawn(crate::txn::peer_loop(Arc::downgrade(&broker), links.txn_inbox));
         tokio::spawn(crate::replica_manager::announce_leaders(replicas, controller));
         Ok(broker)
     }

@@ -38,6 +38,7 @@ mod sasl_gate;
 pub mod server;
 pub mod topic_config;
 mod txn;
+mod txn_peers;
 pub mod watchdog;
 
 pub use broker::Broker;

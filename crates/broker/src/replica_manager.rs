@@ -89,7 +89,7 @@ impl Hooks for RaftHooks {
         let queue = match data.first() {
             Some(&CONTROLLER_CHANNEL) => &self.controller,
             Some(&REPLICAS_CHANNEL) => &self.peers,
-            Some(&crate::txn::TXN_CHANNEL) => &self.txn,
+            Some(&crate::txn_peers::TXN_CHANNEL) => &self.txn,
             _ => return warn!(from, "forwarded message on an unknown channel"),
         };
         if queue.try_send((from, data[1..].to_vec())).is_err() {

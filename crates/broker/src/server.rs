@@ -75,6 +75,7 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     }
     let broker = Broker::start(config).await?;
     let _ = broker.listener_tls.set(listener_tls);
+    crate::txn::attach(&broker);
     let weak = Arc::downgrade(&broker);
     let _ = running.set(weak.clone());
     tokio::spawn(crate::preferred_leader::elect_preferred_leaders(weak.clone()));

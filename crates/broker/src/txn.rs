@@ -5,105 +5,44 @@
 //! when the internal listener has it). Delivery there is best effort: a request not
 //! answered in time counts as failed, and the coordinator retries markers until they land.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
-use runnel_sync::LockExt;
 use runnel_txn::{BoxFuture, MarkerWrite, Tp, TxnHost};
 use runnel_wire::TxnEnd;
-use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::broker::Broker;
 use crate::coordinators::{self, Kind};
 use crate::errors;
 use crate::offsets_log::TXN_TOPIC;
+use crate::txn_peers::{self, TxnMessage};
 
-/// First byte of what brokers send each other about transactions.
-pub const TXN_CHANNEL: u8 = b'T';
 /// How long a marker may take to commit on its partition.
-pub const MARKER_COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
+const MARKER_COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a peer has to answer a verification.
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(5);
 
-#[derive(Serialize, Deserialize, Debug)]
-#[serde(tag = "type")]
-enum TxnMessage {
-    /// Write these markers (the receiver leads the partitions) and answer which failed.
-    WriteMarkers {
-        req: u64,
-        producer_id: i64,
-        producer_epoch: i16,
-        coordinator_epoch: i32,
-        commit: bool,
-        partitions: Vec<Tp>,
-    },
-    MarkersWritten {
-        req: u64,
-        failed: Vec<(Tp, String)>,
-    },
-    /// Is the partition in the producer's open transaction? (The receiver coordinates it.)
-    Verify {
-        req: u64,
-        transactional_id: String,
-        producer_id: i64,
-        producer_epoch: i16,
-        partition: Tp,
-    },
-    Verified {
-        req: u64,
-        error: i16,
-    },
-}
-
-impl TxnMessage {
-    fn reply_to(&self) -> Option<u64> {
-        match self {
-            TxnMessage::MarkersWritten { req, .. } | TxnMessage::Verified { req, .. } => Some(*req),
-            _ => None,
-        }
+/// Attaches this broker to its transaction coordinator (as its [`TxnHost`]) and starts
+/// handling what peers send about transactions.
+pub fn attach(b: &Arc<Broker>) {
+    b.txn_host.attach(Arc::new(BrokerTxnHost { broker: Arc::downgrade(b) }));
+    if let Some(inbox) = b.txn_inbox.lock().ok().and_then(|mut i| i.take()) {
+        tokio::spawn(peer_loop(Arc::downgrade(b), inbox));
     }
 }
 
-/// Requests to peers waiting for their answers.
-#[derive(Default)]
-pub struct TxnPeers {
-    next_req: AtomicU64,
-    waiting: Mutex<HashMap<u64, oneshot::Sender<TxnMessage>>>,
-}
-
-impl TxnPeers {
-    /// Sends `make(req)` to broker `to` and waits (at most `timeout`) for its answer.
-    async fn ask(
-        &self,
-        b: &Broker,
-        to: i32,
-        timeout: Duration,
-        make: impl FnOnce(u64) -> TxnMessage,
-    ) -> Option<TxnMessage> {
-        let req = self.next_req.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        self.waiting.lock_or_stop().insert(req, tx);
-        runnel_controller::send_on_channel(b.replicas.driver(), to, TXN_CHANNEL, &make(req));
-        let answer = tokio::time::timeout(timeout, rx).await;
-        self.waiting.lock_or_stop().remove(&req);
-        answer.ok().and_then(Result::ok)
-    }
-}
-
-/// The coordinator's view of this broker (set once the broker exists).
-#[derive(Default)]
-pub struct BrokerTxnHost {
-    pub broker: OnceLock<Weak<Broker>>,
+/// The coordinator's view of this broker.
+struct BrokerTxnHost {
+    broker: Weak<Broker>,
 }
 
 impl BrokerTxnHost {
     fn broker(&self) -> Option<Arc<Broker>> {
-        self.broker.get().and_then(Weak::upgrade)
+        self.broker.upgrade()
     }
 }
 
@@ -162,7 +101,7 @@ async fn write_markers(b: &Arc<Broker>, mut w: MarkerWrite) -> Vec<(Tp, String)>
             tokio::spawn(async move {
                 let answer = b
                     .txn_peers
-                    .ask(&b, leader, MARKER_COMMIT_TIMEOUT, |req| TxnMessage::WriteMarkers {
+                    .ask(b.replicas.driver(), leader, MARKER_COMMIT_TIMEOUT, |req| TxnMessage::WriteMarkers {
                         req,
                         producer_id: w.producer_id,
                         producer_epoch: w.producer_epoch,
@@ -253,7 +192,7 @@ pub async fn verify(
         Ok(info) if info.id == b.node_id() => b.txn_coordinator.verify(transactional_id, producer_id, epoch, &tp),
         Ok(info) => {
             let id = transactional_id.to_string();
-            let asked = b.txn_peers.ask(b, info.id, VERIFY_TIMEOUT, |req| TxnMessage::Verify {
+            let asked = b.txn_peers.ask(b.replicas.driver(), info.id, VERIFY_TIMEOUT, |req| TxnMessage::Verify {
                 req,
                 transactional_id: id,
                 producer_id,
@@ -277,7 +216,7 @@ pub async fn verify(
 }
 
 /// Handles what peers send about transactions.
-pub async fn peer_loop(broker: Weak<Broker>, mut inbox: mpsc::Receiver<(u64, Vec<u8>)>) {
+async fn peer_loop(broker: Weak<Broker>, mut inbox: mpsc::Receiver<(u64, Vec<u8>)>) {
     while let Some((from, data)) = inbox.recv().await {
         let Some(b) = broker.upgrade() else { return };
         let msg = match serde_json::from_slice::<TxnMessage>(&data) {
@@ -287,10 +226,8 @@ pub async fn peer_loop(broker: Weak<Broker>, mut inbox: mpsc::Receiver<(u64, Vec
                 continue;
             }
         };
-        if let Some(req) = msg.reply_to() {
-            if let Some(tx) = b.txn_peers.waiting.lock_or_stop().remove(&req) {
-                let _ = tx.send(msg);
-            }
+        if msg.reply_to().is_some() {
+            b.txn_peers.answer(msg);
             continue;
         }
         let to = runnel_controller::broker_of(from);
@@ -301,7 +238,7 @@ pub async fn peer_loop(broker: Weak<Broker>, mut inbox: mpsc::Receiver<(u64, Vec
                     let codes =
                         write_markers_here(&b, producer_id, producer_epoch, coordinator_epoch, end, &partitions).await;
                     let reply = TxnMessage::MarkersWritten { req, failed: failures(partitions, codes) };
-                    runnel_controller::send_on_channel(b.replicas.driver(), to, TXN_CHANNEL, &reply);
+                    txn_peers::send(b.replicas.driver(), to, &reply);
                 });
             }
             TxnMessage::Verify { req, transactional_id, producer_id, producer_epoch, partition } => {
@@ -309,12 +246,7 @@ pub async fn peer_loop(broker: Weak<Broker>, mut inbox: mpsc::Receiver<(u64, Vec
                     Ok(()) => 0,
                     Err(e) => e.code(),
                 };
-                runnel_controller::send_on_channel(
-                    b.replicas.driver(),
-                    to,
-                    TXN_CHANNEL,
-                    &TxnMessage::Verified { req, error },
-                );
+                txn_peers::send(b.replicas.driver(), to, &TxnMessage::Verified { req, error });
             }
             TxnMessage::MarkersWritten { .. } | TxnMessage::Verified { .. } => {}
         }

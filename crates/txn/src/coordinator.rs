@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError as E;
@@ -46,6 +46,41 @@ pub trait TxnHost: Send + Sync + 'static {
     /// The leader epoch of this broker's replica of a `__transaction_state` partition it
     /// leads (the coordinator epoch markers carry), or None.
     fn coordinator_epoch(&self, partition: i32) -> Option<i32>;
+}
+
+/// A host attached after the coordinator is built (the broker that implements
+/// [`TxnHost`] holds the coordinator, so it comes second). Until then markers fail (and are
+/// retried) and no producer id is given out.
+#[derive(Default)]
+pub struct LateHost(OnceLock<Arc<dyn TxnHost>>);
+
+impl LateHost {
+    /// Attaches the host; a second call changes nothing.
+    pub fn attach(&self, host: Arc<dyn TxnHost>) {
+        let _ = self.0.set(host);
+    }
+}
+
+impl TxnHost for LateHost {
+    fn write_markers(&self, w: MarkerWrite) -> BoxFuture<Vec<(Tp, String)>> {
+        match self.0.get() {
+            Some(h) => h.write_markers(w),
+            None => {
+                Box::pin(async move { w.partitions.into_iter().map(|tp| (tp, "not started".to_string())).collect() })
+            }
+        }
+    }
+
+    fn allocate_producer_id(&self) -> BoxFuture<Result<i64, String>> {
+        match self.0.get() {
+            Some(h) => h.allocate_producer_id(),
+            None => Box::pin(async { Err("not started".to_string()) }),
+        }
+    }
+
+    fn coordinator_epoch(&self, partition: i32) -> Option<i32> {
+        self.0.get()?.coordinator_epoch(partition)
+    }
 }
 
 #[derive(Debug, Clone)]

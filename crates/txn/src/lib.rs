@@ -18,5 +18,5 @@ mod coordinator;
 pub mod records;
 pub mod state;
 
-pub use coordinator::{BoxFuture, MarkerWrite, TxnConfig, TxnCoordinator, TxnHost, TxnListing};
+pub use coordinator::{BoxFuture, LateHost, MarkerWrite, TxnConfig, TxnCoordinator, TxnHost, TxnListing};
 pub use state::{State, Tp, TxnMeta};
