@@ -14,7 +14,10 @@ TXN_CHECK_TIMEOUT_S = 300
 def test_java_transactions_commit_abort_and_fence(broker, java_build):  # noqa: F811
     """A transactional producer's commits are read by read_committed consumers and its aborts
     are not; an open transaction holds the last stable offset; a second instance with the same
-    transactional id fences the first, whose records are never read as committed."""
+    transactional id fences the first, whose records are never read as committed; a
+    consume-transform-produce loop commits its consumer's offsets with each transaction
+    (sendOffsetsToTransaction), one round aborted and redone, and the output holds each input
+    exactly once."""
     args = ["--bootstrap", broker.bootstrap, "--topic-prefix", unique_topic("txn"),
             "--timeout-s", TXN_CHECK_TIMEOUT_S - 30]
     p = run_java(java_build, "TxnCheck", args, TXN_CHECK_TIMEOUT_S)
@@ -22,4 +25,4 @@ def test_java_transactions_commit_abort_and_fence(broker, java_build):  # noqa: 
     if hasattr(broker, "log_tail"):
         report += f"\n--- broker log (tail) ---\n{broker.log_tail()}"
     assert p.returncode == 0, f"TxnCheck exited with {p.returncode}\n{report}"
-    assert "TxnCheck OK: commit/abort, last stable offset, fencing" in p.stdout, report
+    assert "TxnCheck OK: commit/abort, last stable offset, fencing, consume-transform-produce" in p.stdout, report

@@ -18,7 +18,7 @@ use tracing::warn;
 use crate::broker::Broker;
 use crate::coordinators::{self, Kind};
 use crate::errors;
-use crate::offsets_log::TXN_TOPIC;
+use crate::offsets_log::{OFFSETS_TOPIC, TXN_TOPIC};
 use crate::txn_peers::{self, TxnMessage};
 
 /// How long a marker may take to commit on its partition.
@@ -168,8 +168,14 @@ pub async fn write_markers_here(
         });
     }
     for (i, appended) in waits {
-        if let Err(e) = appended.durable(MARKER_COMMIT_TIMEOUT).await {
-            results[i] = Some(errors::partition(&e));
+        match appended.durable(MARKER_COMMIT_TIMEOUT).await {
+            // On the group's offsets partition, the group coordinator (this partition's
+            // leader) settles the offsets committed in the transaction.
+            Ok(()) if partitions[i].0 == OFFSETS_TOPIC => {
+                b.group_coordinator.complete_txn(partitions[i].1, producer_id, end == TxnEnd::Commit)
+            }
+            Ok(()) => {}
+            Err(e) => results[i] = Some(errors::partition(&e)),
         }
     }
     results

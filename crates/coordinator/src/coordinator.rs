@@ -21,15 +21,31 @@ mod offsets;
 
 pub type LogFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
+/// A coordinator's records (key, value; a `None` value is a tombstone).
+pub type Records = Vec<(Bytes, Option<Bytes>)>;
+
+/// A partition of a coordinator's log as read back.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// Every record in effect, in the order it took effect: records written in a
+    /// transaction appear where its commit marker is (those of aborted transactions not at
+    /// all).
+    pub records: Records,
+    /// Records of transactions still open at the end of the log, by producer id.
+    pub open: Vec<(i64, Records)>,
+}
+
 /// Where the coordinator keeps its records: the partitions of `__consumer_offsets`.
 /// Contract: `append` places the records in the log during the call (so callers order
 /// writes by calling it under their own lock) and its future resolves once they are durable
-/// (as an acks=all produce would); later reads see them in order; `read_all` returns every record of a partition in
-/// log order (key, value; a `None` value is a tombstone).
+/// (as an acks=all produce would); later reads see them in order. `append_txn` writes
+/// records in a producer's transaction (TxnOffsetCommit): they take effect when the
+/// transaction's commit marker is written. `read_all` reads a partition back.
 pub trait GroupLog: Send + Sync + 'static {
     fn partitions(&self) -> i32;
-    fn append(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> LogFuture;
-    fn read_all(&self, partition: i32) -> Result<Vec<(Bytes, Option<Bytes>)>, String>;
+    fn append(&self, partition: i32, records: Records) -> LogFuture;
+    fn append_txn(&self, partition: i32, producer_id: i64, producer_epoch: i16, records: Records) -> LogFuture;
+    fn read_all(&self, partition: i32) -> Result<Replay, String>;
     /// This broker leads the partition, so its coordinator is (or is about to be) the one
     /// that reads it back and serves its groups.
     fn leads(&self, partition: i32) -> bool;
@@ -307,8 +323,8 @@ impl Coordinator {
             }
         };
         let now = Instant::now();
-        let records = read.len();
-        for (key, value) in read {
+        let records = read.records.len();
+        for (key, value) in read.records {
             let key = match Key::decode(key) {
                 Ok(k) => k,
                 Err(e) => {
@@ -360,8 +376,22 @@ impl Coordinator {
                 }
             }
         }
+        for (producer_id, open) in read.open {
+            for (key, value) in open {
+                if let (Ok(Key::Offset { group, topic, partition }), Some(v)) = (Key::decode(key), value) {
+                    match OffsetValue::decode(v) {
+                        Ok(v) => {
+                            let g = groups.entry(group.clone()).or_insert_with(|| Group::new(&group, now));
+                            g.txn_offsets.entry(producer_id).or_default().insert((topic, partition), v);
+                        }
+                        Err(e) => tracing::warn!(error = %e, "skipping an unreadable transactional offset commit"),
+                    }
+                }
+            }
+        }
         groups.retain(|id, g| {
-            partition_for(id, parts) != p || !(g.is_empty() && g.offsets.is_empty() && g.generation == 0)
+            partition_for(id, parts) != p
+                || !(g.is_empty() && g.offsets.is_empty() && g.txn_offsets.is_empty() && g.generation == 0)
         });
         let mut owned = self.lock_owned();
         owned.loading.remove(&p);

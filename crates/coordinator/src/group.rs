@@ -124,6 +124,9 @@ pub struct Group {
     /// group.instance.id → member id (KIP-345).
     static_members: HashMap<String, String>,
     pub offsets: BTreeMap<(String, i32), OffsetValue>,
+    /// Offsets committed in producers' open transactions (TxnOffsetCommit), by producer id:
+    /// they replace `offsets` when the transaction commits, and go when it aborts.
+    pub txn_offsets: HashMap<i64, BTreeMap<(String, i32), OffsetValue>>,
     join_not_before: Instant,
     rebalance_deadline: Instant,
     pub state_timestamp: i64,
@@ -152,6 +155,7 @@ impl Group {
             pending: HashMap::new(),
             static_members: HashMap::new(),
             offsets: BTreeMap::new(),
+            txn_offsets: HashMap::new(),
             join_not_before: now,
             rebalance_deadline: now,
             state_timestamp: 0,

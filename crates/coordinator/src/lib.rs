@@ -20,6 +20,6 @@ pub mod records;
 pub use consumer::{HeartbeatIn, HeartbeatOut, Topics, Tp};
 pub use coordinator::{
     Committed, ConsumerGroupSummary, ConsumerMemberSummary, Coordinator, CoordinatorConfig, GroupListing, GroupLog,
-    GroupSummary, LogFuture, MemberSummary,
+    GroupSummary, LogFuture, MemberSummary, Records, Replay,
 };
 pub use group::{JoinRequest, JoinResult, State, SyncResult};

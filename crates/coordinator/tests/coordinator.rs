@@ -9,16 +9,32 @@ use std::time::Duration;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError as E;
 use runnel_coordinator::{
-    Coordinator, CoordinatorConfig, GroupLog, HeartbeatIn, JoinRequest, JoinResult, LogFuture, Topics,
+    Coordinator, CoordinatorConfig, GroupLog, HeartbeatIn, JoinRequest, JoinResult, LogFuture, Replay, Topics,
 };
 
 /// An in-memory log with the GroupLog contract: appends are immediately durable.
 /// (key, value) records of one partition; a None value is a tombstone.
 type Records = Vec<(Bytes, Option<Bytes>)>;
 
-/// Leads every partition but those in the second field (moved to another broker).
+/// Leads every partition but those in the second field (moved to another broker); the
+/// third holds the records of open transactions (partition, producer id) until
+/// [`MemLog::end_txn`] ends them.
 #[derive(Default)]
-struct MemLog(Mutex<BTreeMap<i32, Records>>, Mutex<std::collections::BTreeSet<i32>>);
+struct MemLog(
+    Mutex<BTreeMap<i32, Records>>,
+    Mutex<std::collections::BTreeSet<i32>>,
+    Mutex<BTreeMap<(i32, i64), Records>>,
+);
+
+impl MemLog {
+    /// A transaction marker: a commit puts the transaction's records in effect here.
+    fn end_txn(&self, partition: i32, producer_id: i64, commit: bool) {
+        let records = self.2.lock().expect("lock").remove(&(partition, producer_id)).unwrap_or_default();
+        if commit {
+            self.0.lock().expect("lock").entry(partition).or_default().extend(records);
+        }
+    }
+}
 
 impl GroupLog for MemLog {
     fn partitions(&self) -> i32 {
@@ -28,8 +44,15 @@ impl GroupLog for MemLog {
         self.0.lock().expect("lock").entry(partition).or_default().extend(records);
         Box::pin(std::future::ready(Ok(())))
     }
-    fn read_all(&self, partition: i32) -> Result<Vec<(Bytes, Option<Bytes>)>, String> {
-        Ok(self.0.lock().expect("lock").get(&partition).cloned().unwrap_or_default())
+    fn append_txn(&self, partition: i32, producer_id: i64, _epoch: i16, records: Records) -> LogFuture {
+        self.2.lock().expect("lock").entry((partition, producer_id)).or_default().extend(records);
+        Box::pin(std::future::ready(Ok(())))
+    }
+    fn read_all(&self, partition: i32) -> Result<Replay, String> {
+        let records = self.0.lock().expect("lock").get(&partition).cloned().unwrap_or_default();
+        let open = self.2.lock().expect("lock");
+        let open = open.iter().filter(|((p, _), _)| *p == partition).map(|((_, pid), r)| (*pid, r.clone())).collect();
+        Ok(Replay { records, open })
     }
     fn leads(&self, partition: i32) -> bool {
         !self.1.lock().expect("lock").contains(&partition)
@@ -490,4 +513,36 @@ async fn a_kip848_group_stops_at_group_consumer_max_size() {
     c.consumer_heartbeat("g", hb("b", -1, None, None), &resolve).await.expect("b leaves");
     c.consumer_heartbeat("g", hb("c", 0, Some(&["t"]), Some(vec![])), &resolve).await.expect("room for c");
     assert!(a.member_epoch > 0);
+}
+
+#[tokio::test]
+async fn transactional_offsets_take_effect_when_their_transaction_commits() {
+    let log = Arc::new(MemLog::default());
+    let c = Arc::new(serving(log.clone(), config()));
+    let tp = || vec![("t".to_string(), 0)];
+    let offset = |c: &Coordinator| c.fetch("g", Some(&tp())).expect("owned")[0].1.as_ref().map(|v| v.offset);
+    let commit = |offset: i64| vec![("t".to_string(), 0, offset, -1, String::new())];
+    assert_eq!(c.txn_commit("g", 7, 0, -1, "", None, commit(42)).await, Ok(vec![Ok(())]));
+    assert_eq!(offset(&c), None, "not before the transaction commits");
+    assert_eq!(c.unstable("g", &tp()), tp());
+    // A coordinator that takes over while the transaction is open knows it is.
+    assert_eq!(serving(log.clone(), config()).unstable("g", &tp()), tp());
+    let p = c.partition_for("g");
+    log.end_txn(p, 7, true);
+    c.complete_txn(p, 7, true);
+    assert_eq!((offset(&c), c.unstable("g", &tp())), (Some(42), vec![]));
+    assert_eq!(offset(&serving(log.clone(), config())), Some(42), "replayed from the log");
+    // An aborted transaction's offsets never count.
+    c.txn_commit("g", 8, 0, -1, "", None, commit(50)).await.expect("commit");
+    log.end_txn(p, 8, false);
+    c.complete_txn(p, 8, false);
+    assert_eq!((offset(&c), c.unstable("g", &tp())), (Some(42), vec![]));
+    assert_eq!(offset(&serving(log.clone(), config())), Some(42));
+    // KIP-447: a member id or generation is checked against the group.
+    let a = join_new(&c, "members").await;
+    c.sync("members", a.generation, &a.member_id, None, vec![(a.member_id.clone(), Bytes::from_static(b"A"))]).await;
+    let fenced = c.txn_commit("members", 9, 0, a.generation + 1, &a.member_id, None, commit(1)).await;
+    assert_eq!(fenced, Err(E::IllegalGeneration));
+    let ok = c.txn_commit("members", 9, 0, a.generation, &a.member_id, None, commit(1)).await;
+    assert_eq!(ok, Ok(vec![Ok(())]));
 }

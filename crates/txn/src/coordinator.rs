@@ -460,9 +460,9 @@ impl TxnCoordinator {
                 return Err(format!("no longer leading partition {p}"));
             }
         };
-        let records = read.len();
+        let records = read.records.len();
         let mut loaded: HashMap<String, TxnMeta> = HashMap::new();
-        for (key, value) in read {
+        for (key, value) in read.records {
             let id = match decode_key(&key) {
                 Ok(id) => id,
                 Err(e) => {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError as E;
-use runnel_coordinator::{GroupLog, LogFuture};
+use runnel_coordinator::{GroupLog, LogFuture, Replay};
 use runnel_txn::{BoxFuture, MarkerWrite, State, TxnConfig, TxnCoordinator, TxnHost};
 use runnel_wire::TxnEnd;
 
@@ -24,12 +24,16 @@ impl GroupLog for MemLog {
     fn partitions(&self) -> i32 {
         4
     }
-    fn append(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> LogFuture {
+    fn append(&self, partition: i32, records: Records) -> LogFuture {
         self.records.lock().unwrap().entry(partition).or_default().extend(records);
         Box::pin(async { Ok(()) })
     }
-    fn read_all(&self, partition: i32) -> Result<Vec<(Bytes, Option<Bytes>)>, String> {
-        Ok(self.records.lock().unwrap().get(&partition).cloned().unwrap_or_default())
+    fn append_txn(&self, _partition: i32, _producer_id: i64, _epoch: i16, _records: Records) -> LogFuture {
+        Box::pin(async { Err("the transaction log takes no transactional records".to_string()) })
+    }
+    fn read_all(&self, partition: i32) -> Result<Replay, String> {
+        let records = self.records.lock().unwrap().get(&partition).cloned().unwrap_or_default();
+        Ok(Replay { records, open: Vec::new() })
     }
     fn leads(&self, _partition: i32) -> bool {
         true

@@ -37,6 +37,11 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   <li><b>fencing</b>: a second producer with the same transactional id fences the first,
  *       whose open transaction is aborted and whose commit fails; the second one's
  *       transaction commits, and read_committed sees it and nothing of the first.</li>
+ *   <li><b>consume-transform-produce</b>: a consumer in a group reads 40 records, a
+ *       transactional producer writes each transformed and commits the consumer's offsets
+ *       with the transaction (sendOffsetsToTransaction, KIP-447 group metadata); one round is
+ *       aborted and redone. The output holds each input exactly once, and the group's
+ *       committed offsets are the input's end.</li>
  * </ol>
  *
  * Prints "TxnCheck OK: ..." and exits 0 on success; exits 1 on a failed check, 3 when the
@@ -209,6 +214,82 @@ public class TxnCheck {
         check(count(committed, "next-") == 6, "the new instance's records: " + committed);
     }
 
+    static void consumeTransformProduce(String in, String out) throws Exception {
+        try (KafkaProducer<String, String> plain = new KafkaProducer<>(props(), new StringSerializer(), new StringSerializer())) {
+            for (int i = 0; i < 40; i++) {
+                plain.send(new ProducerRecord<>(in, i % 3, "k" + i, "in-" + i));
+            }
+        }
+        String group = in + "-group";
+        Properties cp = new Properties();
+        cp.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        cp.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        cp.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+        cp.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 7);
+        int done = 0;
+        boolean aborted = false;
+        try (KafkaConsumer<String, String> c = new KafkaConsumer<>(cp, new StringDeserializer(), new StringDeserializer());
+             KafkaProducer<String, String> p = producer(out + "-tx")) {
+            p.initTransactions();
+            c.subscribe(List.of(in));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(90);
+            while (done < 40) {
+                check(System.nanoTime() < deadline, "consume-transform-produce stalled at " + done + " of 40");
+                var records = c.poll(Duration.ofMillis(200));
+                if (records.isEmpty()) {
+                    continue;
+                }
+                Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> offsets = new HashMap<>();
+                p.beginTransaction();
+                for (ConsumerRecord<String, String> r : records) {
+                    p.send(new ProducerRecord<>(out, r.partition(), r.key(), r.value().replace("in-", "out-")));
+                    offsets.put(new TopicPartition(r.topic(), r.partition()),
+                        new org.apache.kafka.clients.consumer.OffsetAndMetadata(r.offset() + 1));
+                }
+                p.sendOffsetsToTransaction(offsets, c.groupMetadata());
+                if (!aborted) {
+                    // The first round is aborted: its output and offsets vanish, and the
+                    // consumer goes back to the last committed offsets to redo it.
+                    p.flush();
+                    p.abortTransaction();
+                    aborted = true;
+                    for (TopicPartition tp : c.assignment()) {
+                        var committed = c.committed(java.util.Set.of(tp)).get(tp);
+                        c.seek(tp, committed == null ? 0 : committed.offset());
+                    }
+                    continue;
+                }
+                p.commitTransaction();
+                done += records.count();
+            }
+        }
+        Map<Integer, List<String>> output = readAll(out, 3, true);
+        check(count(output, "out-") == 40, "the output does not hold each input once: " + output);
+        java.util.Set<String> distinct = new java.util.HashSet<>();
+        for (List<String> vs : output.values()) {
+            distinct.addAll(vs);
+        }
+        check(distinct.size() == 40, "duplicates in the output: " + output);
+        Properties ap = new Properties();
+        ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(ap)) {
+            var committed = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get(30, TimeUnit.SECONDS);
+            long total = 0;
+            for (var e : committed.entrySet()) {
+                total += e.getValue().offset();
+            }
+            check(total == 40, "the group's committed offsets add up to " + total + ", not 40: " + committed);
+        }
+    }
+
+    static Properties props() {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        return p;
+    }
+
     public static void main(String[] args) throws Exception {
         String prefix = "txncheck";
         int timeoutS = 300;
@@ -234,7 +315,7 @@ public class TxnCheck {
         watchdog.start();
         Properties ap = new Properties();
         ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        String[] topics = {prefix + "-commit", prefix + "-lso", prefix + "-fence"};
+        String[] topics = {prefix + "-commit", prefix + "-lso", prefix + "-fence", prefix + "-in", prefix + "-out"};
         try (Admin admin = Admin.create(ap)) {
             Collection<NewTopic> nt = new ArrayList<>();
             for (String t : topics) {
@@ -248,7 +329,9 @@ public class TxnCheck {
         System.out.println("TxnCheck: last stable offset OK");
         fencing(topics[2]);
         System.out.println("TxnCheck: fencing OK");
-        System.out.println("TxnCheck OK: commit/abort, last stable offset, fencing");
+        consumeTransformProduce(topics[3], topics[4]);
+        System.out.println("TxnCheck: consume-transform-produce OK");
+        System.out.println("TxnCheck OK: commit/abort, last stable offset, fencing, consume-transform-produce");
         System.exit(0);
     }
 }

@@ -24,24 +24,34 @@ type Row = (String, i32, i64, i32, String, i16);
 /// Committed offsets per requested partition (or all), grouped by topic in request order.
 /// As Kafka: the group needs DESCRIBE; of its topics, those the client may not describe are
 /// left out of an answer for all of them and refused one by one when asked for.
+/// With `require_stable` (v7+, what read_committed consumers send), a partition with an
+/// offset committed in a transaction that has not ended is UNSTABLE_OFFSET_COMMIT (the
+/// consumer retries).
 fn lookup(
     b: &Broker,
     access: &Access,
     group: &str,
     wanted: Option<Vec<(String, i32)>>,
+    require_stable: bool,
 ) -> Result<Vec<(String, Vec<Row>)>, ResponseError> {
     if !access.group(Operation::Describe, group) {
         return Err(ResponseError::GroupAuthorizationFailed);
     }
     let found = b.group_coordinator.fetch(group, wanted.as_deref())?;
+    let unstable = match require_stable {
+        true => b.group_coordinator.unstable(group, &found.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>()),
+        false => Vec::new(),
+    };
     let mut by_topic: Vec<(String, Vec<Row>)> = Vec::new();
     for ((topic, partition), committed) in found {
         let allowed = access.topic(Operation::Describe, &topic);
         if !allowed && wanted.is_none() {
             continue;
         }
+        let stable = !unstable.iter().any(|(t, p)| *t == topic && *p == partition);
         let (offset, epoch, meta, error) = match committed {
             _ if !allowed => (-1, -1, String::new(), ResponseError::TopicAuthorizationFailed.code()),
+            _ if !stable => (-1, -1, String::new(), ResponseError::UnstableOffsetCommit.code()),
             Some(c) => (c.offset, c.leader_epoch, c.metadata, 0),
             None => (-1, -1, String::new(), 0),
         };
@@ -63,7 +73,7 @@ pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16, ctx: &Ctx) -> Repl
                 let wanted = g.topics.map(|ts| {
                     ts.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (t.name.0.to_string(), *p))).collect()
                 });
-                let found = lookup(b, &ctx.access, &g.group_id.0, wanted);
+                let found = lookup(b, &ctx.access, &g.group_id.0, wanted, r.require_stable);
                 let error = found.as_ref().err().map_or(0, |e| e.code());
                 let topics = found
                     .unwrap_or_default()
@@ -91,7 +101,7 @@ pub fn handle(b: &Arc<Broker>, r: OffsetFetchRequest, v: i16, ctx: &Ctx) -> Repl
     let wanted = r
         .topics
         .map(|ts| ts.iter().flat_map(|t| t.partition_indexes.iter().map(|p| (t.name.0.to_string(), *p))).collect());
-    let found = match lookup(b, &ctx.access, &r.group_id.0, wanted.clone()) {
+    let found = match lookup(b, &ctx.access, &r.group_id.0, wanted.clone(), v >= 7 && r.require_stable) {
         Ok(found) => found,
         Err(e) if v >= 2 => return now(OffsetFetchResponse::default().with_error_code(e.code())),
         // No group-level error before v2: every requested partition carries it.

@@ -50,6 +50,101 @@ impl Coordinator {
         results
     }
 
+    /// TxnOffsetCommit: offsets committed in a producer's transaction. Written to the log in
+    /// the transaction (so its marker settles them), kept aside until then: the commit
+    /// marker makes them the group's offsets, the abort marker drops them
+    /// ([`Coordinator::complete_txn`]). With a member id or a generation (KIP-447), the
+    /// member must be in the group at that generation, as for OffsetCommit.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn txn_commit(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        offsets: Vec<(String, i32, i64, i32, String)>,
+    ) -> Result<Vec<Result<(), E>>, E> {
+        if group_id.is_empty() {
+            return Err(E::InvalidGroupId);
+        }
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
+        {
+            let mut groups = self.lock();
+            let now = Instant::now();
+            let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
+            if !member_id.is_empty() || generation >= 0 {
+                let consumer = self.lock_consumer();
+                match consumer.get(group_id).filter(|cg| !cg.members.is_empty()) {
+                    Some(cg) => cg.check_commit(member_id, generation)?,
+                    None => g.check_commit(generation, member_id, instance_id)?,
+                }
+            }
+            g.pending_commits += 1;
+        }
+        let ts = now_ms();
+        let mut results = Vec::with_capacity(offsets.len());
+        let mut records = Vec::new();
+        let mut pending = Vec::new();
+        for (topic, partition, offset, leader_epoch, metadata) in offsets {
+            if metadata.len() > self.config.offset_metadata_bytes_max {
+                results.push(Err(E::OffsetMetadataTooLarge));
+                continue;
+            }
+            let value = OffsetValue { offset, leader_epoch, metadata, commit_timestamp: ts };
+            let key = Key::Offset { group: group_id.to_string(), topic: topic.clone(), partition };
+            records.push((key.encode(), Some(value.encode())));
+            pending.push(((topic, partition), value));
+            results.push(Ok(()));
+        }
+        let written = match records.is_empty() {
+            true => Ok(()),
+            false => self.log.append_txn(self.partition_for(group_id), producer_id, producer_epoch, records).await,
+        };
+        let mut groups = self.lock();
+        let now = Instant::now();
+        let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
+        g.pending_commits = g.pending_commits.saturating_sub(1);
+        if let Err(e) = written {
+            drop(groups);
+            tracing::warn!(group = group_id, error = %e, "transactional offset commit not durable");
+            return Err(self.not_durable(group_id));
+        }
+        if !pending.is_empty() {
+            g.txn_offsets.entry(producer_id).or_default().extend(pending);
+        }
+        Ok(results)
+    }
+
+    /// A producer's transaction ended on offsets-log partition `partition` (its marker is
+    /// committed there): the offsets it committed for the partition's groups take effect,
+    /// or, aborted, go.
+    pub fn complete_txn(&self, partition: i32, producer_id: i64, commit: bool) {
+        let parts = self.log.partitions();
+        let mut groups = self.lock();
+        for (id, g) in groups.iter_mut() {
+            if crate::records::partition_for(id, parts) != partition {
+                continue;
+            }
+            if let Some(offsets) = g.txn_offsets.remove(&producer_id) {
+                if commit {
+                    g.offsets.extend(offsets);
+                }
+            }
+        }
+    }
+
+    /// The partitions among `partitions` with offsets committed in a transaction that has
+    /// not ended (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them).
+    pub fn unstable(&self, group_id: &str, partitions: &[(String, i32)]) -> Vec<(String, i32)> {
+        let groups = self.lock();
+        let Some(g) = groups.get(group_id) else { return Vec::new() };
+        partitions.iter().filter(|k| g.txn_offsets.values().any(|o| o.contains_key(k))).cloned().collect()
+    }
+
     async fn write_commits(
         &self,
         group_id: &str,
@@ -121,6 +216,7 @@ impl Coordinator {
                     .map(|(k, _)| k.clone())
                     .collect();
                 let dead = g.state == State::Empty
+                    && g.txn_offsets.is_empty()
                     && !g.has_pending_members()
                     && cg_members.is_none()
                     && expired.len() == g.offsets.len();
