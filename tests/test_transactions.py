@@ -1,12 +1,26 @@
-"""Transactions and exactly-once with real clients: the Java client's transactional producer
-(commit, abort, the last stable offset, fencing) against one broker.
-
-TxnCheck (tests/java/src/TxnCheck.java, built by tests/java/build.sh) runs the checks; its
-class comment lists them.
+"""Transactions and exactly-once with real clients against one broker: the Java client
+(TxnCheck, tests/java/src/TxnCheck.java: commit, abort, the last stable offset, fencing,
+consume-transform-produce), librdkafka (confluent-kafka) and franz-go (tests/go/txncheck).
 """
 
-from conftest import unique_topic
+import subprocess
+import time
+
+import pytest
+
+from conftest import admin_client, create_topic, unique_topic
+from test_franz_go import BUILD_SCRIPT, CACHE, ROOT
 from test_java_client import _clip, java_build, run_java  # noqa: F401  (session fixture: builds .cache/java)
+
+
+@pytest.fixture(scope="session")
+def txncheck_bin():
+    """tests/go/txncheck, built once per session by tests/go/build.sh."""
+    res = subprocess.run([str(BUILD_SCRIPT)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, f"tests/go/build.sh failed\n{res.stdout}{res.stderr}"
+    path = CACHE / "go" / "txncheck"
+    assert path.is_file(), f"build.sh succeeded but {path} is missing"
+    return path
 
 TXN_CHECK_TIMEOUT_S = 300
 
@@ -26,3 +40,135 @@ def test_java_transactions_commit_abort_and_fence(broker, java_build):  # noqa: 
         report += f"\n--- broker log (tail) ---\n{broker.log_tail()}"
     assert p.returncode == 0, f"TxnCheck exited with {p.returncode}\n{report}"
     assert "TxnCheck OK: commit/abort, last stable offset, fencing, consume-transform-produce" in p.stdout, report
+
+
+# ---------------------------------------------------------------------------------------------
+# librdkafka (confluent-kafka)
+
+def _rd_producer(bootstrap, txn_id):
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                     "transaction.timeout.ms": 20000, "message.timeout.ms": 20000})
+
+
+def _rd_read(bootstrap, topic, partitions, committed, group=None):
+    """Every value in the topic up to the end a consumer with this isolation sees (the last
+    stable offset for read_committed), by partition."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group or f"reader-{topic}",
+                  "isolation.level": "read_committed" if committed else "read_uncommitted",
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        out, at_end = {}, set()
+        deadline = time.monotonic() + 60
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"reading {topic} timed out: {out}"
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                at_end.add(m.partition())
+                continue
+            at_end.discard(m.partition())
+            out.setdefault(m.partition(), []).append(m.value().decode())
+        return out
+    finally:
+        c.close()
+
+
+def _count(read, prefix):
+    return sum(v.startswith(prefix) for vs in read.values() for v in vs)
+
+
+def test_librdkafka_transactions_commit_abort_fence_and_offsets(broker):
+    """librdkafka's transactional producer: commits are read by read_committed consumers, an
+    abort is not; a second instance fences the first; a consume-transform-produce round
+    commits its consumer's offsets with the transaction (send_offsets_to_transaction)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    topic, fenced, src, dst = (unique_topic(f"rdtxn-{s}") for s in ("commit", "fence", "in", "out"))
+    for t in (topic, fenced, src, dst):
+        create_topic(broker.bootstrap, t, partitions=3)
+
+    p = _rd_producer(broker.bootstrap, topic + "-tx")
+    p.init_transactions(30)
+    for prefix, commit in (("c1-", True), ("ab-", False), ("c2-", True)):
+        p.begin_transaction()
+        for i in range(30):
+            p.produce(topic, value=f"{prefix}{i}", partition=i % 3)
+        p.flush(30)
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+    committed = _rd_read(broker.bootstrap, topic, 3, committed=True)
+    for part in range(3):
+        want = [f"{pre}{i}" for pre in ("c1-", "c2-") for i in range(part, 30, 3)]
+        assert committed.get(part) == want, (part, committed)
+    assert _count(_rd_read(broker.bootstrap, topic, 3, committed=False), "ab-") == 30
+
+    zombie = _rd_producer(broker.bootstrap, fenced + "-tx")
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    for i in range(6):
+        zombie.produce(fenced, value=f"zombie-{i}", partition=i % 3)
+    zombie.flush(30)
+    nxt = _rd_producer(broker.bootstrap, fenced + "-tx")
+    nxt.init_transactions(60)
+    nxt.begin_transaction()
+    for i in range(6):
+        nxt.produce(fenced, value=f"next-{i}", partition=i % 3)
+    nxt.commit_transaction(30)
+    with pytest.raises(KafkaException):
+        zombie.commit_transaction(30)
+    read = _rd_read(broker.bootstrap, fenced, 3, committed=True)
+    assert _count(read, "zombie-") == 0 and _count(read, "next-") == 6, read
+
+    # Consume-transform-produce: 12 records in, each written out once, offsets committed with
+    # the transaction.
+    plain = __import__("confluent_kafka").Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(12):
+        plain.produce(src, value=f"in-{i}", partition=i % 3)
+    plain.flush(30)
+    group = src + "-group"
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "isolation.level": "read_committed",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.subscribe([src])
+    t = _rd_producer(broker.bootstrap, dst + "-tx")
+    t.init_transactions(30)
+    done, deadline = 0, time.monotonic() + 90
+    while done < 12:
+        assert time.monotonic() < deadline, f"consume-transform-produce stalled at {done}"
+        msgs = c.consume(12, 0.5)
+        if not msgs:
+            continue
+        t.begin_transaction()
+        for m in msgs:
+            assert not m.error(), m.error()
+            t.produce(dst, value=m.value().decode().replace("in-", "out-"), partition=m.partition())
+        t.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+        t.commit_transaction(30)
+        done += len(msgs)
+    c.close()
+    out = _rd_read(broker.bootstrap, dst, 3, committed=True)
+    assert sorted(v for vs in out.values() for v in vs) == sorted(f"out-{i}" for i in range(12)), out
+    admin = admin_client(broker.bootstrap)
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+    assert sum(tp.offset for tp in offsets.topic_partitions) == 12, offsets.topic_partitions
+
+
+# ---------------------------------------------------------------------------------------------
+# franz-go
+
+def test_franz_go_transactions_commit_abort_and_fence(broker, txncheck_bin):
+    """franz-go's transactional client: commit, abort, read_committed, fencing
+    (tests/go/txncheck/main.go)."""
+    res = subprocess.run([str(txncheck_bin), "--bootstrap", broker.bootstrap,
+                          "--topic-prefix", unique_topic("franztxn"), "--timeout", "150s"],
+                         capture_output=True, text=True, timeout=200)
+    out = f"--- stdout ---\n{res.stdout}\n--- stderr ---\n{res.stderr}"
+    assert res.returncode == 0, out
+    assert "PASS txncheck: commit/abort, fencing" in res.stdout, out

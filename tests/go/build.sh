@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the franz-go programs tests/go/clientcheck, tests/go/groupcheck and
+# Builds the franz-go programs tests/go/clientcheck, tests/go/groupcheck, tests/go/txncheck and
 # tests/go/seccheck into .cache/go/<name> (relative to the repo root).
 # Idempotent: a binary newer than go.mod, go.sum and every .go file under
 # tests/go is left alone. Otherwise `go build` runs (itself
@@ -36,3 +36,4 @@ force=${1:-}
 build clientcheck
 build groupcheck
 build seccheck
+build txncheck
