@@ -3,12 +3,14 @@
 consume-transform-produce), librdkafka (confluent-kafka) and franz-go (tests/go/txncheck).
 """
 
+import os
+import signal
 import subprocess
 import time
 
 import pytest
 
-from conftest import admin_client, create_topic, unique_topic
+from conftest import admin_client, create_topic, unique_topic, wait_for
 from test_franz_go import BUILD_SCRIPT, CACHE, ROOT
 from test_java_client import _clip, java_build, run_java  # noqa: F401  (session fixture: builds .cache/java)
 
@@ -172,3 +174,85 @@ def test_franz_go_transactions_commit_abort_and_fence(broker, txncheck_bin):
     out = f"--- stdout ---\n{res.stdout}\n--- stderr ---\n{res.stderr}"
     assert res.returncode == 0, out
     assert "PASS txncheck: commit/abort, fencing" in res.stdout, out
+
+
+# ---------------------------------------------------------------------------------------------
+# Three brokers: the transaction coordinator killed mid-transaction
+
+def _txn_coordinator(c, txn_id):
+    """The broker coordinating `txn_id` (FindCoordinator key type 1), waiting until one does."""
+    import kafka_wire as kw
+
+    def found():
+        for b in range(c.brokers):
+            try:
+                with kw.Conn(f"127.0.0.1:{c.port + b}") as conn:
+                    r = conn.request(kw.find_coordinator_v1_request(txn_id, conn.next_correlation_id(), key_type=1))
+                    error, _, node = kw.decode_find_coordinator_v1(r)
+                    if error == 0:
+                        return node + 1
+            except OSError:
+                continue
+        return 0
+    return wait_for(found, f"a coordinator for {txn_id}", 60, c.diagnostics) - 1
+
+
+def _ends(bootstrap, topic, partitions, committed):
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{topic}",
+                  "isolation.level": "read_committed" if committed else "read_uncommitted"})
+    try:
+        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)]
+    finally:
+        c.close()
+
+
+def test_transactions_survive_their_coordinator_being_killed(tmp_path):
+    """RF 3 everywhere (__transaction_state included). kill -9 of the transaction coordinator
+    with a transaction open: the producer's commit goes through the new coordinator (the new
+    leader of the id's __transaction_state partition, which read the open transaction back)
+    and read_committed sees every record. A second producer abandons its transaction and its
+    coordinator is killed: the new one aborts it at its timeout, so the last stable offset
+    reaches the high watermark and none of its records is read as committed."""
+    from test_cluster import DevCluster, create_rf3
+
+    settings = ["transaction.state.log.num.partitions=4", "offsets.topic.num.partitions=4",
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms=500"]
+    c = DevCluster(tmp_path, settings=settings)
+    try:
+        topic = unique_topic("txnkill")
+        create_rf3(c, topic, partitions=3)
+        txn_id = topic + "-tx"
+        p = _rd_producer(c.bootstrap, txn_id)
+        p.init_transactions(60)
+        p.begin_transaction()
+        for i in range(30):
+            p.produce(topic, value=f"kept-{i}", partition=i % 3)
+        assert p.flush(60) == 0
+        victim = _txn_coordinator(c, txn_id)
+        os.kill(c.pid(victim), signal.SIGKILL)
+        p.commit_transaction(90)
+        read = _rd_read(c.bootstrap, topic, 3, committed=True)
+        assert sorted(v for vs in read.values() for v in vs) == sorted(f"kept-{i}" for i in range(30)), read
+
+        # An abandoned transaction (timeout 3 s) whose coordinator dies too.
+        wait_for(lambda: c.registered() == c.brokers, "the killed broker back", 60, c.diagnostics)
+        from confluent_kafka import Producer
+
+        lost = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": topic + "-abandoned",
+                         "transaction.timeout.ms": 3000})
+        lost.init_transactions(60)
+        lost.begin_transaction()
+        for i in range(9):
+            lost.produce(topic, value=f"abandoned-{i}", partition=i % 3)
+        assert lost.flush(60) == 0
+        assert _ends(c.bootstrap, topic, 3, True) != _ends(c.bootstrap, topic, 3, False), "an open transaction"
+        victim = _txn_coordinator(c, topic + "-abandoned")
+        os.kill(c.pid(victim), signal.SIGKILL)
+        wait_for(lambda: _ends(c.bootstrap, topic, 3, True) == _ends(c.bootstrap, topic, 3, False),
+                 "the abandoned transaction aborted (stable offset at the high watermark)", 90, c.diagnostics)
+        read = _rd_read(c.bootstrap, topic, 3, committed=True)
+        assert _count(read, "abandoned-") == 0 and _count(read, "kept-") == 30, read
+    finally:
+        c.close()
