@@ -4,6 +4,7 @@ consume-transform-produce), librdkafka (confluent-kafka) and franz-go (tests/go/
 """
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -256,3 +257,54 @@ def test_transactions_survive_their_coordinator_being_killed(tmp_path):
         assert _count(read, "abandoned-") == 0 and _count(read, "kept-") == 30, read
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# kafka-transactions.sh
+
+TRANSACTIONS_TOOL = "org.apache.kafka.tools.TransactionsCommand"
+
+
+def test_kafka_transactions_tool_lists_describes_and_aborts(java_build, broker):  # noqa: F811
+    """kafka-transactions.sh against an open transaction: `list` and `describe` show it
+    Ongoing with its partitions (DescribeTransactions, ListTransactions), `describe-producers`
+    shows its start offset (DescribeProducers), `find-hanging` lists nothing, and
+    `abort` (WriteTxnMarkers) ends it on one partition, so that partition's last stable
+    offset reaches its high watermark."""
+    from confluent_kafka import Producer
+
+    from test_kafka_tools import Tools
+
+    tools = Tools(java_build / "lib", broker)
+    topic = unique_topic("txntool")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    txn_id = topic + "-tx"
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id,
+                  "transaction.timeout.ms": 120000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(4):
+        p.produce(topic, value=f"open-{i}", partition=i % 2)
+    assert p.flush(30) == 0
+
+    listed = tools.run(TRANSACTIONS_TOOL, "list").stdout
+    assert re.search(rf"^{re.escape(txn_id)}\s+\d+\s+\d+\s+Ongoing", listed, re.M), listed
+    described = tools.run(TRANSACTIONS_TOOL, "describe", "--transactional-id", txn_id).stdout
+    assert "Ongoing" in described and f"{topic}-0" in described and f"{topic}-1" in described, described
+    producers = tools.run(TRANSACTIONS_TOOL, "describe-producers", "--topic", topic, "--partition", 0).stdout
+    row = [line.split() for line in producers.splitlines()[1:] if line.strip()]
+    assert len(row) == 1, producers
+    start = int(row[0][-1])  # CurrentTransactionStartOffset is the last column
+    assert start >= 0, producers
+    # The table of hanging transactions: only its header (the open one is known to its
+    # coordinator, with this partition in it).
+    hanging = tools.run(TRANSACTIONS_TOOL, "find-hanging", "--broker-id", 0).stdout
+    assert hanging.splitlines()[0].startswith("Topic") and topic not in hanging, hanging
+
+    ends = lambda committed: _ends(broker.bootstrap, topic, 2, committed)  # noqa: E731
+    assert ends(True)[0] < ends(False)[0], "the open transaction holds partition 0's stable offset"
+    tools.run(TRANSACTIONS_TOOL, "abort", "--topic", topic, "--partition", 0, "--start-offset", start)
+    wait_for(lambda: ends(True)[0] == ends(False)[0], "partition 0 stable after the abort", 30)
+    assert ends(True)[1] < ends(False)[1], "partition 1 still held by the open transaction"
+    p.abort_transaction(30)
+    wait_for(lambda: ends(True) == ends(False), "both partitions stable", 30)

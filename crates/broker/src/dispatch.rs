@@ -48,6 +48,9 @@ api_table! {
     AddOffsetsToTxn(0, 4) => |b, r, v, ctx| handlers::txn::add_offsets(b, r, v, ctx);
     EndTxn(0, 5) => |b, r, v, ctx| handlers::txn::end(b, r, v, ctx);
     TxnOffsetCommit(0, 5) => |b, r, v, ctx| handlers::txn_offset_commit::handle(b, r, v, ctx);
+    DescribeProducers(0, 0) => |b, r, v, ctx| handlers::txn_admin::describe_producers(b, r, v, ctx);
+    DescribeTransactions(0, 0) => |b, r, v, ctx| handlers::txn_admin::describe_transactions(b, r, v, ctx);
+    ListTransactions(0, 2) => |b, r, v, ctx| handlers::txn_admin::list_transactions(b, r, v, ctx);
     WriteTxnMarkers(1, 1) => |b, r, v, ctx| handlers::write_txn_markers::handle(b, r, v, ctx);
     OffsetForLeaderEpoch(2, 4) => |b, r, v, ctx| handlers::offset_for_leader_epoch::handle(b, r, v, ctx);
     DescribeConfigs(1, 4) => |b, r, v, ctx| handlers::describe_configs::handle(b, r, v, ctx);

@@ -19,7 +19,7 @@ mod segment;
 
 pub use cleaner::{all_records_keyed, records_of, CleanPlan, CleanStats, Cleaned, RecordRef, Records};
 pub use log::{AppendError, AppendInfo, Log, LogConfig, ReadError, ReadPlan, SEGMENT_BYTES_MAX};
-pub use producer::{AbortedTxn, ProducerError, ProducerTable};
+pub use producer::{AbortedTxn, ProducerError, ProducerInfo, ProducerTable};
 
 /// Makes everything written to `files` so far durable: one `syncfs` when `syncfs` is set
 /// and there are two or more files (one journal commit for all of them), else an

@@ -437,6 +437,11 @@ impl Log {
         self.producers.aborted_in(from, upto)
     }
 
+    /// The producers remembered here (DescribeProducers).
+    pub fn producers(&self) -> Vec<crate::ProducerInfo> {
+        self.producers.describe()
+    }
+
     /// Whether `producer_id` has a transaction open here (in the log as written).
     pub fn in_transaction(&self, producer_id: i64) -> bool {
         self.producers.in_transaction(producer_id)

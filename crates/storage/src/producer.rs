@@ -37,6 +37,20 @@ struct ProducerEntry {
     last_write: u64,
     /// First offset of the producer's open transaction.
     txn_first: Option<i64>,
+    /// Max timestamp of the producer's last batch.
+    last_timestamp: i64,
+}
+
+/// One producer as DescribeProducers shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerInfo {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// -1 when no batch with a sequence is remembered.
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
+    /// First offset of its open transaction, -1 when none.
+    pub current_txn_start_offset: i64,
 }
 
 /// A transaction its marker aborted: its records in `[first_offset, last_offset)` from
@@ -156,6 +170,7 @@ impl ProducerTable {
             e.batches.clear();
         }
         e.last_write = self.clock;
+        e.last_timestamp = h.max_timestamp;
         if h.is_transactional() {
             match (end, e.txn_first) {
                 (Some(end), Some(first)) => {
@@ -232,6 +247,23 @@ impl ProducerTable {
         while self.aborted.front().is_some_and(|a| a.last_offset < log_start_offset) {
             self.aborted.pop_front();
         }
+    }
+
+    /// Every producer remembered here, by id.
+    pub fn describe(&self) -> Vec<ProducerInfo> {
+        let mut out: Vec<ProducerInfo> = self
+            .producers
+            .iter()
+            .map(|(&producer_id, e)| ProducerInfo {
+                producer_id,
+                epoch: e.epoch,
+                last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp: e.last_timestamp,
+                current_txn_start_offset: e.txn_first.unwrap_or(-1),
+            })
+            .collect();
+        out.sort_unstable_by_key(|p| p.producer_id);
+        out
     }
 
     /// Whether the producer has a transaction open here.

@@ -126,6 +126,8 @@ pub struct TxnListing {
     pub transactional_id: String,
     pub producer_id: i64,
     pub state: State,
+    /// When the current transaction started, -1 when none is.
+    pub start_ms: i64,
 }
 
 pub struct TxnCoordinator {
@@ -544,6 +546,7 @@ impl TxnCoordinator {
                 transactional_id: id.clone(),
                 producer_id: e.meta.producer_id,
                 state: e.meta.state,
+                start_ms: e.meta.start_ms,
             })
             .collect();
         out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));

@@ -34,6 +34,7 @@ pub mod partition_reassignments;
 pub mod produce;
 pub mod sync_group;
 pub mod txn;
+pub mod txn_admin;
 pub mod txn_offset_commit;
 pub mod user_scram_credentials;
 pub mod write_txn_markers;
