@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TARGETS=(request_decode broker_request record_batch raft_transport raft_step controller_records sasl_login cert_subject
-         offsets_records storage_open raft_store_open)
+         offsets_records txn_state storage_open raft_store_open)
 CARGO_FUZZ_VERSION=0.13.2
 TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/fuzz/target}"
 TRIPLE=x86_64-unknown-linux-gnu

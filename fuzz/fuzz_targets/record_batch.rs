@@ -35,10 +35,12 @@ fuzz_target!(|data: &[u8]| {
             let _ = runnel_storage::all_records_keyed(&h, bytes);
             if let Ok(None) = producers.check(&h) {
                 let stamped = BatchHeader { base_offset: next_offset, ..h };
-                producers.record(&stamped);
+                producers.record(&stamped, runnel_wire::marker::txn_end(&stamped, bytes));
                 next_offset = stamped.next_offset();
             }
             let _ = producers.check_after(&h, &[h]);
+            let _ = producers.first_unstable_offset(next_offset);
+            let _ = producers.aborted_in(0, next_offset);
         }
         // What the cleaner, Raft's entries and the metadata log read from a stored batch.
         if let Ok(h) = BatchHeader::validate(bytes) {

@@ -14,6 +14,7 @@ pub mod driver;
 mod offsets;
 pub mod queue;
 pub mod replica;
+mod snapshot_data;
 pub mod store;
 pub mod transport;
 

@@ -25,6 +25,7 @@ use runnel_wire::build::BatchBuilder;
 use runnel_wire::BatchHeader;
 
 use crate::offsets::EntryOffsets;
+use crate::snapshot_data;
 
 const STATE_FILE: &str = "raft.state";
 const STATE_VERSION: &str = "v1";
@@ -340,11 +341,11 @@ impl RaftLog {
     /// its snapshot point, only, for a compacted log, their cleaned batches).
     pub fn apply_snapshot(&mut self, snap: &Snapshot, now_ms: i64) -> io::Result<()> {
         let meta = snap.get_metadata();
-        let (first_offset, log_start, prefix) = decode_snapshot(&snap.data)?;
+        let (first_offset, log_start, producers, prefix) = snapshot_data::decode(&snap.data)?;
         tracing::info!(dir = %self.dir.display(), index = meta.index, log_start_offset = log_start,
-            cleaned_bytes = prefix.len(),
+            cleaned_bytes = prefix.len(), producer_bytes = producers.len(),
             "the leader no longer has the entries this replica lacks: restarting the log from its snapshot");
-        self.log.restore(prefix, log_start, first_offset, now_ms)?;
+        self.log.restore(prefix, producers, log_start, first_offset, now_ms)?;
         self.offsets.reset(meta.index + 1);
         self.terms.clear();
         self.snap_index = meta.index;
@@ -567,10 +568,8 @@ impl raft::Storage for RaftLog {
             tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read the cleaned part for a snapshot");
             raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable)
         })?;
-        let mut data = Vec::with_capacity(16 + prefix.len());
-        data.extend_from_slice(&self.first_offset.to_be_bytes());
-        data.extend_from_slice(&self.log.log_start_offset().to_be_bytes());
-        data.extend_from_slice(&prefix);
+        let producers = self.log.producer_snapshot(self.first_offset);
+        let data = snapshot_data::encode(self.first_offset, self.log.log_start_offset(), &producers, &prefix);
         let mut snap = Snapshot { data: data.into(), ..Default::default() };
         let meta = snap.mut_metadata();
         meta.index = self.snap_index;
@@ -591,17 +590,6 @@ fn conf_lines(prefix: &str, c: &ConfState) -> String {
         ids(&c.learners_next),
         u8::from(c.auto_leave)
     )
-}
-
-/// Snapshot data: the offset after the snapshot point, the log start, then the batches kept
-/// below the snapshot point. (Older brokers sent the first offset alone.)
-fn decode_snapshot(data: &[u8]) -> io::Result<(i64, i64, &[u8])> {
-    let num = |at: usize| data.get(at..at + 8).and_then(|b| b.try_into().ok()).map(i64::from_be_bytes);
-    match (num(0), num(8)) {
-        (Some(first), _) if data.len() == 8 => Ok((first, first, &[])),
-        (Some(first), Some(start)) => Ok((first, start, &data[16..])),
-        _ => Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot data")),
-    }
 }
 
 /// A control batch standing for one of Raft's own entries: key (version 0, type), value

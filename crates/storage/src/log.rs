@@ -171,7 +171,7 @@ impl Log {
             })
             .collect();
         bases.sort_unstable();
-        let mut producers = ProducerTable::default();
+        let mut producers = ProducerTable::read_file(dir);
         let mut segments: Vec<Segment> = Vec::with_capacity(bases.len());
         let mut truncated = false;
         for base in bases {
@@ -348,7 +348,7 @@ impl Log {
             seg.scan(i64::MAX, |_, _| {})?;
             *self.active_mut() = seg;
         }
-        let mut producers = ProducerTable::default();
+        let mut producers = ProducerTable::read_file(&self.dir);
         for seg in &self.segments {
             seg.for_each_header(|h, end| producers.record(h, end))?;
         }
@@ -369,14 +369,23 @@ impl Log {
         self.recovery_point = offset;
         self.cleaner_point = offset;
         self.producers = ProducerTable::default();
+        ProducerTable::remove_file(&self.dir)?;
         self.write_checkpoint()
     }
 
     /// Drops the whole log and rebuilds it from a leader's snapshot: `prefix` holds the
     /// batches the leader keeps below `end` (a compacted log's cleaned part, with gaps
-    /// between offsets; empty when retention deleted everything below `end`), and the log
+    /// between offsets; empty when retention deleted everything below `end`), `producers`
+    /// the producers that wrote only below `end` ([`Log::producer_snapshot`]), and the log
     /// goes on at `end` with `log_start` as its start.
-    pub fn restore(&mut self, prefix: &[u8], log_start: i64, end: i64, now_ms: i64) -> io::Result<()> {
+    pub fn restore(
+        &mut self,
+        prefix: &[u8],
+        producers: &[u8],
+        log_start: i64,
+        end: i64,
+        now_ms: i64,
+    ) -> io::Result<()> {
         let mut batches = Vec::new();
         for item in runnel_wire::batch::Batches::new(prefix) {
             let (h, range) = item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
@@ -388,6 +397,10 @@ impl Log {
             batches.push((h, range));
         }
         self.reset(batches.first().map_or(end, |(h, _)| h.base_offset), now_ms)?;
+        if !producers.is_empty() {
+            self.producers.load(producers).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            ProducerTable::write_file(&self.dir, producers)?;
+        }
         for (h, range) in &batches {
             self.maybe_roll(range.len() as u64, h.last_offset(), now_ms)?;
             let batch = &prefix[range.clone()];
@@ -414,6 +427,12 @@ impl Log {
         pending: &[BatchHeader],
     ) -> Result<Option<(i64, i64)>, ProducerError> {
         self.producers.check_after(h, pending)
+    }
+
+    /// The producers a replica whose log starts at `end` cannot learn from its batches (a
+    /// Raft snapshot carries them).
+    pub fn producer_snapshot(&self, end: i64) -> Vec<u8> {
+        self.producers.encode_below(end)
     }
 
     /// Checks a transaction marker of `producer_id` at `epoch` before it is appended.
@@ -628,6 +647,14 @@ impl Log {
 
     /// Deletes segments from the front while `pred` holds, never the active one.
     fn delete_segments_while(&mut self, mut pred: impl FnMut(&Log, &Segment) -> bool) -> io::Result<usize> {
+        let doomed = self.segments[..self.segments.len() - 1].iter().take_while(|s| pred(self, s)).count();
+        if doomed > 0 {
+            // The producers that wrote only in the segments about to go, kept first: a
+            // crash after this write and before the deletion rebuilds them twice, which is
+            // harmless.
+            let kept_from = self.segments[doomed].base_offset;
+            ProducerTable::write_file(&self.dir, &self.producers.encode_below(kept_from))?;
+        }
         let mut n = 0;
         while self.segments.len() > 1 && pred(self, &self.segments[0]) {
             let seg = self.segments.remove(0);

@@ -14,6 +14,9 @@
 //! log start passes its marker, so fetches can list the aborted ones in what they return.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
 
 use runnel_wire::{BatchHeader, TxnEnd};
 
@@ -39,6 +42,8 @@ struct ProducerEntry {
     txn_first: Option<i64>,
     /// Max timestamp of the producer's last batch.
     last_timestamp: i64,
+    /// Last offset of the producer's last batch (markers included).
+    last_offset: i64,
 }
 
 /// One producer as DescribeProducers shows it.
@@ -80,6 +85,27 @@ pub struct ProducerTable {
     unstable: BTreeMap<i64, (i64, Option<i64>)>,
     /// Aborted transactions in marker order (so by `last_offset`).
     aborted: VecDeque<AbortedTxn>,
+}
+
+/// The producers whose batches are all in segments already deleted (written before the
+/// deletion; see [`ProducerTable::encode_below`]).
+const PRODUCERS_FILE: &str = "producers.snapshot";
+
+/// Format of [`ProducerTable::encode_below`].
+const SNAPSHOT_VERSION: u8 = 1;
+
+/// Reads fixed-size fields off the front of a byte slice, refusing a short one.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        if self.0.len() < N {
+            return Err("producer snapshot cut short".into());
+        }
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        Ok(head.try_into().expect("split at N"))
+    }
 }
 
 fn next_seq(seq: i32) -> i32 {
@@ -171,6 +197,7 @@ impl ProducerTable {
         }
         e.last_write = self.clock;
         e.last_timestamp = h.max_timestamp;
+        e.last_offset = h.last_offset();
         if h.is_transactional() {
             match (end, e.txn_first) {
                 (Some(end), Some(first)) => {
@@ -246,6 +273,120 @@ impl ProducerTable {
     pub fn forget_below(&mut self, log_start_offset: i64) {
         while self.aborted.front().is_some_and(|a| a.last_offset < log_start_offset) {
             self.aborted.pop_front();
+        }
+    }
+
+    /// The producers whose last batch is below `end`, encoded: what a replica whose log
+    /// starts at `end` cannot rebuild from its batches (a Raft snapshot carries it, and a log
+    /// whose first segments are deleted keeps it in a file). Producers that wrote at or past
+    /// `end` are rebuilt from those batches.
+    pub fn encode_below(&self, end: i64) -> Vec<u8> {
+        let kept: Vec<(&i64, &ProducerEntry)> = self.producers.iter().filter(|(_, e)| e.last_offset < end).collect();
+        let mut out = Vec::with_capacity(5 + kept.len() * 64);
+        out.push(SNAPSHOT_VERSION);
+        out.extend_from_slice(&(kept.len() as u32).to_be_bytes());
+        for (pid, e) in kept {
+            out.extend_from_slice(&pid.to_be_bytes());
+            out.extend_from_slice(&e.epoch.to_be_bytes());
+            out.extend_from_slice(&e.last_offset.to_be_bytes());
+            out.extend_from_slice(&e.last_timestamp.to_be_bytes());
+            out.extend_from_slice(&e.txn_first.unwrap_or(-1).to_be_bytes());
+            out.push(e.batches.len() as u8);
+            for b in &e.batches {
+                out.extend_from_slice(&b.first_seq.to_be_bytes());
+                out.extend_from_slice(&b.last_seq.to_be_bytes());
+                out.extend_from_slice(&b.base_offset.to_be_bytes());
+                out.extend_from_slice(&b.last_offset.to_be_bytes());
+            }
+        }
+        out
+    }
+
+    /// Adds the producers [`ProducerTable::encode_below`] wrote (read from a file or a
+    /// snapshot: every field is checked, and the table's bound holds). Returns how many.
+    pub fn load(&mut self, data: &[u8]) -> Result<usize, String> {
+        let mut r = Reader(data);
+        if r.take::<1>()? != [SNAPSHOT_VERSION] {
+            return Err("unknown producer snapshot version".into());
+        }
+        let count = u32::from_be_bytes(r.take()?) as usize;
+        if count > PRODUCERS_PER_PARTITION_MAX {
+            return Err(format!("{count} producers is past the bound {PRODUCERS_PER_PARTITION_MAX}"));
+        }
+        let mut loaded = Vec::with_capacity(count.min(data.len() / 35));
+        for _ in 0..count {
+            let pid = i64::from_be_bytes(r.take()?);
+            let mut e = ProducerEntry {
+                epoch: i16::from_be_bytes(r.take()?),
+                last_offset: i64::from_be_bytes(r.take()?),
+                last_timestamp: i64::from_be_bytes(r.take()?),
+                ..ProducerEntry::default()
+            };
+            let txn_first = i64::from_be_bytes(r.take()?);
+            e.txn_first = (txn_first >= 0).then_some(txn_first);
+            let n = r.take::<1>()?[0] as usize;
+            if n > CACHED_BATCHES_PER_PRODUCER {
+                return Err(format!("{n} cached batches for producer {pid}"));
+            }
+            for _ in 0..n {
+                e.batches.push_back(CachedBatch {
+                    first_seq: i32::from_be_bytes(r.take()?),
+                    last_seq: i32::from_be_bytes(r.take()?),
+                    base_offset: i64::from_be_bytes(r.take()?),
+                    last_offset: i64::from_be_bytes(r.take()?),
+                });
+            }
+            loaded.push((pid, e));
+        }
+        if !r.0.is_empty() {
+            return Err("trailing bytes after the producer snapshot".into());
+        }
+        for (pid, e) in loaded {
+            if self.producers.len() >= PRODUCERS_PER_PARTITION_MAX && !self.producers.contains_key(&pid) {
+                self.evict_oldest();
+            }
+            if let Some(first) = e.txn_first {
+                self.unstable.insert(first, (pid, None));
+            }
+            self.producers.insert(pid, e);
+        }
+        Ok(count)
+    }
+
+    /// The producers a log directory keeps from its deleted segments, if any (an unreadable
+    /// file is warned about and ignored: idempotence then starts afresh for those
+    /// producers, as Kafka's does without its snapshot).
+    pub(crate) fn read_file(dir: &Path) -> ProducerTable {
+        let mut table = ProducerTable::default();
+        match fs::read(dir.join(PRODUCERS_FILE)) {
+            Ok(data) => {
+                if let Err(e) = table.load(&data) {
+                    tracing::warn!(dir = %dir.display(), error = %e, "ignoring an unreadable producer snapshot");
+                    table = ProducerTable::default();
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot read the producer snapshot"),
+        }
+        table
+    }
+
+    /// Writes a producer snapshot to a log directory atomically (temporary file, fsync,
+    /// rename, directory fsync).
+    pub(crate) fn write_file(dir: &Path, data: &[u8]) -> io::Result<()> {
+        let tmp = dir.join(format!("{PRODUCERS_FILE}.tmp"));
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        fs::rename(&tmp, dir.join(PRODUCERS_FILE))?;
+        fs::File::open(dir)?.sync_all()
+    }
+
+    /// Removes a log directory's producer snapshot (the log restarts empty).
+    pub(crate) fn remove_file(dir: &Path) -> io::Result<()> {
+        match fs::remove_file(dir.join(PRODUCERS_FILE)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
         }
     }
 
@@ -394,5 +535,32 @@ mod tests {
         }
         assert_eq!(t.len(), PRODUCERS_PER_PARTITION_MAX);
         assert_eq!(t.open_transactions(), vec![(0, 0)]);
+    }
+
+    #[test]
+    fn producers_below_a_point_round_trip_and_garbage_is_refused() {
+        let mut t = ProducerTable::default();
+        t.record(&batch(1, 2, 0, 3, 10), None);
+        t.record(&batch(1, 2, 3, 2, 13), None);
+        t.record(&txn_batch(2, 0, 0, 20), None);
+        t.record(&batch(3, 0, 0, 1, 30), None); // at the point: rebuilt from the log instead
+        let data = t.encode_below(30);
+        let mut copy = ProducerTable::default();
+        assert_eq!(copy.load(&data), Ok(2));
+        assert_eq!(copy.check(&batch(1, 2, 3, 2, -1)), Ok(Some((13, 14))), "a retry is still a duplicate");
+        assert_eq!(copy.check(&batch(1, 1, 5, 1, -1)), Err(ProducerError::Fenced));
+        assert_eq!(copy.check(&batch(1, 2, 9, 1, -1)), Err(ProducerError::OutOfOrder { expected: 5, got: 9 }));
+        assert_eq!(copy.open_transactions(), vec![(2, 20)]);
+        assert_eq!(copy.first_unstable_offset(100), Some(20));
+        assert!(!copy.producers.contains_key(&3));
+        for len in 0..data.len() {
+            assert!(ProducerTable::default().load(&data[..len]).is_err(), "cut at {len}");
+        }
+        let mut huge = data.clone();
+        huge[1..5].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(ProducerTable::default().load(&huge).is_err());
+        let mut extra = data;
+        extra.push(0);
+        assert!(ProducerTable::default().load(&extra).is_err());
     }
 }

@@ -77,8 +77,43 @@ fn transactions_survive_reopen_truncation_and_restore() {
     }
     let other = tempfile::tempdir().expect("tempdir");
     let mut restored = Log::open(other.path(), config, 0).expect("open");
-    restored.restore(&prefix, 0, 4, 0).expect("restore");
+    restored.restore(&prefix, &log.producer_snapshot(0), 0, 4, 0).expect("restore");
     assert_eq!(state(&restored), state(&log));
+
+    // A snapshot without batches (retention deleted them at the leader) carries the
+    // producers instead: idempotence and open transactions survive, and a reopen keeps them.
+    let bare = tempfile::tempdir().expect("tempdir");
+    let mut restored = Log::open(bare.path(), config, 0).expect("open");
+    restored.restore(&[], &log.producer_snapshot(4), 4, 4, 0).expect("restore");
+    let check = |l: &Log| {
+        let retry = BatchHeader::validate(&data(9, 0, false)).expect("valid");
+        assert_eq!(l.check_producer(&retry, &[]).expect("checked"), Some((0, 0)), "a retry is a duplicate");
+        assert_eq!(l.open_transactions(), vec![(1, 1), (2, 2)]);
+        assert_eq!(l.last_stable_offset(10), 1);
+    };
+    check(&restored);
+    restored.close().expect("close");
+    check(&Log::open(bare.path(), config, 0).expect("reopen"));
+}
+
+#[test]
+fn producers_outlive_the_segments_retention_deletes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = LogConfig { segment_bytes: 200, ..LogConfig::default() };
+    let mut log = Log::open(dir.path(), config, 0).expect("open");
+    append(&mut log, &data(7, 0, false)); // producer 7 writes only here
+    for i in 0..6 {
+        append(&mut log, &data(8, i, false));
+    }
+    assert!(log.segment_count() > 2);
+    log.delete_records_before(5).expect("delete");
+    assert!(log.first_batch_offset() > 0, "the first segment is gone");
+    log.close().expect("close");
+    let log = Log::open(dir.path(), config, 0).expect("reopen");
+    let retry = BatchHeader::validate(&data(7, 0, false)).expect("valid");
+    assert_eq!(log.check_producer(&retry, &[]).expect("checked"), Some((0, 0)), "producer 7 remembered");
+    let gap = BatchHeader::validate(&data(7, 3, false)).expect("valid");
+    assert!(log.check_producer(&gap, &[]).is_err(), "a sequence gap is still seen");
 }
 
 #[test]
