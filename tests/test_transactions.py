@@ -45,6 +45,19 @@ def test_java_transactions_commit_abort_and_fence(broker, java_build):  # noqa: 
     assert "TxnCheck OK: commit/abort, last stable offset, fencing, consume-transform-produce" in p.stdout, report
 
 
+def test_kafka_streams_exactly_once_word_count(broker, java_build, tmp_path):  # noqa: F811
+    """A Kafka Streams application with processing.guarantee=exactly_once_v2 (word count: a
+    repartition topic and a changelog) counts exactly, and again after a restart with an
+    empty state directory (its store rebuilt from the changelog); no count read with
+    read_committed ever exceeds the true one (tests/java/src/StreamsCheck.java)."""
+    args = ["--bootstrap", broker.bootstrap, "--prefix", unique_topic("streams"), "--state-dir", tmp_path,
+            "--timeout-s", 330]
+    p = run_java(java_build, "StreamsCheck", args, 360)
+    report = f"--- stdout ---\n{p.stdout}\n--- stderr ---\n{_clip(p.stderr)}"
+    assert p.returncode == 0, f"StreamsCheck exited with {p.returncode}\n{report}"
+    assert "StreamsCheck OK" in p.stdout, report
+
+
 # ---------------------------------------------------------------------------------------------
 # librdkafka (confluent-kafka)
 
