@@ -229,3 +229,39 @@ def test_attached_to_apache_kafka_the_same_workload_and_faults(tmp_path, java_bu
         assert len(kafka.pids()) == 3, "the killed node runs again"
     finally:
         kafka.stop()
+
+
+def test_transactions_under_leader_and_follower_faults_lose_nothing(tmp_path):
+    """The transactional workload (`--transactional`: each producer writes one value to each
+    of two partitions per transaction, every fifth aborted; every reader, the final one
+    included, reads with read_committed) while leaders and followers are killed and paused:
+    every committed transaction is read whole, no value of a transaction that never
+    committed is read, none is read in part, and nothing twice. The checker must also flag
+    a planted aborted read and a planted partial transaction."""
+    schedule = "5:kill-leader:3,13:pause-leader:4,22:kill-follower:3,30:pause-follower:4"
+    out, report, history, _ = chaos(
+        tmp_path, "--duration", 38, "--partitions", 3, "--producers", 2, "--rate", 10, "--transactional",
+        "--schedule", schedule, timeout=400)
+    assert report["counts"] == {}, report
+    committed, aborted, unknown = report["txns"]
+    assert committed >= 2 * 10 * 38 * 0.5 and aborted >= committed // 8, report["txns"]
+    assert "transactions:" in out, out
+
+    txn_values = {v for t in history["txns"] for v in t["values"]}
+    never = next(t for t in history["txns"] if t["outcome"] == "Failed")
+    done = next(t for t in history["txns"] if t["outcome"] == "Ok" and len(t["values"]) == 2)
+    # A value of a transaction that never committed, read.
+    planted = json.loads(json.dumps(history))
+    final = next(p for p in planted["polls"] if p["consumer"] in planted["final_readers"])
+    final["records"].append([0, 10**9, never["values"][0]])
+    (tmp_path / "aborted.json").write_text(json.dumps(planted))
+    p = verify_check(tmp_path / "aborted.json")
+    assert p.returncode != 0 and "failed-write-read: 1" in p.stdout, p.stdout + p.stderr
+    # Half of a committed transaction gone from every read.
+    planted = json.loads(json.dumps(history))
+    for p in planted["polls"]:
+        p["records"] = [r for r in p["records"] if r[2] != done["values"][1]]
+    (tmp_path / "partial.json").write_text(json.dumps(planted))
+    p = verify_check(tmp_path / "partial.json")
+    assert p.returncode != 0 and "partial-transaction: 1" in p.stdout, p.stdout + p.stderr
+    assert txn_values, history["txns"][:3]

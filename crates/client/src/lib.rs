@@ -22,7 +22,7 @@ use kafka_protocol::protocol::StrBytes;
 
 pub use cluster::{init_producer_id, Cluster, TopicLayout};
 pub use connection::{use_tls, Connection};
-pub use records::{for_each_record, value_stamp};
+pub use records::{for_each_committed_record, for_each_record, value_stamp};
 
 /// Request versions the tools speak; both Apache Kafka 4.x and Runnel accept them.
 pub const METADATA_VERSION: i16 = 12;
@@ -32,6 +32,9 @@ pub const LIST_OFFSETS_VERSION: i16 = 7;
 pub const CREATE_TOPICS_VERSION: i16 = 7;
 pub const DELETE_TOPICS_VERSION: i16 = 5;
 pub const INIT_PRODUCER_ID_VERSION: i16 = 4;
+pub const FIND_COORDINATOR_VERSION: i16 = 3;
+pub const ADD_PARTITIONS_TO_TXN_VERSION: i16 = 3;
+pub const END_TXN_VERSION: i16 = 3;
 
 pub fn topic_name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))

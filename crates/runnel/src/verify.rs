@@ -47,6 +47,11 @@ pub struct VerifyArgs {
     /// Seconds one attempt waits for its answer before the connection is given up.
     #[arg(long, default_value_t = 2.0)]
     request_timeout: f64,
+    /// The transactional workload: each producer writes in transactions (two partitions
+    /// each, every fifth aborted) and every reader reads with read_committed; the checker
+    /// also looks for aborted reads and transactions read in part.
+    #[arg(long)]
+    transactional: bool,
     /// Draw the availability chart (operations per second and latency over time, faults
     /// shaded) into this SVG file.
     #[arg(long)]
@@ -79,6 +84,7 @@ impl VerifyArgs {
             duration: Duration::from_secs_f64(self.duration.max(0.0)),
             retry_for: Duration::from_secs_f64(self.retry_for.max(0.0)),
             request_timeout: Duration::from_secs_f64(self.request_timeout.max(0.1)),
+            transactional: self.transactional,
         }
     }
 }
@@ -119,6 +125,10 @@ pub fn report(history: &History, a: &VerifyArgs, title: &str) -> Result<()> {
         report.records_read,
         report.unseen
     );
+    if !history.txns.is_empty() {
+        let (committed, aborted, unknown) = report.txns;
+        println!("transactions: {committed} committed, {aborted} never committed, {unknown} unknown (read_committed)");
+    }
     if !report.faults.is_empty() {
         let (p50, p99) = report.baseline_send_ms;
         println!("sends away from faults: p50 {p50} ms, p99 {p99} ms");

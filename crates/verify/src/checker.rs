@@ -18,8 +18,11 @@ pub enum Anomaly {
     InconsistentOffset { partition: i32, offset: i64, values: Vec<u64> },
     /// The value read at an acknowledged offset is not the one acknowledged there.
     AckMismatch { value: u64, partition: i32, acked_offset: i64, read: Option<u64> },
-    /// A value whose send failed was read.
+    /// A value whose send failed was read (in the transactional workload: a value of a
+    /// transaction that never committed, Jepsen's G1a aborted read).
     FailedWriteRead { value: u64, partition: i32, offset: i64 },
+    /// Some but not all of a transaction's values are in the log (the final read).
+    TxnPartial { producer: usize, values: Vec<u64>, present: usize },
     /// A value never sent was read.
     PhantomRead { value: u64, partition: i32, offset: i64 },
     /// A producer's acknowledged offsets in a partition went backwards.
@@ -42,6 +45,7 @@ impl Anomaly {
             Anomaly::InconsistentOffset { .. } => "inconsistent-offset",
             Anomaly::AckMismatch { .. } => "ack-mismatch",
             Anomaly::FailedWriteRead { .. } => "failed-write-read",
+            Anomaly::TxnPartial { .. } => "partial-transaction",
             Anomaly::PhantomRead { .. } => "phantom-read",
             Anomaly::NonMonotonicSend { .. } => "non-monotonic-send",
             Anomaly::NonMonotonicPoll { .. } => "non-monotonic-poll",
@@ -73,6 +77,8 @@ pub struct Report {
     pub faults: Vec<FaultImpact>,
     /// Median and 99th percentile send latency away from any fault, in ms.
     pub baseline_send_ms: (u64, u64),
+    /// The transactional workload's transactions: committed, never committed, unknown.
+    pub txns: (usize, usize, usize),
 }
 
 impl Report {
@@ -155,6 +161,19 @@ pub fn check(h: &History) -> Report {
         }
         if !h.final_readers.is_empty() && !final_seen.contains(&s.value) {
             r.add(Anomaly::LostWrite { value: s.value, partition: s.partition, acked_offset: acked });
+        }
+    }
+
+    // Transactions are all or nothing.
+    for t in &h.txns {
+        match t.outcome {
+            Outcome::Ok => r.txns.0 += 1,
+            Outcome::Failed => r.txns.1 += 1,
+            Outcome::Unknown => r.txns.2 += 1,
+        }
+        let present = t.values.iter().filter(|v| final_seen.contains(v)).count();
+        if !h.final_readers.is_empty() && present != 0 && present != t.values.len() {
+            r.add(Anomaly::TxnPartial { producer: t.producer, values: t.values.clone(), present });
         }
     }
 
@@ -347,5 +366,23 @@ mod tests {
         assert_eq!(r.counts.get("non-monotonic-poll"), Some(&1));
         assert_eq!(r.counts.get("skipped-offsets"), Some(&1));
         assert_eq!(r.counts.get("ack-mismatch"), Some(&1), "value 4 was acked at 0 where value 0 sits");
+    }
+
+    /// A transaction read in part, and a value of a never-committed one read, are found.
+    #[test]
+    fn transactions_are_all_or_nothing_and_aborted_ones_never_read() {
+        use crate::history::TxnRecord;
+        let mut h = clean();
+        // Values 0 and 1 form a committed transaction (both read); 2 and 3 one whose commit
+        // went unanswered and 4, 5 one that never committed.
+        h.txns = vec![
+            TxnRecord { producer: 0, values: vec![0, 1], outcome: Outcome::Ok },
+            TxnRecord { producer: 0, values: vec![2, 3], outcome: Outcome::Unknown },
+        ];
+        assert!(check(&h).valid(), "{:?}", check(&h));
+        h.polls.iter_mut().for_each(|p| p.records.retain(|r| r.2 != 3));
+        let r = check(&h);
+        assert_eq!(r.counts.get("partial-transaction"), Some(&1), "{r:?}");
+        assert_eq!(r.txns, (1, 0, 1));
     }
 }

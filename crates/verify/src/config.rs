@@ -25,4 +25,7 @@ pub struct VerifyConfig {
     pub retry_for: Duration,
     /// How long one attempt waits for an answer before the connection is given up.
     pub request_timeout: Duration,
+    /// The transactional workload: producers write in transactions (some aborted) and
+    /// every reader reads with `read_committed` (`txn`).
+    pub transactional: bool,
 }

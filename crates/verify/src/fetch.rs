@@ -6,14 +6,16 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest};
-use runnel_client::{for_each_record, topic_name, value_stamp, FETCH_VERSION};
+use runnel_client::{for_each_committed_record, topic_name, value_stamp, FETCH_VERSION};
 
 use crate::history::{Op, OpKind, Outcome};
 use crate::router::{retriable, Router};
 
 /// One round of fetches for `position`'s partitions, one request per leader. Records read
 /// are appended to `records` and move `position` on; each request is one op on the
-/// timeline.
+/// timeline. With `committed`, as a `read_committed` consumer: up to the last stable offset,
+/// the records of aborted transactions left out.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn fetch_round(
     router: &mut Router,
     topic: &str,
@@ -22,6 +24,7 @@ pub(crate) async fn fetch_round(
     process: &str,
     t0: Instant,
     ops: &mut Vec<Op>,
+    committed: bool,
 ) {
     let mut by_leader: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for p in position.keys() {
@@ -40,6 +43,7 @@ pub(crate) async fn fetch_round(
             .with_min_bytes(1)
             .with_max_bytes(8 << 20)
             .with_session_epoch(-1)
+            .with_isolation_level(i8::from(committed))
             .with_topics(vec![FetchTopic::default().with_topic(topic_name(topic)).with_partitions(
                 parts
                     .iter()
@@ -72,8 +76,14 @@ pub(crate) async fn fetch_round(
                         let Some(data) = p.records else { continue };
                         let partition = p.partition_index;
                         let Some(&from) = position.get(&partition) else { continue };
+                        let aborted: Vec<(i64, i64)> = p
+                            .aborted_transactions
+                            .iter()
+                            .flatten()
+                            .map(|a| (a.producer_id.0, a.first_offset))
+                            .collect();
                         let mut got = Vec::new();
-                        let read = for_each_record(&data, from, |offset, v| {
+                        let read = for_each_committed_record(&data, from, &aborted, |offset, v| {
                             got.push((partition, offset, value_stamp(v).unwrap_or(u64::MAX)));
                         });
                         // A fetch with an undecodable batch is dropped whole and read again.

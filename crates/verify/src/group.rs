@@ -386,7 +386,8 @@ pub async fn member(
             tokio::time::sleep(Duration::from_millis(200)).await;
         } else {
             let mut records = Vec::new();
-            fetch_round(&mut m.router, &cfg.topic, pos, &mut records, &process, t0, &mut m.ops).await;
+            fetch_round(&mut m.router, &cfg.topic, pos, &mut records, &process, t0, &mut m.ops, cfg.transactional)
+                .await;
             if !records.is_empty() {
                 polls.push(Poll { consumer, records });
             }

@@ -26,6 +26,16 @@ pub struct Send {
     pub offset: Option<i64>,
 }
 
+/// One transaction of the transactional workload: its values (one send each) and how it
+/// ended: `Ok` committed, `Failed` never committed (aborted, or fenced before its commit
+/// was asked), `Unknown` (the commit was asked and not answered).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TxnRecord {
+    pub producer: usize,
+    pub values: Vec<u64>,
+    pub outcome: Outcome,
+}
+
 /// One poll of one consumer: the records it got, in the order it got them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Poll {
@@ -88,4 +98,8 @@ pub struct History {
     /// How long the workload ran, in milliseconds.
     #[serde(default)]
     pub duration_ms: u64,
+    /// The transactional workload's transactions (their values are in `sends` too, each
+    /// with its transaction's outcome).
+    #[serde(default)]
+    pub txns: Vec<TxnRecord>,
 }

@@ -12,8 +12,8 @@
 //!
 //! Modules: `history` (what a run recorded), `checker` and `impact` (judging it), `chart`
 //! (drawing it), and the workload that records it: `workload` (producers, consumers, the
-//! final read), `group` (consumer-group members), `fetch` (one round of fetches, shared by
-//! every reader), `router` (where to send each request), `config`. It talks to the cluster
+//! final read), `txn` (the transactional producers), `group` (consumer-group members),
+//! `fetch` (one round of fetches, shared by every reader), `router` (where to send each request), `config`. It talks to the cluster
 //! through `runnel-client`; `runnel chaos` drives the same workload while injecting faults.
 //!
 //! The produce path (docs/ARCHITECTURE.md), in seven hops: connection → dispatch →
@@ -29,8 +29,9 @@ mod group;
 pub mod history;
 pub mod impact;
 pub mod router;
+mod txn;
 pub mod workload;
 
 pub use checker::{check, Anomaly, Report};
 pub use config::VerifyConfig;
-pub use history::{FaultWindow, History, Op, OpKind, Outcome, Poll, Send};
+pub use history::{FaultWindow, History, Op, OpKind, Outcome, Poll, Send, TxnRecord};

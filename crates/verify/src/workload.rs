@@ -2,7 +2,8 @@
 //! values (idempotent, acks=all, one request in flight, a request retried with the same
 //! sequence numbers until it is answered, as a Kafka producer does), consumers read every
 //! partition from the start while the workload runs, and after it a final reader reads
-//! every partition from the start to the end. Faults (kill -9, pause, ...) are injected
+//! every partition from the start to the end. With `transactional`, the producers write
+//! in transactions (`txn`) and every reader reads with read_committed. Faults (kill -9, pause, ...) are injected
 //! from outside while it runs; every connection error is survived by reconnecting.
 
 use std::collections::BTreeMap;
@@ -185,7 +186,8 @@ async fn consume(
             break;
         }
         let mut records = Vec::new();
-        fetch_round(&mut router, &cfg.topic, &mut position, &mut records, &process, t0, &mut ops).await;
+        fetch_round(&mut router, &cfg.topic, &mut position, &mut records, &process, t0, &mut ops, cfg.transactional)
+            .await;
         if !records.is_empty() {
             polls.push(Poll { consumer: id, records });
         }
@@ -237,8 +239,28 @@ async fn create_topic(router: &mut Router, cfg: &VerifyConfig) -> Result<()> {
     }
 }
 
-/// Each partition's log end offset, asked of its leader; retried for a minute.
-async fn end_offsets(router: &mut Router, partitions: i32) -> Result<BTreeMap<i32, i64>> {
+/// Where the final read ends. The log end offsets; for the transactional workload, the
+/// last stable offsets once they reach the log ends (every transaction ended: the
+/// coordinators abort those their producers left open, after the transaction timeout),
+/// waited for at most a minute.
+async fn final_offsets(router: &mut Router, cfg: &VerifyConfig) -> Result<BTreeMap<i32, i64>> {
+    if !cfg.transactional {
+        return end_offsets(router, cfg.partitions, 0).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stable = end_offsets(router, cfg.partitions, 1).await?;
+        let ends = end_offsets(router, cfg.partitions, 0).await?;
+        if stable == ends || Instant::now() > deadline {
+            return Ok(stable);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Each partition's log end offset (`isolation` 0) or last stable offset (1), asked of its
+/// leader; retried for a minute.
+async fn end_offsets(router: &mut Router, partitions: i32, isolation: i8) -> Result<BTreeMap<i32, i64>> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut ends = BTreeMap::new();
     while (ends.len() as i32) < partitions {
@@ -250,11 +272,12 @@ async fn end_offsets(router: &mut Router, partitions: i32) -> Result<BTreeMap<i3
                 continue;
             }
             let Some(addr) = router.leader(p).await else { continue };
-            let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
-                ListOffsetsTopic::default()
-                    .with_name(topic_name(router.topic()))
-                    .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(p).with_timestamp(-1)]),
-            ]);
+            let req = ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_isolation_level(isolation)
+                .with_topics(vec![ListOffsetsTopic::default().with_name(topic_name(router.topic())).with_partitions(
+                    vec![ListOffsetsPartition::default().with_partition_index(p).with_timestamp(-1)],
+                )]);
             let answer = router.call_at(&addr, &req, LIST_OFFSETS_VERSION).await;
             match answer.ok().as_ref().and_then(|r| r.topics.first()).and_then(|t| t.partitions.first()) {
                 Some(r) if r.error_code == 0 => {
@@ -291,15 +314,26 @@ pub async fn run(cfg: VerifyConfig, t0: Instant) -> Result<History> {
     let members: Vec<_> = (0..cfg.group_consumers)
         .map(|g| tokio::spawn(group::member(cfg.clone(), g, stop_rx.clone(), t0, bound)))
         .collect();
-    let producers: Vec<_> = (0..cfg.producers)
-        .flat_map(|i| (0..cfg.partitions).map(move |p| (i, p)))
-        .map(|(i, p)| tokio::spawn(produce(cfg.clone(), i, p, t0, deadline)))
-        .collect();
     let mut history = History::default();
-    for p in producers {
-        let (sends, ops) = p.await.context("producer task")?;
-        history.sends.extend(sends);
-        history.ops.extend(ops);
+    if cfg.transactional {
+        let producers: Vec<_> =
+            (0..cfg.producers).map(|i| tokio::spawn(crate::txn::produce(cfg.clone(), i, t0, deadline))).collect();
+        for p in producers {
+            let (sends, ops, txns) = p.await.context("transactional producer task")?;
+            history.sends.extend(sends);
+            history.ops.extend(ops);
+            history.txns.extend(txns);
+        }
+    } else {
+        let producers: Vec<_> = (0..cfg.producers)
+            .flat_map(|i| (0..cfg.partitions).map(move |p| (i, p)))
+            .map(|(i, p)| tokio::spawn(produce(cfg.clone(), i, p, t0, deadline)))
+            .collect();
+        for p in producers {
+            let (sends, ops) = p.await.context("producer task")?;
+            history.sends.extend(sends);
+            history.ops.extend(ops);
+        }
     }
     history.duration_ms = ms_since(t0);
     let _ = stop_tx.send(true);
@@ -315,7 +349,7 @@ pub async fn run(cfg: VerifyConfig, t0: Instant) -> Result<History> {
         history.groups.entry(cfg.group.clone()).or_default().extend(ids);
     }
     // The final read: every partition from the start to the end as it is now.
-    let ends = end_offsets(&mut router, cfg.partitions).await?;
+    let ends = final_offsets(&mut router, &cfg).await?;
     let all: Vec<i32> = (0..cfg.partitions).collect();
     let (_tx, rx) = watch::channel(false);
     let (final_polls, _) =
