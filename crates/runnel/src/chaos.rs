@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
-use kafka_protocol::messages::{DescribeConfigsRequest, IncrementalAlterConfigsRequest};
+use kafka_protocol::messages::{DescribeConfigsRequest, FindCoordinatorRequest, IncrementalAlterConfigsRequest};
 use kafka_protocol::protocol::StrBytes;
 use runnel_verify::router::Router;
 use runnel_verify::{workload, FaultWindow};
@@ -59,6 +59,11 @@ pub enum Fault {
     /// Add --latency-ms each way to all traffic between brokers of different regions
     /// (through a delaying proxy between them).
     RegionLatency,
+    /// kill -9 the coordinator of the workload's first transactional id (with
+    /// --transactional; else of its consumer group); started again when the fault ends.
+    KillCoordinator,
+    /// SIGSTOP that coordinator; SIGCONT when the fault ends.
+    PauseCoordinator,
 }
 
 impl Fault {
@@ -259,6 +264,8 @@ struct Chaos<C: Brokers> {
     unexpected_exits: Vec<String>,
     /// Set by SIGINT or SIGTERM: heal the fault in force and stop.
     interrupt: Arc<AtomicBool>,
+    /// (FindCoordinator key type, key) of the coordinator the *-coordinator faults hit.
+    coordinator_key: (i8, String),
 }
 
 impl<C: Brokers> Chaos<C> {
@@ -282,9 +289,22 @@ impl<C: Brokers> Chaos<C> {
         broker % self.regions.max(1)
     }
 
+    /// The broker coordinating `coordinator_key` now.
+    async fn coordinator(&mut self) -> Result<u16> {
+        let (key_type, key) = self.coordinator_key.clone();
+        let req =
+            FindCoordinatorRequest::default().with_key(StrBytes::from_string(key.clone())).with_key_type(key_type);
+        let r = self.router.call_any(&req, runnel_client::FIND_COORDINATOR_VERSION).await?;
+        if r.error_code != 0 || r.node_id.0 < 0 {
+            bail!("no coordinator for {key} now (error code {})", r.error_code);
+        }
+        Ok(r.node_id.0 as u16)
+    }
+
     async fn apply(&mut self, fault: Fault) -> Result<(String, Applied)> {
         let (leader, follower) = self.targets().await?;
         let target = match fault {
+            Fault::KillCoordinator | Fault::PauseCoordinator => self.coordinator().await?,
             Fault::KillLeader
             | Fault::PauseLeader
             | Fault::SlowDiskLeader
@@ -301,11 +321,11 @@ impl<C: Brokers> Chaos<C> {
             }
         }
         let applied = match fault {
-            Fault::KillLeader | Fault::KillFollower => {
+            Fault::KillLeader | Fault::KillFollower | Fault::KillCoordinator => {
                 self.cluster.kill(target).await?;
                 Applied::Killed(vec![target])
             }
-            Fault::PauseLeader | Fault::PauseFollower => {
+            Fault::PauseLeader | Fault::PauseFollower | Fault::PauseCoordinator => {
                 self.cluster.pause(target)?;
                 Applied::Paused(vec![target])
             }
@@ -538,6 +558,7 @@ async fn run<C: Brokers>(
         crate::stop_signal().await;
         std::process::exit(130);
     });
+    let coordinator_key = if cfg.transactional { (1, format!("{}-txn-0", cfg.topic)) } else { (0, cfg.group.clone()) };
     let t0 = Instant::now();
     let workload = tokio::spawn(workload::run(cfg, t0));
     let mut chaos = Chaos {
@@ -552,6 +573,7 @@ async fn run<C: Brokers>(
         may_exit: Vec::new(),
         unexpected_exits: Vec::new(),
         interrupt,
+        coordinator_key,
     };
     let mut windows = Vec::new();
     let mut skipped = Vec::new();

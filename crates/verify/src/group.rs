@@ -24,7 +24,7 @@ use kafka_protocol::messages::{
     JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use runnel_client::topic_name;
+use runnel_client::{topic_name, FIND_COORDINATOR_VERSION};
 use tokio::sync::watch;
 
 use crate::config::VerifyConfig;
@@ -36,7 +36,6 @@ use crate::router::Router;
 /// `GROUP_CONSUMER_BASE + g * 100_000 + n`.
 pub const GROUP_CONSUMER_BASE: usize = 1_000_000;
 
-const FIND_COORDINATOR_VERSION: i16 = 3;
 const JOIN_GROUP_VERSION: i16 = 5;
 const SYNC_GROUP_VERSION: i16 = 3;
 const HEARTBEAT_VERSION: i16 = 3;
