@@ -31,7 +31,9 @@ TXN_CHECK_TIMEOUT_S = 300
 def test_java_transactions_commit_abort_and_fence(broker, java_build):  # noqa: F811
     """A transactional producer's commits are read by read_committed consumers and its aborts
     are not; an open transaction holds the last stable offset; a second instance with the same
-    transactional id fences the first, whose records are never read as committed; a
+    transactional id fences the first, whose records are never read as committed; pipelined
+    requests of a transactional producer keep their order while the first batches wait for
+    the coordinator's check; a
     consume-transform-produce loop commits its consumer's offsets with each transaction
     (sendOffsetsToTransaction), one round aborted and redone, and the output holds each input
     exactly once."""
@@ -42,7 +44,7 @@ def test_java_transactions_commit_abort_and_fence(broker, java_build):  # noqa: 
     if hasattr(broker, "log_tail"):
         report += f"\n--- broker log (tail) ---\n{broker.log_tail()}"
     assert p.returncode == 0, f"TxnCheck exited with {p.returncode}\n{report}"
-    assert "TxnCheck OK: commit/abort, last stable offset, fencing, consume-transform-produce" in p.stdout, report
+    assert "TxnCheck OK: commit/abort, last stable offset, fencing, pipelining, consume-transform-produce" in p.stdout, report
 
 
 def test_kafka_streams_exactly_once_word_count(broker, java_build, tmp_path):  # noqa: F811
@@ -212,14 +214,22 @@ def _txn_coordinator(c, txn_id):
 
 
 def _ends(bootstrap, topic, partitions, committed):
-    from confluent_kafka import Consumer, TopicPartition
+    """Each partition's end as a consumer with this isolation sees it (the last stable offset
+    for read_committed), asked again, by a new consumer, while leadership moves (bounded)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{topic}",
-                  "isolation.level": "read_committed" if committed else "read_uncommitted"})
-    try:
-        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)]
-    finally:
-        c.close()
+    deadline = time.monotonic() + 60
+    while True:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{topic}",
+                      "isolation.level": "read_committed" if committed else "read_uncommitted"})
+        try:
+            return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)]
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+        finally:
+            c.close()
 
 
 def test_transactions_survive_their_coordinator_being_killed(tmp_path):

@@ -137,7 +137,8 @@ async fn serve_halves<R, W>(
     let reauth_ms = broker.config.settings.for_listener(&entry.name, "connections.max.reauth.ms").parse().unwrap_or(0);
     let mut gate = entry.sasl.clone().map(|s| crate::sasl_gate::Gate::new(s, sasl_receive_max, reauth_ms));
     let listener = &entry.name;
-    let mut session = Session { peer, listener: listener.clone(), principal, mute: Arc::default() };
+    let mut session =
+        Session { peer, listener: listener.clone(), principal, mute: Arc::default(), deferred: Arc::default() };
     loop {
         let size = tokio::select! {
             r = rd.read_i32() => match r {
@@ -278,6 +279,7 @@ pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes, peer: SocketAddr) 
         listener: broker.config.listeners[0].name.as_str().into(),
         principal: crate::authz::ANONYMOUS.into(),
         mute: Arc::default(),
+        deferred: Arc::default(),
     };
     Ok(decode(broker, frame, &session)?.await)
 }

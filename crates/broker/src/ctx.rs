@@ -25,6 +25,38 @@ pub struct Ctx {
     pub mute: std::sync::Arc<crate::quota::Mute>,
     /// The client quotas as they were when the request arrived (read once per request).
     pub quotas: std::sync::Arc<runnel_security::quota::Table>,
+    /// The connection's produce requests whose appends wait in their replies.
+    pub deferred: std::sync::Arc<Deferred>,
+}
+
+/// Produce requests of one connection append in the order they arrived, as an idempotent
+/// producer's sequence numbers need. One normally appends as it is handled; one that must
+/// first wait (a KIP-890 check with a transaction coordinator) appends in its reply, and
+/// replies run one after another in arrival order. While such appends are outstanding,
+/// later produce requests append in their replies too, so none overtakes them.
+#[derive(Debug, Default)]
+pub struct Deferred(std::sync::atomic::AtomicUsize);
+
+impl Deferred {
+    /// Whether an append of this connection is waiting in a reply now.
+    pub fn busy(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+
+    /// Counts one more append waiting in a reply until the guard is dropped (once that
+    /// append has run, or the reply was abandoned).
+    pub fn hold(self: &std::sync::Arc<Self>) -> DeferredGuard {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        DeferredGuard(self.clone())
+    }
+}
+
+pub struct DeferredGuard(std::sync::Arc<Deferred>);
+
+impl Drop for DeferredGuard {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl Ctx {
@@ -43,6 +75,7 @@ pub struct Session {
     pub listener: std::sync::Arc<str>,
     pub principal: std::sync::Arc<str>,
     pub mute: std::sync::Arc<crate::quota::Mute>,
+    pub deferred: std::sync::Arc<Deferred>,
 }
 
 /// A reply that is ready now.

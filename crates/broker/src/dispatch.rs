@@ -116,6 +116,7 @@ pub fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, request: RequestKi
         access: broker.access(&session.principal, session.peer),
         mute: session.mute.clone(),
         quotas: broker.controller().client_quotas(),
+        deferred: session.deferred.clone(),
     };
     if ctx.quotas.is_empty() {
         return route(broker, request, header.request_api_version, &ctx);

@@ -37,6 +37,11 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   <li><b>fencing</b>: a second producer with the same transactional id fences the first,
  *       whose open transaction is aborted and whose commit fails; the second one's
  *       transaction commits, and read_committed sees it and nothing of the first.</li>
+ *   <li><b>pipelining</b>: transactions of 100 ms, records sent as fast as the producer
+ *       takes them, five requests in flight, for 3 s: each transaction's first batch on a
+ *       partition waits for the coordinator's check (KIP-890) while later requests of the
+ *       same connection arrive; none may overtake it (an idempotent producer's sequence
+ *       would break), and read_committed reads every acknowledged record.</li>
  *   <li><b>consume-transform-produce</b>: a consumer in a group reads 40 records, a
  *       transactional producer writes each transformed and commits the consumer's offsets
  *       with the transaction (sendOffsetsToTransaction, KIP-447 group metadata); one round is
@@ -284,6 +289,42 @@ public class TxnCheck {
         }
     }
 
+    static void pipelined(String topic) {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, topic + "-tx");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, 5);
+        p.put(ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION, 5);
+        p.put(ProducerConfig.BATCH_SIZE_CONFIG, 131072);
+        byte[] value = new byte[512];
+        java.util.concurrent.atomic.AtomicLong acked = new java.util.concurrent.atomic.AtomicLong();
+        try (KafkaProducer<String, byte[]> producer = new KafkaProducer<>(p, new StringSerializer(),
+                new org.apache.kafka.common.serialization.ByteArraySerializer())) {
+            producer.initTransactions();
+            // Transactions of 100 ms each, records sent as fast as the producer takes them
+            // (the sticky partitioner moves between partitions batch by batch), for 3 s.
+            long stop = System.nanoTime() + TimeUnit.SECONDS.toNanos(3);
+            while (System.nanoTime() < stop) {
+                producer.beginTransaction();
+                long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(100);
+                while (System.nanoTime() < until) {
+                    producer.send(new ProducerRecord<>(topic, value), (m, e) -> {
+                        if (e == null) {
+                            acked.incrementAndGet();
+                        }
+                    });
+                }
+                producer.commitTransaction();
+            }
+        }
+        Map<Integer, List<String>> read = readAll(topic, 12, true);
+        long n = 0;
+        for (List<String> vs : read.values()) {
+            n += vs.size();
+        }
+        check(n == acked.get() && n > 0, "pipelined transactions: read " + n + " of " + acked.get());
+    }
+
     static Properties props() {
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -315,11 +356,12 @@ public class TxnCheck {
         watchdog.start();
         Properties ap = new Properties();
         ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        String[] topics = {prefix + "-commit", prefix + "-lso", prefix + "-fence", prefix + "-in", prefix + "-out"};
+        String[] topics = {prefix + "-commit", prefix + "-lso", prefix + "-fence", prefix + "-in", prefix + "-out",
+            prefix + "-pipe"};
         try (Admin admin = Admin.create(ap)) {
             Collection<NewTopic> nt = new ArrayList<>();
             for (String t : topics) {
-                nt.add(new NewTopic(t, 3, (short) -1));
+                nt.add(new NewTopic(t, t.endsWith("-pipe") ? 12 : 3, (short) -1));
             }
             admin.createTopics(nt).all().get(30, TimeUnit.SECONDS);
         }
@@ -329,9 +371,11 @@ public class TxnCheck {
         System.out.println("TxnCheck: last stable offset OK");
         fencing(topics[2]);
         System.out.println("TxnCheck: fencing OK");
+        pipelined(topics[5]);
+        System.out.println("TxnCheck: pipelining OK");
         consumeTransformProduce(topics[3], topics[4]);
         System.out.println("TxnCheck: consume-transform-produce OK");
-        System.out.println("TxnCheck OK: commit/abort, last stable offset, fencing, consume-transform-produce");
+        System.out.println("TxnCheck OK: commit/abort, last stable offset, fencing, pipelining, consume-transform-produce");
         System.exit(0);
     }
 }

@@ -133,23 +133,31 @@ fn opening_transactions(b: &Broker, r: &ProduceRequest, v: i16) -> Vec<(String, 
 
 pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
     let transactional_id = r.transactional_id.as_ref().map(|id| id.0.to_string());
-    let Some(id) = transactional_id else { return append(b, r, v, ctx, Refused::new()) };
-    if !ctx.access.transactional_id(Operation::Write, &id) {
-        return append(b, r, v, ctx, Refused::all(ResponseError::TransactionalIdAuthorizationFailed));
-    }
-    let opening = opening_transactions(b, &r, v);
-    if opening.is_empty() {
+    let opening = match &transactional_id {
+        Some(id) if !ctx.access.transactional_id(Operation::Write, id) => {
+            return append(b, r, v, ctx, Refused::all(ResponseError::TransactionalIdAuthorizationFailed));
+        }
+        Some(_) => opening_transactions(b, &r, v),
+        None => Vec::new(),
+    };
+    if opening.is_empty() && !ctx.deferred.busy() {
         return append(b, r, v, ctx, Refused::new());
     }
+    // This append waits (for a coordinator's check, or behind an earlier append of this
+    // connection that does): it runs in the reply, after the earlier replies (ctx::Deferred).
+    let held = ctx.deferred.hold();
     let (b, ctx) = (b.clone(), ctx.clone());
     Box::pin(async move {
         let mut refused = Refused::new();
         for (topic, partition, producer_id, epoch) in opening {
-            if let Err(code) = crate::txn::verify(&b, &id, producer_id, epoch, (topic.clone(), partition)).await {
+            let id = transactional_id.as_deref().unwrap_or_default();
+            if let Err(code) = crate::txn::verify(&b, id, producer_id, epoch, (topic.clone(), partition)).await {
                 refused.partitions.insert((topic, partition), code);
             }
         }
-        append(&b, r, v, &ctx, refused).await
+        let reply = append(&b, r, v, &ctx, refused);
+        drop(held);
+        reply.await
     })
 }
 
