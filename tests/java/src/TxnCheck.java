@@ -117,6 +117,29 @@ public class TxnCheck {
         return out;
     }
 
+    /** How many records a read_committed consumer reads from the start to its end offsets. */
+    static long countAll(String topic, int parts) {
+        long n = 0;
+        try (KafkaConsumer<String, String> c = consumer(true)) {
+            List<TopicPartition> tps = partitions(topic, parts);
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = c.endOffsets(tps, Duration.ofSeconds(20));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
+            while (true) {
+                boolean done = true;
+                for (TopicPartition tp : tps) {
+                    done &= c.position(tp, Duration.ofSeconds(20)) >= end.get(tp);
+                }
+                if (done) {
+                    return n;
+                }
+                check(System.nanoTime() < deadline, "counting " + topic + " timed out at " + n);
+                n += c.poll(Duration.ofMillis(200)).count();
+            }
+        }
+    }
+
     static long endOffset(String topic, int partition, boolean committed) {
         try (KafkaConsumer<String, String> c = consumer(committed)) {
             TopicPartition tp = new TopicPartition(topic, partition);
@@ -317,11 +340,7 @@ public class TxnCheck {
                 producer.commitTransaction();
             }
         }
-        Map<Integer, List<String>> read = readAll(topic, 12, true);
-        long n = 0;
-        for (List<String> vs : read.values()) {
-            n += vs.size();
-        }
+        long n = countAll(topic, 12);
         check(n == acked.get() && n > 0, "pipelined transactions: read " + n + " of " + acked.get());
     }
 
