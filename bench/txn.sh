@@ -49,13 +49,18 @@ sleep 2
 
 run() {  # system bootstrap commit_ms round
   local line
+  # A run that fails (say, a commit past max.block.ms) is reported and left out of the medians.
   line=$(java -XX:+UseSerialGC -Xmx1g -cp "$OUT/classes:$PEERS_HOME/lib/*" -Dorg.slf4j.simpleLogger.defaultLogLevel=error \
       TxnBench --bootstrap "$2" --topic "bench-$1-c$3-r$4" --seconds "$SECS" --record-size "$RECORD_SIZE" \
-      --commit-ms "$3" 2>>"$OUT/java.err" | tail -1)
-  echo "$1 commit_ms=$3 round=$4 $line" | tee -a "$OUT/summary.txt"
+      --commit-ms "$3" 2>>"$OUT/java.err" | tail -1) || line="failed (see $OUT/java.err)"
+  case "$line" in
+    records_per_s=*) echo "$1 commit_ms=$3 round=$4 $line" | tee -a "$OUT/summary.txt" ;;
+    *) echo "$1 commit_ms=$3 round=$4 FAILED: $line" | tee -a "$OUT/failed.txt" ;;
+  esac
 }
 
 : > "$OUT/summary.txt"
+: > "$OUT/failed.txt"
 for r in $(seq "$ROUNDS"); do
   run kafka "$KBOOT" "$COMMIT_MS" "$r"
   run runnel "$RBOOT" "$COMMIT_MS" "$r"
@@ -74,7 +79,6 @@ med = lambda k, key: statistics.median(float(r[key]) for r in rows[k])
 for (system, commit) in sorted(rows):
     k = (system, commit)
     print(f"{system:7} {commit:14} records/s {med(k, 'records_per_s'):>10.0f}  commit p50 {med(k, 'commit_p50_ms'):6.1f} ms  p99 {med(k, 'commit_p99_ms'):6.1f} ms")
-t = f"commit_ms={sys.argv[1] and next(c for s, c in rows if c != 'commit_ms=0').split('=')[1]}"
 tx = next(c for s, c in rows if c != "commit_ms=0")
 ratio = med(("runnel", tx), "records_per_s") / med(("kafka", tx), "records_per_s")
 p99 = med(("runnel", tx), "commit_p99_ms") / max(med(("kafka", tx), "commit_p99_ms"), 0.001)
