@@ -8,6 +8,7 @@
 #
 # usage: bench/txn.sh [ROUNDS]      (default 3)
 # env:   SECONDS_PER_RUN (default 10), COMMIT_MS (default 100), RECORD_SIZE (default 512),
+#        RATE (records/s; default 0: as fast as the producer takes them),
 #        PEERS_KAFKA (default ../shared/peers/kafka), OUT (default /tmp/runnel-bench-txn)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -16,6 +17,7 @@ ROUNDS="${1:-3}"
 SECS="${SECONDS_PER_RUN:-10}"
 COMMIT_MS="${COMMIT_MS:-100}"
 RECORD_SIZE="${RECORD_SIZE:-512}"
+RATE="${RATE:-0}"
 OUT="${OUT:-/tmp/runnel-bench-txn}"
 KPORT=39392
 RPORT=39892
@@ -52,7 +54,7 @@ run() {  # system bootstrap commit_ms round
   # A run that fails (say, a commit past max.block.ms) is reported and left out of the medians.
   line=$(java -XX:+UseSerialGC -Xmx1g -cp "$OUT/classes:$PEERS_HOME/lib/*" -Dorg.slf4j.simpleLogger.defaultLogLevel=error \
       TxnBench --bootstrap "$2" --topic "bench-$1-c$3-r$4" --seconds "$SECS" --record-size "$RECORD_SIZE" \
-      --commit-ms "$3" 2>>"$OUT/java.err" | tail -1) || line="failed (see $OUT/java.err)"
+      --commit-ms "$3" --rate "$RATE" 2>>"$OUT/java.err" | tail -1) || line="failed (see $OUT/java.err)"
   case "$line" in
     records_per_s=*) echo "$1 commit_ms=$3 round=$4 $line" | tee -a "$OUT/summary.txt" ;;
     *) echo "$1 commit_ms=$3 round=$4 FAILED: $line" | tee -a "$OUT/failed.txt" ;;

@@ -21,6 +21,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * <pre>
  * TxnBench --bootstrap B --topic T [--seconds 10] [--record-size 512] [--partitions 12]
  *          [--replication 3] [--commit-ms 100]   (0: no transactions, an idempotent producer)
+ *          [--rate R]   (records per second; 0, the default: as fast as the producer takes them)
  * </pre>
  *
  * With --commit-ms N it runs transactions back to back: each sends records as fast as the
@@ -33,6 +34,7 @@ public class TxnBench {
     public static void main(String[] args) throws Exception {
         String bootstrap = null, topic = null;
         int seconds = 10, recordSize = 512, partitions = 12, commitMs = 100;
+        long rate = 0;
         short replication = 3;
         for (int i = 0; i + 1 < args.length; i += 2) {
             switch (args[i]) {
@@ -43,6 +45,7 @@ public class TxnBench {
                 case "--partitions" -> partitions = Integer.parseInt(args[i + 1]);
                 case "--replication" -> replication = Short.parseShort(args[i + 1]);
                 case "--commit-ms" -> commitMs = Integer.parseInt(args[i + 1]);
+                case "--rate" -> rate = Long.parseLong(args[i + 1]);
                 default -> throw new IllegalArgumentException(args[i]);
             }
         }
@@ -92,12 +95,23 @@ public class TxnBench {
             }
             start = System.nanoTime();
             long stop = start + TimeUnit.SECONDS.toNanos(seconds);
+            long sent = 0;
             while (System.nanoTime() < stop) {
                 if (transactional) {
                     producer.beginTransaction();
                 }
                 long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(transactional ? commitMs : 100);
                 while (System.nanoTime() < until) {
+                    if (rate > 0) {
+                        // Paced: record n is due at start + n / rate.
+                        long due = start + sent * 1_000_000_000L / rate;
+                        long wait = due - System.nanoTime();
+                        if (wait > 0) {
+                            java.util.concurrent.locks.LockSupport.parkNanos(Math.min(wait, until - System.nanoTime()));
+                            continue;
+                        }
+                    }
+                    sent++;
                     producer.send(new ProducerRecord<>(topic, value), (m, e) -> {
                         if (e == null) {
                             acked.incrementAndGet();
