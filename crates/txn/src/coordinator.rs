@@ -280,40 +280,39 @@ impl TxnCoordinator {
         }
     }
 
-    /// AddPartitionsToTxn and AddOffsetsToTxn: the partitions join the open transaction
-    /// (which starts with the first of them).
-    pub async fn add_partitions(&self, id: &str, producer_id: i64, epoch: i16, parts: &[Tp]) -> Result<(), E> {
+    /// The change `decide` makes to a served, known id's state, with the id marked pending
+    /// (None: nothing to write). One write per id at a time: CONCURRENT_TRANSACTIONS while
+    /// another is in flight.
+    fn begin_write(
+        &self,
+        id: &str,
+        decide: impl FnOnce(&TxnMeta) -> Result<Option<TxnMeta>, E>,
+    ) -> Result<Option<TxnMeta>, E> {
         if let Some(e) = self.owner_error(id) {
             return Err(e);
         }
-        let next = {
-            let mut txns = self.lock();
-            let entry = txns.get_mut(id).ok_or(E::InvalidProducerIdMapping)?;
-            if entry.pending {
-                return Err(E::ConcurrentTransactions);
-            }
-            let Some(next) = entry.meta.add(producer_id, epoch, parts, now_ms())? else { return Ok(()) };
-            entry.pending = true;
-            next
-        };
-        self.persist(id, &next).await
+        let mut txns = self.lock();
+        let entry = txns.get_mut(id).ok_or(E::InvalidProducerIdMapping)?;
+        if entry.pending {
+            return Err(E::ConcurrentTransactions);
+        }
+        let next = decide(&entry.meta)?;
+        entry.pending = next.is_some();
+        Ok(next)
+    }
+
+    /// AddPartitionsToTxn and AddOffsetsToTxn: the partitions join the open transaction
+    /// (which starts with the first of them).
+    pub async fn add_partitions(&self, id: &str, producer_id: i64, epoch: i16, parts: &[Tp]) -> Result<(), E> {
+        match self.begin_write(id, |m| m.add(producer_id, epoch, parts, now_ms()))? {
+            Some(next) => self.persist(id, &next).await,
+            None => Ok(()),
+        }
     }
 
     /// EndTxn: answered once the prepared state is durable; the markers follow.
     pub async fn end_txn(self: &Arc<Self>, id: &str, producer_id: i64, epoch: i16, end: TxnEnd) -> Result<(), E> {
-        if let Some(e) = self.owner_error(id) {
-            return Err(e);
-        }
-        let next = {
-            let mut txns = self.lock();
-            let entry = txns.get_mut(id).ok_or(E::InvalidProducerIdMapping)?;
-            if entry.pending {
-                return Err(E::ConcurrentTransactions);
-            }
-            let Some(next) = entry.meta.end(producer_id, epoch, end, now_ms())? else { return Ok(()) };
-            entry.pending = true;
-            next
-        };
+        let Some(next) = self.begin_write(id, |m| m.end(producer_id, epoch, end, now_ms()))? else { return Ok(()) };
         self.persist(id, &next).await?;
         self.clone().spawn_completion(id.to_string());
         Ok(())
