@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import admin_client, create_topic, unique_topic, wait_for
+from conftest import Broker, admin_client, create_topic, unique_topic, wait_for
 from test_franz_go import BUILD_SCRIPT, CACHE, ROOT
 from test_java_client import _clip, java_build, run_java  # noqa: F401  (session fixture: builds .cache/java)
 
@@ -28,21 +28,30 @@ def txncheck_bin():
 TXN_CHECK_TIMEOUT_S = 300
 
 
-def test_java_transactions_commit_abort_and_fence(broker, java_build):  # noqa: F811
+@pytest.mark.parametrize("version", [2, 1])
+def test_java_transactions_commit_abort_and_fence(broker, java_build, tmp_path, version):  # noqa: F811
     """A transactional producer's commits are read by read_committed consumers and its aborts
     are not; an open transaction holds the last stable offset; a second instance with the same
     transactional id fences the first, whose records are never read as committed; pipelined
     requests of a transactional producer keep their order while the first batches wait for
-    the coordinator's check; a
+    the coordinator (to check, or with transactions version 2 to add, the partition); a
     consume-transform-produce loop commits its consumer's offsets with each transaction
     (sendOffsetsToTransaction), one round aborted and redone, and the output holds each input
-    exactly once."""
-    args = ["--bootstrap", broker.bootstrap, "--topic-prefix", unique_topic("txn"),
-            "--timeout-s", TXN_CHECK_TIMEOUT_S - 30]
-    p = run_java(java_build, "TxnCheck", args, TXN_CHECK_TIMEOUT_S)
-    report = f"--- stdout ---\n{p.stdout}\n--- stderr ---\n{_clip(p.stderr)}"
-    if hasattr(broker, "log_tail"):
-        report += f"\n--- broker log (tail) ---\n{broker.log_tail()}"
+    exactly once. Both transaction versions: 2, which the broker finalizes by default (the
+    producer's epoch moves at every commit and abort, no AddPartitionsToTxn nor
+    AddOffsetsToTxn), and 1 (`transaction.version=1`)."""
+    if version == 1:
+        broker = Broker(tmp_path / "tv1", settings={"transaction.version": "1"}).start()
+    try:
+        args = ["--bootstrap", broker.bootstrap, "--topic-prefix", unique_topic("txn"),
+                "--timeout-s", TXN_CHECK_TIMEOUT_S - 30, "--transaction-version", version]
+        p = run_java(java_build, "TxnCheck", args, TXN_CHECK_TIMEOUT_S)
+        report = f"--- stdout ---\n{p.stdout}\n--- stderr ---\n{_clip(p.stderr)}"
+        if hasattr(broker, "log_tail"):
+            report += f"\n--- broker log (tail) ---\n{broker.log_tail()}"
+    finally:
+        if version == 1:
+            broker.kill9()
     assert p.returncode == 0, f"TxnCheck exited with {p.returncode}\n{report}"
     assert "TxnCheck OK: commit/abort, last stable offset, fencing, pipelining, consume-transform-produce" in p.stdout, report
 

@@ -185,6 +185,11 @@ impl Broker {
         self.config.node_id
     }
 
+    /// The `transaction.version` feature level this broker finalizes (0 to 2).
+    pub fn transaction_version(&self) -> i16 {
+        self.config.settings.i64("transaction.version").clamp(0, 2) as i16
+    }
+
     /// (leader, epoch) of a partition as this broker knows them: from its own replica, or,
     /// when it holds none, from the leader's announcement; (-1, -1) if unknown.
     pub fn partition_leader(&self, p: &Partition) -> (i32, i32) {

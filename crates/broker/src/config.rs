@@ -202,6 +202,16 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("transactional.id.expiration.ms", Kind::Int, "604800000"),
     ("transaction.abort.timed.out.transaction.cleanup.interval.ms", Kind::Int, "10000"),
     ("transaction.remove.expired.transaction.cleanup.interval.ms", Kind::Int, "3600000"),
+    // The level of the `transaction.version` feature the broker finalizes in ApiVersions
+    // (Kafka sets it with `kafka-features.sh`): 2 lets Kafka 4 clients use transactions
+    // version 2 (KIP-890 part 2); 0 or 1 keeps them on version 1. Every broker of a
+    // cluster should have the same.
+    ("transaction.version", Kind::Int, "2"),
+    // Transactions version 2: a partition leader adding a produce's partition to its
+    // transaction retries CONCURRENT_TRANSACTIONS (the previous transaction still ending)
+    // this often, for at most this long, before the producer is asked to retry.
+    ("add.partitions.to.txn.retry.backoff.ms", Kind::Int, "20"),
+    ("add.partitions.to.txn.retry.backoff.max.ms", Kind::Int, "100"),
     ("group.min.session.timeout.ms", Kind::Int, "6000"),
     ("group.max.session.timeout.ms", Kind::Int, "1800000"),
     // Kafka waits this long for more members before the first rebalance of an empty group.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, RequestKind};
 
 use crate::broker::Broker;
@@ -36,7 +36,7 @@ api_table! {
     Fetch(4, 17) => |b, r, v, ctx| handlers::fetch::handle(b.clone(), r, v, ctx);
     ListOffsets(1, 10) => |b, r, v, ctx| handlers::list_offsets::handle(b, r, v, ctx);
     Metadata(0, 13) => |b, r, v, ctx| handlers::metadata::handle(b, r, v, ctx);
-    ApiVersions(0, 4) => |_b, _r, _v, _ctx| now(api_versions_response());
+    ApiVersions(0, 4) => |b, _r, _v, _ctx| now(with_features(api_versions_response(), b));
     CreateTopics(2, 7) => |b, r, v, ctx| handlers::create_topics::handle(b, r, v, ctx);
     DeleteTopics(1, 6) => |b, r, v, ctx| handlers::delete_topics::handle(b, r, v, ctx);
     DeleteRecords(0, 2) => |b, r, v, ctx| handlers::delete_records::handle(b, r, v, ctx);
@@ -100,6 +100,28 @@ fn api_versions_response() -> ApiVersionsResponse {
         })
         .collect();
     ApiVersionsResponse::default().with_api_keys(keys)
+}
+
+/// The feature this broker has (KIP-584), with the level it supports at most.
+const TRANSACTION_VERSION: (&str, i16) = ("transaction.version", 2);
+
+/// ApiVersions v3+ also lists features: `transaction.version`, finalized at the level the
+/// `transaction.version` setting gives (2 by default: Kafka 4 clients then use
+/// transactions version 2, KIP-890). The level is a setting, fixed while the broker runs,
+/// so the epoch of the finalized features is fixed too.
+fn with_features(resp: ApiVersionsResponse, b: &Broker) -> ApiVersionsResponse {
+    let (name, max) = TRANSACTION_VERSION;
+    let level = b.transaction_version();
+    let supported = SupportedFeatureKey::default().with_name(name.into()).with_min_version(0).with_max_version(max);
+    let finalized = (level > 0).then(|| {
+        FinalizedFeatureKey::default()
+            .with_name(name.into())
+            .with_min_version_level(level)
+            .with_max_version_level(level)
+    });
+    resp.with_supported_features(vec![supported])
+        .with_finalized_features_epoch(1)
+        .with_finalized_features(finalized.into_iter().collect())
 }
 
 /// The KIP-511 answer to ApiVersions at a version this broker does not know: v0 with

@@ -338,11 +338,13 @@ impl Partition {
         Ok(Appended { base_offset: p.base_offset, log_start_offset, durable })
     }
 
-    /// Whether the producer's transaction is open here, counting batches proposed and not
-    /// yet written (so a transaction's later batches need no new check with its
-    /// coordinator).
-    pub fn in_transaction(&self, producer_id: i64) -> bool {
-        self.lock().is_some_and(|r| r.in_transaction(producer_id))
+    /// Whether the producer's transaction at `epoch` is open here, counting batches
+    /// proposed and not yet written (so a transaction's later batches need no new check
+    /// with its coordinator). One open at an older epoch does not count: with transactions
+    /// version 2 the next transaction's epoch is higher, and may start before the last
+    /// one's marker is here.
+    pub fn in_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.lock().is_some_and(|r| r.in_transaction(producer_id, epoch))
     }
 
     /// Producers with a transaction open on this partition, and its first offset.

@@ -1,6 +1,7 @@
 //! Transactions on this broker: the transaction coordinator's host (producer ids, and
-//! markers written on the partitions' leaders, here or on other brokers), the check a
-//! partition leader makes before it takes a transaction's first batch (KIP-890), and what
+//! markers written on the partitions' leaders, here or on other brokers), what a
+//! partition leader asks the coordinator before it takes a transaction's first batch
+//! (KIP-890: is the partition in it, or, with transactions version 2, add it), and what
 //! brokers send each other for both over the Raft transport's `T` channel (mutual TLS
 //! when the internal listener has it). Delivery there is best effort: a request not
 //! answered in time counts as failed, and the coordinator retries markers until they land.
@@ -181,11 +182,66 @@ pub async fn write_markers_here(
     results
 }
 
-/// KIP-890: before a partition leader takes the first batch of a producer's transaction,
-/// the transaction's coordinator must have the partition in it (so a late or stray write
-/// cannot open a transaction that nobody will end). Kafka's answers: INVALID_TXN_STATE
-/// when it is not, INVALID_PRODUCER_EPOCH for a fenced producer, NOT_ENOUGH_REPLICAS
-/// (retriable) when the coordinator cannot be asked now.
+/// What a partition leader (or group coordinator) asks a transaction's coordinator.
+enum Ask {
+    /// Is the partition in the open transaction? (transactions version 1)
+    Verify(Tp),
+    /// Add these partitions to it (version 2: the producer sends no AddPartitionsToTxn).
+    Add(Vec<Tp>),
+}
+
+/// Asks the transaction's coordinator, here or on its broker; the coordinator's own error,
+/// or COORDINATOR_NOT_AVAILABLE when it cannot be asked now.
+async fn ask_coordinator(
+    b: &Arc<Broker>,
+    transactional_id: &str,
+    producer_id: i64,
+    epoch: i16,
+    ask: Ask,
+) -> Result<(), ResponseError> {
+    let info = coordinators::locate(b, Kind::Transactions, transactional_id)
+        .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+    let c = &b.txn_coordinator;
+    if info.id == b.node_id() {
+        return match ask {
+            Ask::Verify(tp) => c.verify(transactional_id, producer_id, epoch, &tp),
+            Ask::Add(parts) => c.add_partitions(transactional_id, producer_id, epoch, &parts, true).await,
+        };
+    }
+    let id = transactional_id.to_string();
+    let asked = b.txn_peers.ask(b.replicas.driver(), info.id, VERIFY_TIMEOUT, |req| match ask {
+        Ask::Verify(partition) => {
+            TxnMessage::Verify { req, transactional_id: id, producer_id, producer_epoch: epoch, partition }
+        }
+        Ask::Add(partitions) => {
+            TxnMessage::Add { req, transactional_id: id, producer_id, producer_epoch: epoch, partitions }
+        }
+    });
+    match asked.await {
+        Some(TxnMessage::Verified { error: 0, .. }) => Ok(()),
+        Some(TxnMessage::Verified { error, .. }) => {
+            Err(ResponseError::try_from_code(error).unwrap_or(ResponseError::UnknownServerError))
+        }
+        _ => Err(ResponseError::CoordinatorNotAvailable),
+    }
+}
+
+/// A coordinator's refusal as a produce answers it, as Kafka does: INVALID_PRODUCER_EPOCH
+/// for a fenced producer, INVALID_TXN_STATE when the partition is not in the transaction,
+/// NOT_ENOUGH_REPLICAS (retriable, and no metadata refresh) when the coordinator cannot
+/// answer now.
+fn for_produce(e: ResponseError) -> ResponseError {
+    match e {
+        ResponseError::ProducerFenced | ResponseError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+        ResponseError::InvalidTxnState | ResponseError::InvalidProducerIdMapping => ResponseError::InvalidTxnState,
+        _ => ResponseError::NotEnoughReplicas,
+    }
+}
+
+/// KIP-890 part 1: before a partition leader takes the first batch of a producer's
+/// transaction, the transaction's coordinator must have the partition in it (so a late or
+/// stray write cannot open a transaction that nobody will end). Answered as a produce
+/// answers it.
 pub async fn verify(
     b: &Arc<Broker>,
     transactional_id: &str,
@@ -193,32 +249,47 @@ pub async fn verify(
     epoch: i16,
     tp: Tp,
 ) -> Result<(), ResponseError> {
-    let answer = match coordinators::locate(b, Kind::Transactions, transactional_id) {
-        Err(_) => Err(ResponseError::NotEnoughReplicas),
-        Ok(info) if info.id == b.node_id() => b.txn_coordinator.verify(transactional_id, producer_id, epoch, &tp),
-        Ok(info) => {
-            let id = transactional_id.to_string();
-            let asked = b.txn_peers.ask(b.replicas.driver(), info.id, VERIFY_TIMEOUT, |req| TxnMessage::Verify {
-                req,
-                transactional_id: id,
-                producer_id,
-                producer_epoch: epoch,
-                partition: tp,
-            });
-            match asked.await {
-                Some(TxnMessage::Verified { error: 0, .. }) => Ok(()),
-                Some(TxnMessage::Verified { error, .. }) => {
-                    Err(ResponseError::try_from_code(error).unwrap_or(ResponseError::UnknownServerError))
-                }
-                _ => Err(ResponseError::NotEnoughReplicas),
+    ask_coordinator(b, transactional_id, producer_id, epoch, Ask::Verify(tp)).await.map_err(for_produce)
+}
+
+/// KIP-890 part 2 (transactions version 2): a produce (v12+) or TxnOffsetCommit (v5+)
+/// that opens the producer's transaction on a partition adds the partition itself.
+/// CONCURRENT_TRANSACTIONS (the previous transaction's markers are still being written)
+/// and a loading coordinator are retried every `add.partitions.to.txn.retry.backoff.ms`
+/// for at most `add.partitions.to.txn.retry.backoff.max.ms`; the coordinator's error
+/// otherwise.
+pub async fn add(
+    b: &Arc<Broker>,
+    transactional_id: &str,
+    producer_id: i64,
+    epoch: i16,
+    parts: Vec<Tp>,
+) -> Result<(), ResponseError> {
+    let s = &b.config.settings;
+    let backoff = Duration::from_millis(s.i64("add.partitions.to.txn.retry.backoff.ms").clamp(1, 10_000) as u64);
+    let most = Duration::from_millis(s.i64("add.partitions.to.txn.retry.backoff.max.ms").clamp(0, 60_000) as u64);
+    let give_up = tokio::time::Instant::now() + most;
+    loop {
+        match ask_coordinator(b, transactional_id, producer_id, epoch, Ask::Add(parts.clone())).await {
+            Err(ResponseError::ConcurrentTransactions | ResponseError::CoordinatorLoadInProgress)
+                if tokio::time::Instant::now() + backoff <= give_up =>
+            {
+                tokio::time::sleep(backoff).await
             }
+            answer => return answer,
         }
-    };
-    answer.map_err(|e| match e {
-        ResponseError::ProducerFenced | ResponseError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
-        ResponseError::InvalidTxnState | ResponseError::InvalidProducerIdMapping => ResponseError::InvalidTxnState,
-        _ => ResponseError::NotEnoughReplicas,
-    })
+    }
+}
+
+/// [`add`] for a produce, answered as a produce answers it.
+pub async fn add_for_produce(
+    b: &Arc<Broker>,
+    transactional_id: &str,
+    producer_id: i64,
+    epoch: i16,
+    parts: Vec<Tp>,
+) -> Result<(), ResponseError> {
+    add(b, transactional_id, producer_id, epoch, parts).await.map_err(for_produce)
 }
 
 /// Handles what peers send about transactions.
@@ -253,6 +324,18 @@ async fn peer_loop(broker: Weak<Broker>, mut inbox: mpsc::Receiver<(u64, Vec<u8>
                     Err(e) => e.code(),
                 };
                 txn_peers::send(b.replicas.driver(), to, &TxnMessage::Verified { req, error });
+            }
+            TxnMessage::Add { req, transactional_id, producer_id, producer_epoch, partitions } => {
+                tokio::spawn(async move {
+                    let c = &b.txn_coordinator;
+                    let error =
+                        match c.add_partitions(&transactional_id, producer_id, producer_epoch, &partitions, true).await
+                        {
+                            Ok(()) => 0,
+                            Err(e) => e.code(),
+                        };
+                    txn_peers::send(b.replicas.driver(), to, &TxnMessage::Verified { req, error });
+                });
             }
             TxnMessage::MarkersWritten { .. } | TxnMessage::Verified { .. } => {}
         }

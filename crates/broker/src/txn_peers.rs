@@ -40,6 +40,16 @@ pub enum TxnMessage {
         producer_epoch: i16,
         partition: Tp,
     },
+    /// Add these partitions to the producer's open transaction (transactions version 2;
+    /// the receiver coordinates it). Answered with `Verified`.
+    Add {
+        req: u64,
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: Vec<Tp>,
+    },
+    /// The answer to `Verify` and `Add`: 0, or the coordinator's error code.
     Verified {
         req: u64,
         error: i16,

@@ -460,14 +460,14 @@ impl Replica {
         Ok(Proposed { base_offset: next, last_offset: next, index, term, duplicate: false })
     }
 
-    /// Whether the producer has a transaction open here: in the log, or by a transactional
-    /// batch proposed and not yet written.
-    pub fn in_transaction(&self, producer_id: i64) -> bool {
+    /// Whether the producer has a transaction open here at `epoch`: in the log, or by a
+    /// transactional batch proposed and not yet written.
+    pub fn in_transaction(&self, producer_id: i64, epoch: i16) -> bool {
         let (_, pending) = self.pending();
         // The producer's last pending batch tells, if it has one: data opens, a marker closes.
         match pending.iter().rev().find(|h| h.producer_id == producer_id) {
-            Some(h) => h.is_transactional() && !h.is_control(),
-            None => self.log().in_transaction(producer_id),
+            Some(h) => h.is_transactional() && !h.is_control() && h.producer_epoch == epoch,
+            None => self.log().in_transaction(producer_id, epoch),
         }
     }
 

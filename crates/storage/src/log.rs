@@ -461,9 +461,9 @@ impl Log {
         self.producers.describe()
     }
 
-    /// Whether `producer_id` has a transaction open here (in the log as written).
-    pub fn in_transaction(&self, producer_id: i64) -> bool {
-        self.producers.in_transaction(producer_id)
+    /// Whether `producer_id` has a transaction open here at `epoch` (in the log as written).
+    pub fn in_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers.in_transaction(producer_id, epoch)
     }
 
     /// Producers with an open transaction here, and the offset it started at.

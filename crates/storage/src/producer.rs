@@ -407,9 +407,9 @@ impl ProducerTable {
         out
     }
 
-    /// Whether the producer has a transaction open here.
-    pub fn in_transaction(&self, producer_id: i64) -> bool {
-        self.producers.get(&producer_id).is_some_and(|e| e.txn_first.is_some())
+    /// Whether the producer has a transaction open here at `epoch`.
+    pub fn in_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers.get(&producer_id).is_some_and(|e| e.txn_first.is_some() && e.epoch == epoch)
     }
 
     /// Producers with an open transaction, and where it started.

@@ -131,6 +131,33 @@ fn a_marker_from_an_older_epoch_is_fenced() {
     assert!(log.check_marker(7, 0).is_ok(), "an unknown producer's marker is written (it ends nothing)");
 }
 
+/// Transactions version 2: the marker carries the next epoch. It ends the transaction,
+/// moves the producer there, and a late batch of the ended transaction is fenced; the
+/// next transaction (at the new epoch) is a new one to its coordinator.
+#[test]
+fn a_marker_at_the_next_epoch_fences_the_ended_transaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log = Log::open(dir.path(), LogConfig::default(), 0).expect("open");
+    let at = |epoch: i16, seq: i32| {
+        let mut b = BatchBuilder::new(0);
+        b.push(0, None, Some(b"v"));
+        b.finish_transactional(0, ProducerFields { producer_id: 1, producer_epoch: epoch, base_sequence: seq })
+            .expect("batch")
+    };
+    append(&mut log, &at(0, 0));
+    assert!(log.in_transaction(1, 0));
+    assert!(!log.in_transaction(1, 1), "a transaction at the next epoch is not this one");
+    log.check_marker(1, 1).expect("a marker at the next epoch");
+    append(&mut log, &marker_batch(1, 1, 1, TxnEnd::Commit, 0));
+    assert!(!log.in_transaction(1, 0) && !log.in_transaction(1, 1));
+    let late = at(0, 1);
+    let h = BatchHeader::validate(&late).expect("valid");
+    assert!(log.check_producer(&h, &[]).is_err(), "a late batch of the ended transaction is fenced");
+    append(&mut log, &at(1, 0));
+    assert!(log.in_transaction(1, 1));
+    assert_eq!(log.open_transactions(), vec![(1, 2)]);
+}
+
 fn keyed(key: &str, value: &str, pid: i64, seq: i32, transactional: bool) -> Vec<u8> {
     let mut b = BatchBuilder::new(0);
     b.push(0, Some(key.as_bytes()), Some(value.as_bytes()));

@@ -21,7 +21,7 @@ use runnel_wire::TxnEnd;
 use tracing::{info, warn};
 
 use crate::records::{decode_key, decode_value, encode_key, encode_value};
-use crate::state::{Init, State, Tp, TxnMeta};
+use crate::state::{Ending, Init, State, Tp, TxnMeta};
 
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -301,21 +301,60 @@ impl TxnCoordinator {
         Ok(next)
     }
 
-    /// AddPartitionsToTxn and AddOffsetsToTxn: the partitions join the open transaction
-    /// (which starts with the first of them).
-    pub async fn add_partitions(&self, id: &str, producer_id: i64, epoch: i16, parts: &[Tp]) -> Result<(), E> {
-        match self.begin_write(id, |m| m.add(producer_id, epoch, parts, now_ms()))? {
+    /// AddPartitionsToTxn and AddOffsetsToTxn, or (`tv2`, transactions version 2) a
+    /// partition leader or group coordinator adding what the producer wrote there: the
+    /// partitions join the open transaction (which starts with the first of them).
+    pub async fn add_partitions(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        parts: &[Tp],
+        tv2: bool,
+    ) -> Result<(), E> {
+        match self.begin_write(id, |m| m.add(producer_id, epoch, parts, tv2, now_ms()))? {
             Some(next) => self.persist(id, &next).await,
             None => Ok(()),
         }
     }
 
-    /// EndTxn: answered once the prepared state is durable; the markers follow.
-    pub async fn end_txn(self: &Arc<Self>, id: &str, producer_id: i64, epoch: i16, end: TxnEnd) -> Result<(), E> {
-        let Some(next) = self.begin_write(id, |m| m.end(producer_id, epoch, end, now_ms()))? else { return Ok(()) };
-        self.persist(id, &next).await?;
-        self.clone().spawn_completion(id.to_string());
-        Ok(())
+    /// EndTxn (`tv2`: v5+, which bumps the epoch): answered once the prepared state is
+    /// durable, with the producer id and epoch the producer goes on with; the markers
+    /// follow.
+    pub async fn end_txn(
+        self: &Arc<Self>,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        end: TxnEnd,
+        tv2: bool,
+    ) -> Result<(i64, i16), E> {
+        let mut next_id = None;
+        loop {
+            let mut answer = None;
+            let decided =
+                self.begin_write(id, |m| match m.end(producer_id, epoch, end, tv2, next_id, now_ms())? {
+                    Ending::Prepare(next) => Ok(Some(next)),
+                    Ending::Retried => {
+                        answer = Some(m.continues_as());
+                        Ok(None)
+                    }
+                    Ending::NeedProducerId => Ok(None),
+                })?;
+            if let Some(next) = decided {
+                self.persist(id, &next).await?;
+                self.clone().spawn_completion(id.to_string());
+                return Ok(next.continues_as());
+            }
+            if let Some(answer) = answer {
+                return Ok(answer);
+            }
+            // The epoch ran out (version 2): the producer continues with a new id.
+            next_id = Some(self.host.allocate_producer_id().await.map_err(|e| {
+                warn!(transactional_id = id, error = %e, "allocating a producer id");
+                E::CoordinatorNotAvailable
+            })?);
+        }
     }
 
     /// Is `tp` in the open transaction of this producer? (A partition leader asks before

@@ -19,4 +19,4 @@ pub mod records;
 pub mod state;
 
 pub use coordinator::{BoxFuture, LateHost, MarkerWrite, TxnConfig, TxnCoordinator, TxnHost, TxnListing};
-pub use state::{State, Tp, TxnMeta};
+pub use state::{Ending, State, Tp, TxnMeta};

@@ -101,18 +101,18 @@ async fn commit_writes_markers_then_completes() {
     let c = coordinator(&log, &host, TxnConfig::default());
     let (pid, epoch) = c.init_producer_id("app", 60_000, None).await.expect("init");
     assert_eq!((pid, epoch), (1001, 0));
-    assert_eq!(c.add_partitions("app", pid, epoch, &[tp("a", 0), tp("b", 1)]).await, Ok(()));
+    assert_eq!(c.add_partitions("app", pid, epoch, &[tp("a", 0), tp("b", 1)], false).await, Ok(()));
     assert_eq!(c.verify("app", pid, epoch, &tp("a", 0)), Ok(()));
     assert_eq!(c.verify("app", pid, epoch, &tp("c", 0)), Err(E::InvalidTxnState));
     // One partition's leader refuses twice: the marker is retried until it lands.
     host.failing.lock().unwrap().insert(tp("b", 1), 2);
-    assert_eq!(c.end_txn("app", pid, epoch, TxnEnd::Commit).await, Ok(()));
+    assert_eq!(c.end_txn("app", pid, epoch, TxnEnd::Commit, false).await, Ok((pid, epoch)));
     until_state(&c, "app", State::CompleteCommit).await;
     let markers = host.markers.lock().unwrap().clone();
     assert!(markers.iter().all(|m| m.end == TxnEnd::Commit && m.producer_id == pid && m.coordinator_epoch == 5));
     assert_eq!(markers.len(), 3, "{markers:?}");
     assert_eq!(markers[2].partitions, vec![tp("b", 1)]);
-    assert_eq!(c.end_txn("app", pid, epoch, TxnEnd::Commit).await, Ok(()), "a retried commit");
+    assert_eq!(c.end_txn("app", pid, epoch, TxnEnd::Commit, false).await, Ok((pid, epoch)), "a retried commit");
     assert_eq!(c.list(&[], &[]).len(), 1);
     assert_eq!(c.list(&["Ongoing".into()], &[]).len(), 0);
 }
@@ -122,15 +122,15 @@ async fn a_new_instance_fences_the_old_one_and_aborts_its_transaction() {
     let (log, host) = (Arc::new(MemLog::default()), Arc::new(Host::default()));
     let c = coordinator(&log, &host, TxnConfig::default());
     let (pid, epoch) = c.init_producer_id("app", 60_000, None).await.expect("init");
-    c.add_partitions("app", pid, epoch, &[tp("a", 0)]).await.expect("add");
+    c.add_partitions("app", pid, epoch, &[tp("a", 0)], false).await.expect("add");
     assert_eq!(c.init_producer_id("app", 60_000, None).await, Err(E::ConcurrentTransactions));
     until_state(&c, "app", State::CompleteAbort).await;
     let (pid2, epoch2) = c.init_producer_id("app", 60_000, None).await.expect("init again");
     assert_eq!((pid2, epoch2), (pid, 2));
     let aborts = host.markers.lock().unwrap().clone();
     assert_eq!((aborts[0].end, aborts[0].producer_epoch), (TxnEnd::Abort, 1));
-    assert_eq!(c.add_partitions("app", pid, epoch, &[tp("a", 0)]).await, Err(E::ProducerFenced));
-    assert_eq!(c.end_txn("app", pid, epoch, TxnEnd::Commit).await, Err(E::ProducerFenced));
+    assert_eq!(c.add_partitions("app", pid, epoch, &[tp("a", 0)], false).await, Err(E::ProducerFenced));
+    assert_eq!(c.end_txn("app", pid, epoch, TxnEnd::Commit, false).await, Err(E::ProducerFenced));
     assert_eq!(c.init_producer_id("", 60_000, None).await, Err(E::InvalidRequest));
     assert_eq!(c.init_producer_id("x", 900_001, None).await, Err(E::InvalidTransactionTimeout));
 }
@@ -140,18 +140,18 @@ async fn timeouts_abort_and_a_new_coordinator_resumes_an_ending() {
     let (log, host) = (Arc::new(MemLog::default()), Arc::new(Host::default()));
     let c = coordinator(&log, &host, TxnConfig::default());
     let (pid, epoch) = c.init_producer_id("slow", 1, None).await.expect("init");
-    c.add_partitions("slow", pid, epoch, &[tp("a", 0)]).await.expect("add");
+    c.add_partitions("slow", pid, epoch, &[tp("a", 0)], false).await.expect("add");
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert_eq!(c.expire(true).await, 1);
     until_state(&c, "slow", State::CompleteAbort).await;
-    assert_eq!(c.add_partitions("slow", pid, epoch, &[tp("a", 0)]).await, Err(E::ProducerFenced));
+    assert_eq!(c.add_partitions("slow", pid, epoch, &[tp("a", 0)], false).await, Err(E::ProducerFenced));
 
     // A commit whose markers cannot land yet: the coordinator "fails over" (a new one
     // loads the same log) and the new one writes them.
     let (pid, epoch) = c.init_producer_id("app", 60_000, None).await.expect("init");
-    c.add_partitions("app", pid, epoch, &[tp("z", 3)]).await.expect("add");
+    c.add_partitions("app", pid, epoch, &[tp("z", 3)], false).await.expect("add");
     host.failing.lock().unwrap().insert(tp("z", 3), usize::MAX);
-    c.end_txn("app", pid, epoch, TxnEnd::Commit).await.expect("end");
+    c.end_txn("app", pid, epoch, TxnEnd::Commit, false).await.expect("end");
     for p in 0..4 {
         c.unload_partition(p);
     }
@@ -163,4 +163,40 @@ async fn timeouts_abort_and_a_new_coordinator_resumes_an_ending() {
     let forgetful = coordinator(&log, &host, TxnConfig { id_expiration_ms: 0, ..TxnConfig::default() });
     forgetful.expire(true).await;
     assert_eq!(forgetful.describe("app"), Ok(None));
+}
+
+#[tokio::test]
+async fn version_2_ends_with_the_next_epoch_and_a_new_id_when_it_runs_out() {
+    let (log, host) = (Arc::new(MemLog::default()), Arc::new(Host::default()));
+    let c = coordinator(&log, &host, TxnConfig::default());
+    let (pid, epoch) = c.init_producer_id("v2", 60_000, None).await.expect("init");
+    // The partition leader adds what the producer wrote (Produce v12+).
+    c.add_partitions("v2", pid, epoch, &[tp("a", 0)], true).await.expect("add");
+    assert_eq!(c.end_txn("v2", pid, epoch, TxnEnd::Commit, true).await, Ok((pid, epoch + 1)));
+    until_state(&c, "v2", State::CompleteCommit).await;
+    let markers = host.markers.lock().unwrap().clone();
+    assert_eq!((markers[0].producer_id, markers[0].producer_epoch), (pid, epoch + 1), "markers fence the old epoch");
+    assert_eq!(c.end_txn("v2", pid, epoch, TxnEnd::Commit, true).await, Ok((pid, epoch + 1)), "a retried commit");
+    assert_eq!(c.add_partitions("v2", pid, epoch, &[tp("a", 0)], true).await, Err(E::ProducerFenced));
+
+    // The epoch runs out: the ending hands out a new producer id, and a coordinator that
+    // loads the log afterwards knows it.
+    let mut meta = c.describe("v2").expect("owner").expect("known");
+    meta.producer_epoch = i16::MAX - 1;
+    log.append(
+        c.partition_for("v2"),
+        vec![(runnel_txn::records::encode_key("v2"), Some(runnel_txn::records::encode_value(&meta)))],
+    )
+    .await
+    .expect("append");
+    let c = coordinator(&log, &host, TxnConfig::default());
+    c.add_partitions("v2", pid, i16::MAX - 1, &[tp("a", 0)], true).await.expect("add");
+    let (new_pid, new_epoch) = c.end_txn("v2", pid, i16::MAX - 1, TxnEnd::Abort, true).await.expect("end");
+    assert_ne!(new_pid, pid);
+    assert_eq!(new_epoch, 0);
+    until_state(&c, "v2", State::CompleteAbort).await;
+    let reloaded = coordinator(&log, &host, TxnConfig::default());
+    let meta = reloaded.describe("v2").expect("owner").expect("known");
+    assert_eq!((meta.producer_id, meta.producer_epoch, meta.prev_producer_id), (new_pid, 0, Some(pid)));
+    assert_eq!(reloaded.end_txn("v2", pid, i16::MAX - 1, TxnEnd::Abort, true).await, Ok((new_pid, 0)));
 }

@@ -24,13 +24,16 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * Transactions with the official Java client (tests/test_transactions.py).
  *
  * <pre>
- * TxnCheck --bootstrap B --topic-prefix P [--timeout-s S]
+ * TxnCheck --bootstrap B --topic-prefix P [--timeout-s S] [--transaction-version V]
  * </pre>
  *
  * <ol>
  *   <li><b>commit and abort</b>: one transactional producer commits 30 records over 3
  *       partitions, aborts 30, commits 30 more. A read_committed consumer reads exactly the 60
- *       committed ones, in order per partition; a read_uncommitted one reads all 90.</li>
+ *       committed ones, in order per partition; a read_uncommitted one reads all 90. The
+ *       producer's epoch (DescribeTransactions) moved by one per commit and abort with
+ *       transactions version 2 (KIP-890, the client follows the broker's finalized
+ *       {@code transaction.version}: V, default 2), and stayed with version 1.</li>
  *   <li><b>the last stable offset</b>: while a transaction is open (records sent and flushed,
  *       not committed), a read_committed consumer's end offset stays where it was and a
  *       read_uncommitted one's moves; after the commit both pass the records.</li>
@@ -163,9 +166,22 @@ public class TxnCheck {
         return n;
     }
 
-    static void commitAndAbort(String topic) {
+    static int transactionVersion = 2;
+
+    static short epochOf(String transactionalId) throws Exception {
+        Properties ap = new Properties();
+        ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(ap)) {
+            return (short) admin.describeTransactions(List.of(transactionalId)).description(transactionalId)
+                .get(30, TimeUnit.SECONDS).producerEpoch();
+        }
+    }
+
+    static void commitAndAbort(String topic) throws Exception {
+        short first;
         try (KafkaProducer<String, String> p = producer(topic + "-tx")) {
             p.initTransactions();
+            first = epochOf(topic + "-tx");
             p.beginTransaction();
             send(p, topic, "c1-", 30, 3);
             p.commitTransaction();
@@ -177,6 +193,10 @@ public class TxnCheck {
             send(p, topic, "c2-", 30, 3);
             p.commitTransaction();
         }
+        short last = epochOf(topic + "-tx");
+        int bumps = transactionVersion >= 2 ? 3 : 0;
+        check(last == first + bumps, "transaction.version " + transactionVersion + ": epoch " + first + " -> " + last
+            + " over two commits and an abort, expected " + bumps + " bumps");
         Map<Integer, List<String>> committed = readAll(topic, 3, true);
         check(count(committed, "ab-") == 0, "read_committed read aborted records: " + committed);
         check(count(committed, "c1-") == 30 && count(committed, "c2-") == 30, "read_committed lost records: " + committed);
@@ -358,6 +378,7 @@ public class TxnCheck {
                 case "--bootstrap" -> bootstrap = args[i + 1];
                 case "--topic-prefix" -> prefix = args[i + 1];
                 case "--timeout-s" -> timeoutS = Integer.parseInt(args[i + 1]);
+                case "--transaction-version" -> transactionVersion = Integer.parseInt(args[i + 1]);
                 default -> throw new IllegalArgumentException(args[i]);
             }
         }

@@ -3,10 +3,11 @@
 //! sequence and proposes to the partition's Raft group), and answer per `acks`: 0 not at
 //! all, 1 once on the leader's disk, -1 (all) once committed on a majority of disks.
 //! A transactional producer's first batch on a partition waits for its transaction
-//! coordinator to confirm the partition is in the transaction (KIP-890 part 1).
+//! coordinator to confirm the partition is in the transaction (KIP-890 part 1) or, from
+//! v12 (transactions version 2), to add it there (part 2).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,22 +114,56 @@ fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
 
 /// The (topic, partition, producer id, epoch) of each partition where this request would
 /// open a producer's transaction: its first batch is transactional and the producer has
-/// no transaction open there yet. The coordinator is asked about those first (KIP-890).
-fn opening_transactions(b: &Broker, r: &ProduceRequest, v: i16) -> Vec<(String, i32, i64, i16)> {
+/// no transaction open there at that epoch yet. The coordinator is asked about those
+/// first (KIP-890). Topics the principal may not write are left to the append to refuse.
+fn opening_transactions(b: &Broker, r: &ProduceRequest, v: i16, ctx: &Ctx) -> Vec<(String, i32, i64, i16)> {
     let mut out = Vec::new();
     for t in &r.topic_data {
         let topic = if v >= 13 { b.catalog.topic_by_id(t.topic_id) } else { b.catalog.topic(&t.name.0) };
-        let Some(topic) = topic else { continue };
+        let Some(topic) = topic.filter(|t| ctx.access.topic(Operation::Write, &t.name)) else { continue };
         for p in &t.partition_data {
             let first = p.records.as_deref().and_then(|r| Batches::new(r).next()).and_then(Result::ok);
             let Some((h, _)) = first.filter(|(h, _)| h.is_transactional() && h.has_producer_id()) else { continue };
             let Some(part) = topic.partitions.get(p.index as usize) else { continue };
-            if !part.is_remote() && !part.in_transaction(h.producer_id) {
+            if !part.is_remote() && !part.in_transaction(h.producer_id, h.producer_epoch) {
                 out.push((topic.name.to_string(), p.index, h.producer_id, h.producer_epoch));
             }
         }
     }
     out
+}
+
+/// Asks the coordinator about the partitions this request opens transactions on: v12+
+/// (transactions version 2) adds them to the transaction, older versions check they were
+/// added (AddPartitionsToTxn). The partitions it refuses, with the code to answer.
+async fn open_transactions(
+    b: &Arc<Broker>,
+    transactional_id: &str,
+    v: i16,
+    opening: Vec<(String, i32, i64, i16)>,
+) -> HashMap<(String, i32), ResponseError> {
+    let mut refused = HashMap::new();
+    if v < 12 {
+        for (topic, partition, producer_id, epoch) in opening {
+            let tp = (topic, partition);
+            if let Err(code) = crate::txn::verify(b, transactional_id, producer_id, epoch, tp.clone()).await {
+                refused.insert(tp, code);
+            }
+        }
+        return refused;
+    }
+    // One request is one producer's: one add for all its partitions (per epoch, should
+    // batches disagree).
+    let mut by_producer: BTreeMap<(i64, i16), Vec<(String, i32)>> = BTreeMap::new();
+    for (topic, partition, producer_id, epoch) in opening {
+        by_producer.entry((producer_id, epoch)).or_default().push((topic, partition));
+    }
+    for ((producer_id, epoch), parts) in by_producer {
+        if let Err(code) = crate::txn::add_for_produce(b, transactional_id, producer_id, epoch, parts.clone()).await {
+            refused.extend(parts.into_iter().map(|tp| (tp, code)));
+        }
+    }
+    refused
 }
 
 pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
@@ -137,23 +172,21 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
         Some(id) if !ctx.access.transactional_id(Operation::Write, id) => {
             return append(b, r, v, ctx, Refused::all(ResponseError::TransactionalIdAuthorizationFailed));
         }
-        Some(_) => opening_transactions(b, &r, v),
+        Some(_) => opening_transactions(b, &r, v, ctx),
         None => Vec::new(),
     };
     if opening.is_empty() && !ctx.deferred.busy() {
         return append(b, r, v, ctx, Refused::new());
     }
-    // This append waits (for a coordinator's check, or behind an earlier append of this
+    // This append waits (for the coordinator, or behind an earlier append of this
     // connection that does): it runs in the reply, after the earlier replies (ctx::Deferred).
     let held = ctx.deferred.hold();
     let (b, ctx) = (b.clone(), ctx.clone());
     Box::pin(async move {
         let mut refused = Refused::new();
-        for (topic, partition, producer_id, epoch) in opening {
+        if !opening.is_empty() {
             let id = transactional_id.as_deref().unwrap_or_default();
-            if let Err(code) = crate::txn::verify(&b, id, producer_id, epoch, (topic.clone(), partition)).await {
-                refused.partitions.insert((topic, partition), code);
-            }
+            refused.partitions = open_transactions(&b, id, v, opening).await;
         }
         let reply = append(&b, r, v, &ctx, refused);
         drop(held);

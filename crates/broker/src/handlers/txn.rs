@@ -9,6 +9,7 @@ use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnT
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
+use kafka_protocol::messages::ProducerId;
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
     EndTxnRequest, EndTxnResponse,
@@ -70,7 +71,18 @@ fn topic_results(
         .collect()
 }
 
-/// Adds (or, `verify_only`, checks) one transaction's partitions; the code for each.
+/// How [`add_one`] treats the partitions.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AddMode {
+    /// AddPartitionsToTxn from the producer (transactions version 1).
+    Client,
+    /// A broker adding what a producer wrote to it (v5, transactions version 2).
+    Broker,
+    /// A broker checking that they are in the transaction (`verify_only`).
+    Verify,
+}
+
+/// Adds (or checks) one transaction's partitions; the code for each.
 async fn add_one(
     b: &Arc<Broker>,
     ctx: &Ctx,
@@ -78,12 +90,12 @@ async fn add_one(
     producer_id: i64,
     epoch: i16,
     topics: &[AddPartitionsToTxnTopic],
-    verify_only: bool,
+    mode: AddMode,
 ) -> Vec<AddPartitionsToTxnTopicResult> {
     if !ctx.access.transactional_id(Operation::Write, id) {
         return topic_results(topics, |_, _| Some(ResponseError::TransactionalIdAuthorizationFailed));
     }
-    if verify_only {
+    if mode == AddMode::Verify {
         let c = &b.txn_coordinator;
         return topic_results(topics, |t, p| c.verify(id, producer_id, epoch, &(t.to_string(), p)).err());
     }
@@ -91,7 +103,8 @@ async fn add_one(
     if refused {
         return topic_results(topics, |t, p| Some(refusal(b, ctx, t, p)));
     }
-    let code = b.txn_coordinator.add_partitions(id, producer_id, epoch, &parts).await.err();
+    let tv2 = mode == AddMode::Broker;
+    let code = b.txn_coordinator.add_partitions(id, producer_id, epoch, &parts, tv2).await.err();
     topic_results(topics, |_, _| code)
 }
 
@@ -101,7 +114,7 @@ pub fn add_partitions(b: &Arc<Broker>, r: AddPartitionsToTxnRequest, v: i16, ctx
         if v <= 3 {
             let id = r.v3_and_below_transactional_id.0.to_string();
             let (pid, epoch) = (r.v3_and_below_producer_id.0, r.v3_and_below_producer_epoch);
-            let results = add_one(&b, &ctx, &id, pid, epoch, &r.v3_and_below_topics, false).await;
+            let results = add_one(&b, &ctx, &id, pid, epoch, &r.v3_and_below_topics, AddMode::Client).await;
             return Some(AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results).into());
         }
         // The batched form is for brokers (CLUSTER_ACTION), as in Kafka.
@@ -112,7 +125,12 @@ pub fn add_partitions(b: &Arc<Broker>, r: AddPartitionsToTxnRequest, v: i16, ctx
         let mut results = Vec::with_capacity(r.transactions.len());
         for t in &r.transactions {
             let id = t.transactional_id.0.to_string();
-            let topics = add_one(&b, &ctx, &id, t.producer_id.0, t.producer_epoch, &t.topics, t.verify_only).await;
+            let mode = match (t.verify_only, v >= 5) {
+                (true, _) => AddMode::Verify,
+                (false, true) => AddMode::Broker,
+                (false, false) => AddMode::Client,
+            };
+            let topics = add_one(&b, &ctx, &id, t.producer_id.0, t.producer_epoch, &t.topics, mode).await;
             results.push(
                 AddPartitionsToTxnResult::default()
                     .with_transactional_id(t.transactional_id.clone())
@@ -137,7 +155,7 @@ pub fn add_offsets(b: &Arc<Broker>, r: AddOffsetsToTxnRequest, _v: i16, ctx: &Ct
     let tp = (OFFSETS_TOPIC.to_string(), b.group_coordinator.partition_for(&r.group_id.0));
     let b = b.clone();
     Box::pin(async move {
-        let code = match b.txn_coordinator.add_partitions(&id, r.producer_id.0, r.producer_epoch, &[tp]).await {
+        let code = match b.txn_coordinator.add_partitions(&id, r.producer_id.0, r.producer_epoch, &[tp], false).await {
             Ok(()) => 0,
             Err(e) => e.code(),
         };
@@ -145,12 +163,10 @@ pub fn add_offsets(b: &Arc<Broker>, r: AddOffsetsToTxnRequest, _v: i16, ctx: &Ct
     })
 }
 
+/// EndTxn; v5+ is transactions version 2: the epoch is bumped, and the answer carries the
+/// producer id and epoch to go on with.
 pub fn end(b: &Arc<Broker>, r: EndTxnRequest, v: i16, ctx: &Ctx) -> Reply {
-    let mut resp = EndTxnResponse::default();
-    if v >= 5 {
-        resp.producer_id = r.producer_id;
-        resp.producer_epoch = r.producer_epoch;
-    }
+    let resp = EndTxnResponse::default();
     let id = r.transactional_id.0.to_string();
     if !ctx.access.transactional_id(Operation::Write, &id) {
         return now(resp.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code()));
@@ -158,10 +174,11 @@ pub fn end(b: &Arc<Broker>, r: EndTxnRequest, v: i16, ctx: &Ctx) -> Reply {
     let end = if r.committed { TxnEnd::Commit } else { TxnEnd::Abort };
     let b = b.clone();
     Box::pin(async move {
-        let code = match b.txn_coordinator.end_txn(&id, r.producer_id.0, r.producer_epoch, end).await {
-            Ok(()) => 0,
-            Err(e) => e.code(),
+        let resp = match b.txn_coordinator.end_txn(&id, r.producer_id.0, r.producer_epoch, end, v >= 5).await {
+            Ok((pid, epoch)) if v >= 5 => resp.with_producer_id(ProducerId(pid)).with_producer_epoch(epoch),
+            Ok(_) => resp,
+            Err(e) => resp.with_error_code(e.code()),
         };
-        Some(resp.with_error_code(code).into())
+        Some(resp.into())
     })
 }

@@ -1,6 +1,7 @@
 //! TxnOffsetCommit (key 28): offsets committed in a producer's transaction (Kafka's
 //! `sendOffsetsToTransaction`), sent to the group's coordinator after AddOffsetsToTxn put
-//! the group's offsets partition into the transaction. They take effect when the
+//! the group's offsets partition into the transaction (v5+, transactions version 2: the
+//! commit puts it there itself). They take effect when the
 //! transaction commits (`Coordinator::txn_commit`, `Coordinator::complete_txn`).
 
 use std::sync::Arc;
@@ -85,8 +86,8 @@ pub fn handle(b: &Arc<Broker>, r: TxnOffsetCommitRequest, v: i16, ctx: &Ctx) -> 
     })
 }
 
-/// Checks that the group's offsets partition is in the transaction (KIP-890, when this
-/// commit would open the producer's transaction there), then commits.
+/// Checks that the group's offsets partition is in the transaction, or adds it with v5+
+/// (KIP-890, when this commit would open the producer's transaction there), then commits.
 async fn commit(
     b: &Arc<Broker>,
     r: &TxnOffsetCommitRequest,
@@ -98,8 +99,19 @@ async fn commit(
     let (pid, epoch) = (r.producer_id.0, r.producer_epoch);
     let p = b.group_coordinator.partition_for(group);
     let part = b.catalog.topic(OFFSETS_TOPIC).and_then(|t| t.partitions.get(p as usize).cloned());
-    if part.is_some_and(|part| !part.is_remote() && !part.in_transaction(pid)) {
-        crate::txn::verify(b, id, pid, epoch, (OFFSETS_TOPIC.to_string(), p)).await?;
+    if part.is_some_and(|part| !part.is_remote() && !part.in_transaction(pid, epoch)) {
+        let tp = (OFFSETS_TOPIC.to_string(), p);
+        if v >= 5 {
+            // Transactions version 2: no AddOffsetsToTxn came first; the commit adds the
+            // group's offsets partition to the transaction itself. A transaction still
+            // ending after the retries is answered as a loading coordinator (retriable).
+            crate::txn::add(b, id, pid, epoch, vec![tp]).await.map_err(|e| match e {
+                ResponseError::ConcurrentTransactions => ResponseError::CoordinatorLoadInProgress,
+                e => e,
+            })?;
+        } else {
+            crate::txn::verify(b, id, pid, epoch, tp).await?;
+        }
     }
     let (generation, member, instance) = match v >= 3 {
         true => (r.generation_id, r.member_id.as_str(), r.group_instance_id.as_ref().map(|s| s.as_str())),
