@@ -4,7 +4,10 @@
 // read exactly the 60 committed ones, in order per partition, and a
 // read_uncommitted one all 90. Then a second client with the same
 // transactional id fences the first: the first one's commit fails, and its
-// records are never read as committed.
+// records are never read as committed. With -transaction-version 2 (the
+// broker finalizes it), the producer's epoch must have moved with its
+// commits and aborts (KIP-890 part 2; franz-go opts in once it has seen the
+// broker's features, so the first transaction may still be of version 1).
 //
 // Everything is bounded by context timeouts. It ends with a "PASS ..." line and
 // exit 0, or prints "FAIL <step>: <what>" to stderr and exits 1.
@@ -28,6 +31,7 @@ const partitions = 3
 var bootstrap = flag.String("bootstrap", "127.0.0.1:9092", "broker to bootstrap from")
 var prefix = flag.String("topic-prefix", "txncheck", "prefix of the topics created")
 var timeout = flag.Duration("timeout", 120*time.Second, "bound on the whole run")
+var txnVersion = flag.Int("transaction-version", 2, "the transaction.version the broker finalizes")
 
 func fail(step, format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "FAIL %s: %s\n", step, fmt.Sprintf(format, args...))
@@ -142,6 +146,18 @@ func main() {
 	txn(ctx, p, topic, "ab-", 30, kgo.TryAbort)
 	txn(ctx, p, topic, "c2-", 30, kgo.TryCommit)
 	p.Close()
+	described, err := adm.DescribeTransactions(ctx, *prefix+"-tx")
+	if err != nil {
+		fail("describe", "%v", err)
+	}
+	d, ok := described[*prefix+"-tx"]
+	if !ok || d.Err != nil {
+		fail("describe", "%v", described)
+	}
+	if *txnVersion >= 2 && d.ProducerEpoch < 2 {
+		fail("transaction.version", "epoch %d after three transactions: the epoch did not move with them", d.ProducerEpoch)
+	}
+	fmt.Printf("txncheck: epoch %d after three transactions\n", d.ProducerEpoch)
 	committed := readAll(ctx, topic, true, 60)
 	if count(committed, "ab-") != 0 || count(committed, "c1-") != 30 || count(committed, "c2-") != 30 {
 		fail("read_committed", "%v", committed)
