@@ -4,9 +4,12 @@
 //! speaks the protocol as Kafka's producer does: FindCoordinator, InitProducerId (again
 //! after any fatal error, which fences and aborts what was open), AddPartitionsToTxn,
 //! transactional produce with sequence numbers, EndTxn, each retried while the error is
-//! retriable. Every transaction is recorded with how it ended, and each of its values as a
-//! send with that outcome: a committed one must be read whole, a never-committed one never,
-//! and one whose commit went unanswered whole or not at all.
+//! retriable. Every other producer uses transactions version 2 (KIP-890 part 2) instead:
+//! no AddPartitionsToTxn (Produce v12 adds the partition), and EndTxn v5, whose answer
+//! gives the epoch of the next transaction. Every transaction is recorded with how it
+//! ended, and each of its values as a send with that outcome: a committed one must be read
+//! whole, a never-committed one never, and one whose commit went unanswered whole or not at
+//! all.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +38,9 @@ use crate::router::{retriable, Router};
 const TXN_TIMEOUT_MS: i32 = 10_000;
 /// Every this many transactions, one is aborted on purpose.
 const ABORT_EVERY: u64 = 5;
+/// Transactions version 2: the first versions of Produce and EndTxn that are.
+const PRODUCE_VERSION_TV2: i16 = 12;
+const END_TXN_VERSION_TV2: i16 = 5;
 
 /// What a step's error means to the producer.
 enum Step<T> {
@@ -54,6 +60,8 @@ struct Producer {
     id: Option<(i64, i16)>,
     /// Next sequence number per partition, for the current epoch.
     sequences: HashMap<i32, i32>,
+    /// Transactions version 2.
+    tv2: bool,
 }
 
 fn retriable_txn(code: i16) -> bool {
@@ -129,6 +137,9 @@ impl Producer {
 
     async fn add_partitions(&mut self, parts: &[i32], give_up: Instant) -> Step<()> {
         let Some((pid, epoch)) = self.id else { return Step::Fatal };
+        if self.tv2 {
+            return Step::Done(()); // the produce adds them
+        }
         let req = AddPartitionsToTxnRequest::default()
             .with_v3_and_below_transactional_id(self.txn_id())
             .with_v3_and_below_producer_id(ProducerId(pid))
@@ -172,7 +183,8 @@ impl Producer {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             };
-            match self.router.call_at(&leader, &req, PRODUCE_VERSION).await {
+            let version = if self.tv2 { PRODUCE_VERSION_TV2 } else { PRODUCE_VERSION };
+            match self.router.call_at(&leader, &req, version).await {
                 Err(_) => {
                     self.router.leader_moved(Some(&leader)).await;
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -199,7 +211,8 @@ impl Producer {
 
     /// EndTxn, retried; Ok(true) when the coordinator answered success, Ok(false) when it
     /// refused, Err(()) when no answer came (`answered_all` tells whether every attempt was
-    /// answered, so a refusal after a lost attempt is no proof).
+    /// answered, so a refusal after a lost attempt is no proof). With version 2, success
+    /// moves the producer to the epoch (or producer id) the answer gives.
     async fn end(&mut self, commit: bool, give_up: Instant) -> (Option<bool>, bool) {
         let Some((pid, epoch)) = self.id else { return (Some(false), true) };
         let req = EndTxnRequest::default()
@@ -208,14 +221,21 @@ impl Producer {
             .with_producer_epoch(epoch)
             .with_committed(commit);
         let mut answered_all = true;
+        let version = if self.tv2 { END_TXN_VERSION_TV2 } else { END_TXN_VERSION };
         while Instant::now() < give_up {
             let Some(addr) = self.coordinator().await else { continue };
-            match self.router.call_at(&addr, &req, END_TXN_VERSION).await {
+            match self.router.call_at(&addr, &req, version).await {
                 Err(_) => {
                     answered_all = false;
                     self.lose_coordinator();
                 }
-                Ok(r) if r.error_code == 0 => return (Some(true), answered_all),
+                Ok(r) if r.error_code == 0 => {
+                    if self.tv2 {
+                        self.id = Some((r.producer_id.0, r.producer_epoch));
+                        self.sequences.clear();
+                    }
+                    return (Some(true), answered_all);
+                }
                 Ok(r) if retriable_txn(r.error_code) => {
                     if r.error_code != ResponseError::ConcurrentTransactions.code() {
                         self.lose_coordinator();
@@ -250,7 +270,15 @@ pub(crate) async fn produce(
     let process = format!("txn-producer-{index}");
     let router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout);
     let txn_id = format!("{}-txn-{index}", cfg.topic);
-    let mut p = Producer { cfg: cfg.clone(), router, txn_id, coordinator: None, id: None, sequences: HashMap::new() };
+    let mut p = Producer {
+        cfg: cfg.clone(),
+        router,
+        txn_id,
+        coordinator: None,
+        id: None,
+        sequences: HashMap::new(),
+        tv2: index % 2 == 1,
+    };
     let (mut sends, mut ops, mut txns) = (Vec::new(), Vec::new(), Vec::new());
     let rate = cfg.rate.max(0.01);
     let start = Instant::now();
