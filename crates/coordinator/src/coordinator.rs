@@ -145,6 +145,11 @@ pub struct GroupListing {
 struct Owned {
     loaded: HashSet<i32>,
     loading: HashSet<i32>,
+    /// Transactions whose marker landed on a partition while it was loading, in order:
+    /// (partition, producer id, committed). The load may have read the log before the
+    /// marker, so it applies them once it has rebuilt the partition's groups (a load that
+    /// read the marker finds nothing left to apply).
+    ended_while_loading: Vec<(i32, i64, bool)>,
 }
 
 pub struct Coordinator {
@@ -389,13 +394,21 @@ impl Coordinator {
                 }
             }
         }
+        let ended = {
+            let mut owned = self.lock_owned();
+            owned.loading.remove(&p);
+            owned.loaded.insert(p);
+            let (ended, others) = owned.ended_while_loading.drain(..).partition(|(q, _, _)| *q == p);
+            owned.ended_while_loading = others;
+            ended
+        };
+        for (_, producer_id, commit) in ended {
+            offsets::end_txn_in(&mut groups, p, parts, producer_id, commit);
+        }
         groups.retain(|id, g| {
             partition_for(id, parts) != p
                 || !(g.is_empty() && g.offsets.is_empty() && g.txn_offsets.is_empty() && g.generation == 0)
         });
-        let mut owned = self.lock_owned();
-        owned.loading.remove(&p);
-        owned.loaded.insert(p);
         Ok(records)
     }
 
@@ -409,6 +422,7 @@ impl Coordinator {
             let mut owned = self.lock_owned();
             owned.loaded.remove(&p);
             owned.loading.remove(&p);
+            owned.ended_while_loading.retain(|(q, _, _)| *q != p);
         }
         groups.retain(|id, _| partition_for(id, parts) != p);
         consumer.retain(|id, _| partition_for(id, parts) != p);

@@ -546,3 +546,53 @@ async fn transactional_offsets_take_effect_when_their_transaction_commits() {
     let ok = c.txn_commit("members", 9, 0, a.generation, &a.member_id, None, commit(1)).await;
     assert_eq!(ok, Ok(vec![Ok(())]));
 }
+
+/// A log whose `read_all` runs a hook right after it has read (something that lands while
+/// a load is under way).
+struct HookLog {
+    log: Arc<MemLog>,
+    after_read: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl GroupLog for HookLog {
+    fn partitions(&self) -> i32 {
+        self.log.partitions()
+    }
+    fn append(&self, partition: i32, records: Records) -> LogFuture {
+        self.log.append(partition, records)
+    }
+    fn append_txn(&self, partition: i32, producer_id: i64, epoch: i16, records: Records) -> LogFuture {
+        self.log.append_txn(partition, producer_id, epoch, records)
+    }
+    fn read_all(&self, partition: i32) -> Result<Replay, String> {
+        let read = self.log.read_all(partition);
+        if let Some(hook) = self.after_read.lock().expect("lock").take() {
+            hook();
+        }
+        read
+    }
+    fn leads(&self, partition: i32) -> bool {
+        self.log.leads(partition)
+    }
+}
+
+#[tokio::test]
+async fn a_transaction_ending_while_its_partition_loads_takes_effect() {
+    let mem = Arc::new(MemLog::default());
+    let commit = vec![("t".to_string(), 0, 42, -1, String::new())];
+    serving(mem.clone(), config()).txn_commit("g", 7, 0, -1, "", None, commit).await.expect("commit");
+    let log = Arc::new(HookLog { log: mem.clone(), after_read: Mutex::new(None) });
+    let c = Arc::new(Coordinator::new(log.clone(), config()));
+    let p = c.partition_for("g");
+    // The marker lands after the load has read the log (which still has the transaction
+    // open) and before it serves the partition.
+    let (during, m) = (c.clone(), mem.clone());
+    *log.after_read.lock().expect("lock") = Some(Box::new(move || {
+        m.end_txn(p, 7, true);
+        during.complete_txn(p, 7, true);
+    }));
+    c.load_partition(p).expect("load");
+    let tp = vec![("t".to_string(), 0)];
+    assert_eq!(c.fetch("g", Some(&tp)).expect("owned")[0].1.as_ref().map(|v| v.offset), Some(42));
+    assert_eq!(c.unstable("g", &tp), vec![], "nothing left pending");
+}

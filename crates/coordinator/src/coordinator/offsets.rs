@@ -2,7 +2,7 @@
 //! (KIP-211). The same coordinator and the same locks as the groups (lock order: `groups`
 //! before `consumer_groups`), kept apart from the membership protocols.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -122,19 +122,17 @@ impl Coordinator {
     /// A producer's transaction ended on offsets-log partition `partition` (its marker is
     /// committed there): the offsets it committed for the partition's groups take effect,
     /// or, aborted, go.
+    /// While the partition is loading, the load applies it once done.
     pub fn complete_txn(&self, partition: i32, producer_id: i64, commit: bool) {
-        let parts = self.log.partitions();
-        let mut groups = self.lock();
-        for (id, g) in groups.iter_mut() {
-            if crate::records::partition_for(id, parts) != partition {
-                continue;
-            }
-            if let Some(offsets) = g.txn_offsets.remove(&producer_id) {
-                if commit {
-                    g.offsets.extend(offsets);
-                }
+        {
+            let mut owned = self.lock_owned();
+            if owned.loading.contains(&partition) {
+                owned.ended_while_loading.push((partition, producer_id, commit));
+                return;
             }
         }
+        let parts = self.log.partitions();
+        end_txn_in(&mut self.lock(), partition, parts, producer_id, commit);
     }
 
     /// The partitions among `partitions` with offsets committed in a transaction that has
@@ -321,5 +319,26 @@ impl Coordinator {
             }
         }
         Ok(results)
+    }
+}
+
+/// Ends a producer's transaction for the groups of offsets-log partition `partition`: its
+/// offsets take effect, or (aborted) go.
+pub(super) fn end_txn_in(
+    groups: &mut HashMap<String, Group>,
+    partition: i32,
+    parts: i32,
+    producer_id: i64,
+    commit: bool,
+) {
+    for (id, g) in groups.iter_mut() {
+        if crate::records::partition_for(id, parts) != partition {
+            continue;
+        }
+        if let Some(offsets) = g.txn_offsets.remove(&producer_id) {
+            if commit {
+                g.offsets.extend(offsets);
+            }
+        }
     }
 }
