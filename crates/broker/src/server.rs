@@ -330,7 +330,7 @@ async fn cleaner_loop(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
                             topic = %t.name, partition = p.index, node_id = b.node_id(),
                             segments_before = s.segments_before,
                             segments_after = s.segments_after, bytes_before = s.bytes_before,
-                            bytes_after = s.bytes_after, records_removed = s.records_removed,
+                            bytes_after = s.bytes_after, records_removed = s.records_removed, markers_removed = s.markers_removed,
                             ms = started.elapsed().as_millis() as u64, "compacted"
                         ),
                         Ok(None) => {}

@@ -18,9 +18,13 @@
 //!    deleted, and the file is renamed to `{base}.log`. Opening a log finishes any swap left
 //!    half done and drops `.cleaned` leftovers.
 //!
-//! Transactions: a pass stops at the last stable offset, drops the records of aborted
-//! transactions (they neither survive nor hide an older record of their key) and keeps
-//! every marker, so the transaction state rebuilt from the log stays the same.
+//! Transactions: a pass stops at the last stable offset and drops the records of aborted
+//! transactions (they neither survive nor hide an older record of their key). A marker is
+//! kept while any batch of its transaction is (else the transaction would look open when
+//! the state is rebuilt from the log), and removed, as Kafka does, once none is and the
+//! marker is `delete.retention.ms` old (a consumer that was reading it by then has passed
+//! it). So a compacted topic written by transactions (`__consumer_offsets` under
+//! exactly-once) does not grow by a marker per transaction forever.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -106,6 +110,8 @@ pub struct CleanStats {
     pub bytes_before: u64,
     pub bytes_after: u64,
     pub records_removed: u64,
+    /// Transaction markers removed (their transactions had nothing left).
+    pub markers_removed: u64,
 }
 
 pub(crate) fn swap_name(base: i64, end: i64) -> String {
@@ -197,6 +203,8 @@ impl CleanPlan {
             }
         };
         let todo: Vec<&SegmentSnapshot> = self.segments.iter().filter(|s| s.base_offset < cleaned_through).collect();
+        // Producers whose transaction (since their last marker) has a batch kept so far.
+        let mut with_data: HashMap<i64, bool> = HashMap::new();
         for run in group_segments(&todo, self.segment_bytes) {
             let base = run[0].base_offset;
             let end = run[run.len() - 1].next_offset;
@@ -207,7 +215,16 @@ impl CleanPlan {
                 stats.bytes_before += seg.size;
                 for_each_batch(seg, |h, batch| {
                     let kept = if h.is_control() {
-                        Filtered::All
+                        // Transactions only start after a producer's previous marker, and
+                        // the pass reads from the log's first segment: `with_data` knows
+                        // whether this marker's transaction kept a batch.
+                        let has_data = with_data.remove(&h.producer_id).unwrap_or(false);
+                        if !has_data && h.max_timestamp < tombstone_horizon {
+                            stats.markers_removed += 1;
+                            Filtered::Dropped
+                        } else {
+                            Filtered::All
+                        }
                     } else {
                         let producer_last = h.has_producer_id()
                             && self.producer_last_offsets.get(&h.producer_id) == Some(&h.last_offset());
@@ -216,6 +233,9 @@ impl CleanPlan {
                             !aborted && keep(o, k, t, h.max_timestamp)
                         })?
                     };
+                    if h.is_transactional() && !h.is_control() && !matches!(kept, Filtered::Dropped) {
+                        with_data.insert(h.producer_id, true);
+                    }
                     let bytes: &[u8] = match &kept {
                         Filtered::All => batch,
                         Filtered::Rebuilt(b) => b,

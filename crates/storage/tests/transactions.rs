@@ -225,3 +225,62 @@ fn compaction_drops_aborted_records_and_stops_at_the_stable_offset() {
     let log = Log::open(dir.path(), config, 0).expect("reopen");
     assert_eq!(state(&log), before);
 }
+
+/// Markers in the log (control batches).
+fn markers(log: &Log) -> usize {
+    let (mut n, mut from) = (0, 0);
+    while from < log.log_end_offset() {
+        let bytes = log.read_range(from, log.log_end_offset(), 1 << 20).expect("read");
+        for item in runnel_wire::Batches::new(&bytes) {
+            let (h, _) = item.expect("batch");
+            from = h.next_offset();
+            n += h.is_control() as usize;
+        }
+    }
+    n
+}
+
+/// Kafka's rule: a marker goes once its transaction has nothing left in the log and the
+/// marker is `delete.retention.ms` old. Transactions that overwrite one key (offsets under
+/// exactly-once) then leave one marker, not one each.
+#[test]
+fn compaction_removes_the_markers_of_transactions_with_nothing_left() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = LogConfig {
+        segment_bytes: 200,
+        compact: true,
+        delete: false,
+        min_cleanable_dirty_ratio: 0.01,
+        delete_retention_ms: 1_000,
+        ..LogConfig::default()
+    };
+    let mut log = Log::open(dir.path(), config, 0).expect("open");
+    for (seq, value) in ["v0", "v1", "v2"].iter().enumerate() {
+        append(&mut log, &keyed("k", value, 1, seq as i32, true));
+        end(&mut log, 1, TxnEnd::Commit);
+    }
+    let filler = |log: &mut Log, from: i32| {
+        for i in 0..4 {
+            append(log, &keyed(&format!("x{i}"), "filler", 9, from + i, false));
+        }
+    };
+    filler(&mut log, 0);
+    // Younger than delete.retention.ms (markers are stamped at 0): every marker stays.
+    let hw = log.log_end_offset();
+    let cleaned = log.clean_plan(hw, 500).expect("a pass is due").execute(500).expect("clean");
+    log.clean_swap(cleaned, 500).expect("swap");
+    assert_eq!(markers(&log), 3);
+    assert_eq!(values(&log).iter().filter(|(_, v)| v.starts_with('v')).count(), 1, "{:?}", values(&log));
+    // Old enough: the first two transactions have nothing left, the last one has v2.
+    filler(&mut log, 4);
+    let hw = log.log_end_offset();
+    let cleaned = log.clean_plan(hw, 10_000).expect("a pass is due").execute(10_000).expect("clean");
+    let stats = log.clean_swap(cleaned, 10_000).expect("swap");
+    assert_eq!((stats.markers_removed, markers(&log)), (2, 1));
+    assert!(values(&log).contains(&(4, "v2".into())), "{:?}", values(&log));
+    let before = state(&log);
+    assert_eq!(before.2, vec![], "no transaction looks open");
+    log.close().expect("close");
+    let log = Log::open(dir.path(), config, 0).expect("reopen");
+    assert_eq!(state(&log), before, "the same state rebuilt from the log");
+}
