@@ -24,30 +24,78 @@ impl Coordinator {
         instance_id: Option<&str>,
         offsets: Vec<(String, i32, i64, i32, String)>,
     ) -> Result<Vec<Result<(), E>>, E> {
+        self.begin_commit(group_id, generation, member_id, instance_id, false)?;
+        let results = self.write_commits(group_id, offsets).await;
+        self.end_commit(group_id);
+        results
+    }
+
+    /// The checks before a commit (the group is served here; the member, if any, is in the
+    /// current generation), then the commit counts as pending until [`end_commit`]. A
+    /// transactional commit (KIP-447) names a member only when the producer knows its
+    /// group metadata; without one, nothing about membership is checked.
+    ///
+    /// [`end_commit`]: Coordinator::end_commit
+    fn begin_commit(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        transactional: bool,
+    ) -> Result<(), E> {
         if group_id.is_empty() {
             return Err(E::InvalidGroupId);
         }
         if let Some(e) = self.owner_error(group_id) {
             return Err(e);
         }
-        {
-            let mut groups = self.lock();
-            let now = Instant::now();
-            let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
+        let mut groups = self.lock();
+        let now = Instant::now();
+        let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
+        if !transactional || !member_id.is_empty() || generation >= 0 {
             let consumer = self.lock_consumer();
             match consumer.get(group_id).filter(|cg| !cg.members.is_empty()) {
                 // KIP-848 groups fence commits on the member epoch.
-                Some(cg) if !member_id.is_empty() => cg.check_commit(member_id, generation)?,
+                Some(cg) if transactional || !member_id.is_empty() => cg.check_commit(member_id, generation)?,
                 Some(_) => return Err(E::UnknownMemberId),
                 None => g.check_commit(generation, member_id, instance_id)?,
             }
-            g.pending_commits += 1;
         }
-        let results = self.write_commits(group_id, offsets).await;
+        g.pending_commits += 1;
+        Ok(())
+    }
+
+    fn end_commit(&self, group_id: &str) {
         if let Some(g) = self.lock().get_mut(group_id) {
             g.pending_commits = g.pending_commits.saturating_sub(1);
         }
-        results
+    }
+
+    /// The records of a commit, and each offset's answer (metadata past
+    /// `offset.metadata.max.bytes` is refused), and the values to apply once durable.
+    #[allow(clippy::type_complexity)]
+    fn offset_records(
+        &self,
+        group_id: &str,
+        offsets: Vec<(String, i32, i64, i32, String)>,
+    ) -> (Vec<Result<(), E>>, Vec<(Bytes, Option<Bytes>)>, Vec<((String, i32), OffsetValue)>) {
+        let ts = now_ms();
+        let mut results = Vec::with_capacity(offsets.len());
+        let mut records = Vec::new();
+        let mut values = Vec::new();
+        for (topic, partition, offset, leader_epoch, metadata) in offsets {
+            if metadata.len() > self.config.offset_metadata_bytes_max {
+                results.push(Err(E::OffsetMetadataTooLarge));
+                continue;
+            }
+            let value = OffsetValue { offset, leader_epoch, metadata, commit_timestamp: ts };
+            let key = Key::Offset { group: group_id.to_string(), topic: topic.clone(), partition };
+            records.push((key.encode(), Some(value.encode())));
+            values.push(((topic, partition), value));
+            results.push(Ok(()));
+        }
+        (results, records, values)
     }
 
     /// TxnOffsetCommit: offsets committed in a producer's transaction. Written to the log in
@@ -66,40 +114,8 @@ impl Coordinator {
         instance_id: Option<&str>,
         offsets: Vec<(String, i32, i64, i32, String)>,
     ) -> Result<Vec<Result<(), E>>, E> {
-        if group_id.is_empty() {
-            return Err(E::InvalidGroupId);
-        }
-        if let Some(e) = self.owner_error(group_id) {
-            return Err(e);
-        }
-        {
-            let mut groups = self.lock();
-            let now = Instant::now();
-            let g = groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
-            if !member_id.is_empty() || generation >= 0 {
-                let consumer = self.lock_consumer();
-                match consumer.get(group_id).filter(|cg| !cg.members.is_empty()) {
-                    Some(cg) => cg.check_commit(member_id, generation)?,
-                    None => g.check_commit(generation, member_id, instance_id)?,
-                }
-            }
-            g.pending_commits += 1;
-        }
-        let ts = now_ms();
-        let mut results = Vec::with_capacity(offsets.len());
-        let mut records = Vec::new();
-        let mut pending = Vec::new();
-        for (topic, partition, offset, leader_epoch, metadata) in offsets {
-            if metadata.len() > self.config.offset_metadata_bytes_max {
-                results.push(Err(E::OffsetMetadataTooLarge));
-                continue;
-            }
-            let value = OffsetValue { offset, leader_epoch, metadata, commit_timestamp: ts };
-            let key = Key::Offset { group: group_id.to_string(), topic: topic.clone(), partition };
-            records.push((key.encode(), Some(value.encode())));
-            pending.push(((topic, partition), value));
-            results.push(Ok(()));
-        }
+        self.begin_commit(group_id, generation, member_id, instance_id, true)?;
+        let (results, records, pending) = self.offset_records(group_id, offsets);
         let written = match records.is_empty() {
             true => Ok(()),
             false => self.log.append_txn(self.partition_for(group_id), producer_id, producer_epoch, records).await,
@@ -148,21 +164,7 @@ impl Coordinator {
         group_id: &str,
         offsets: Vec<(String, i32, i64, i32, String)>,
     ) -> Result<Vec<Result<(), E>>, E> {
-        let ts = now_ms();
-        let mut results = Vec::with_capacity(offsets.len());
-        let mut records = Vec::new();
-        let mut applied = Vec::new();
-        for (topic, partition, offset, leader_epoch, metadata) in offsets {
-            if metadata.len() > self.config.offset_metadata_bytes_max {
-                results.push(Err(E::OffsetMetadataTooLarge));
-                continue;
-            }
-            let value = OffsetValue { offset, leader_epoch, metadata, commit_timestamp: ts };
-            let key = Key::Offset { group: group_id.to_string(), topic: topic.clone(), partition };
-            records.push((key.encode(), Some(value.encode())));
-            applied.push(((topic, partition), value));
-            results.push(Ok(()));
-        }
+        let (results, records, applied) = self.offset_records(group_id, offsets);
         if !records.is_empty() {
             if let Err(e) = self.persist(group_id, records).await {
                 tracing::warn!(group = group_id, error = %e, "offset commit not durable");
