@@ -129,6 +129,12 @@ pub fn report(history: &History, a: &VerifyArgs, title: &str) -> Result<()> {
         let (committed, aborted, unknown) = report.txns;
         println!("transactions: {committed} committed, {aborted} never committed, {unknown} unknown (read_committed)");
     }
+    if let Some(c) = &history.copier {
+        println!(
+            "copier: {} values below group {}'s committed offsets, each to be copied exactly once",
+            report.copied, c.group
+        );
+    }
     if !report.faults.is_empty() {
         let (p50, p99) = report.baseline_send_ms;
         println!("sends away from faults: p50 {p50} ms, p99 {p99} ms");

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use crate::history::{History, Outcome, Send};
+use crate::history::{copied, CopierRecord, History, Outcome, Send};
 use crate::impact::{baseline, impact, FaultImpact};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -35,6 +35,14 @@ pub enum Anomaly {
     /// a member started past what the group had read (a commit ahead of the reads, or a
     /// committed offset gone back to an older value and then forward).
     GroupSkipped { group: String, partition: i32, first_skipped: i64, skipped: usize, read_up_to: i64 },
+    /// Consume-transform-produce (the copier): a value below the offsets its group
+    /// committed has no copy in the log.
+    CopyLost { value: u64, partition: i32, offset: i64 },
+    /// A value has more than one copy in the log (processed twice).
+    CopyDuplicated { value: u64, copies: Vec<u64> },
+    /// A copy is in the log but the value it copies is not below the committed offsets (its
+    /// output committed without its input's offset, or a copy of nothing).
+    CopyUncommitted { copy: u64, value: u64 },
 }
 
 impl Anomaly {
@@ -51,6 +59,9 @@ impl Anomaly {
             Anomaly::NonMonotonicPoll { .. } => "non-monotonic-poll",
             Anomaly::SkippedOffsets { .. } => "skipped-offsets",
             Anomaly::GroupSkipped { .. } => "group-skipped",
+            Anomaly::CopyLost { .. } => "copy-lost",
+            Anomaly::CopyDuplicated { .. } => "copy-duplicated",
+            Anomaly::CopyUncommitted { .. } => "copy-uncommitted",
         }
     }
 }
@@ -79,6 +90,8 @@ pub struct Report {
     pub baseline_send_ms: (u64, u64),
     /// The transactional workload's transactions: committed, never committed, unknown.
     pub txns: (usize, usize, usize),
+    /// Values below the copier group's committed offsets (each must have one copy).
+    pub copied: usize,
 }
 
 impl Report {
@@ -162,6 +175,10 @@ pub fn check(h: &History) -> Report {
         if !h.final_readers.is_empty() && !final_seen.contains(&s.value) {
             r.add(Anomaly::LostWrite { value: s.value, partition: s.partition, acked_offset: acked });
         }
+    }
+
+    if let (Some(copier), false) = (&h.copier, h.final_readers.is_empty()) {
+        check_copies(h, copier, &mut r);
     }
 
     // Transactions are all or nothing.
@@ -255,6 +272,37 @@ pub fn check(h: &History) -> Report {
         }
     }
     r
+}
+
+/// Exactly once through consume-transform-produce: in the final read, every value below
+/// the copier group's committed offsets has exactly one copy, and every copy is of such a
+/// value (an offset commit and the output it covers are one transaction).
+fn check_copies(h: &History, copier: &CopierRecord, r: &mut Report) {
+    let finals = h.polls.iter().filter(|p| h.final_readers.contains(&p.consumer));
+    let mut below: BTreeMap<u64, (i32, i64)> = BTreeMap::new();
+    let mut copies: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for &(partition, offset, value) in finals.flat_map(|p| &p.records) {
+        match copied(value) {
+            Some(original) => copies.entry(original).or_default().push(value),
+            None if offset < copier.committed.get(&partition).copied().unwrap_or(0) => {
+                below.insert(value, (partition, offset));
+            }
+            None => {}
+        }
+    }
+    r.copied = below.len();
+    for (&value, &(partition, offset)) in &below {
+        match copies.get(&value).map_or(0, Vec::len) {
+            0 => r.add(Anomaly::CopyLost { value, partition, offset }),
+            1 => {}
+            _ => r.add(Anomaly::CopyDuplicated { value, copies: copies[&value].clone() }),
+        }
+    }
+    for (value, list) in copies.iter().filter(|(v, _)| !below.contains_key(v)) {
+        for &copy in list {
+            r.add(Anomaly::CopyUncommitted { copy, value: *value });
+        }
+    }
 }
 
 #[cfg(test)]
@@ -384,5 +432,37 @@ mod tests {
         let r = check(&h);
         assert_eq!(r.counts.get("partial-transaction"), Some(&1), "{r:?}");
         assert_eq!(r.txns, (1, 0, 1));
+    }
+
+    /// A final read of partition 0 (offset, value) in which every value was sent and
+    /// acknowledged there, and a copier whose group committed `committed`.
+    fn copied_history(records: &[(i64, u64)], committed: i64) -> History {
+        let records: Vec<(i32, i64, u64)> = records.iter().map(|&(o, v)| (0, o, v)).collect();
+        History {
+            sends: records.iter().map(|&(p, o, v)| ok(0, p, v, o)).collect(),
+            polls: vec![Poll { consumer: 9, records }],
+            final_readers: [9].into_iter().collect(),
+            copier: Some(CopierRecord { group: "g".into(), committed: [(0, committed)].into_iter().collect() }),
+            ..History::default()
+        }
+    }
+
+    #[test]
+    fn lost_duplicated_and_uncommitted_copies_are_found() {
+        let copy = |v: u64, attempt: u64| crate::history::COPY_BIT | attempt << 48 | v;
+        let base = [(0, 1), (1, 2), (2, copy(1, 1)), (3, copy(2, 1)), (4, 3)];
+        assert!(check(&copied_history(&base, 2)).valid(), "values 1 and 2 copied once, 3 not yet");
+        let r = check(&copied_history(&base, 5));
+        assert_eq!(r.examples["copy-lost"], vec![Anomaly::CopyLost { value: 3, partition: 0, offset: 4 }]);
+        let mut twice = base.to_vec();
+        twice.push((5, copy(1, 2)));
+        let r = check(&copied_history(&twice, 2));
+        assert_eq!(
+            r.examples["copy-duplicated"],
+            vec![Anomaly::CopyDuplicated { value: 1, copies: vec![copy(1, 1), copy(1, 2)] }]
+        );
+        let r = check(&copied_history(&base, 1));
+        assert_eq!(r.examples["copy-uncommitted"], vec![Anomaly::CopyUncommitted { copy: copy(2, 1), value: 2 }]);
+        assert_eq!(r.counts.len(), 1, "{:?}", r.counts);
     }
 }

@@ -36,6 +36,25 @@ pub struct TxnRecord {
     pub outcome: Outcome,
 }
 
+/// Marks a copy written by the transactional workload's copier (`copier`): no producer's
+/// value has it.
+pub const COPY_BIT: u64 = 1 << 63;
+/// The bits of a copy that hold the value it copies.
+pub const COPIED_MASK: u64 = (1 << 48) - 1;
+
+/// The value a copy copies, if `v` is one.
+pub fn copied(v: u64) -> Option<u64> {
+    (v & COPY_BIT != 0).then_some(v & COPIED_MASK)
+}
+
+/// What the copier leaves for the checker: its group and the offsets the group committed
+/// once the run was over (what the copies must account for).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CopierRecord {
+    pub group: String,
+    pub committed: BTreeMap<i32, i64>,
+}
+
 /// One poll of one consumer: the records it got, in the order it got them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Poll {
@@ -102,4 +121,7 @@ pub struct History {
     /// with its transaction's outcome).
     #[serde(default)]
     pub txns: Vec<TxnRecord>,
+    /// The transactional workload's copier (consume-transform-produce), if it ran.
+    #[serde(default)]
+    pub copier: Option<CopierRecord>,
 }

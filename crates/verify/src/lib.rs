@@ -12,7 +12,7 @@
 //!
 //! Modules: `history` (what a run recorded), `checker` and `impact` (judging it), `chart`
 //! (drawing it), and the workload that records it: `workload` (producers, consumers, the
-//! final read), `txn` (the transactional producers), `group` (consumer-group members),
+//! final read), `txn` (the transactional producers), `copier` (their consume-transform-produce step), `group` (consumer-group members),
 //! `fetch` (one round of fetches, shared by every reader), `router` (where to send each request), `config`. It talks to the cluster
 //! through `runnel-client`; `runnel chaos` drives the same workload while injecting faults.
 //!
@@ -24,6 +24,7 @@
 pub mod chart;
 pub mod checker;
 mod config;
+mod copier;
 mod fetch;
 mod group;
 pub mod history;
@@ -34,4 +35,4 @@ pub mod workload;
 
 pub use checker::{check, Anomaly, Report};
 pub use config::VerifyConfig;
-pub use history::{FaultWindow, History, Op, OpKind, Outcome, Poll, Send, TxnRecord};
+pub use history::{CopierRecord, FaultWindow, History, Op, OpKind, Outcome, Poll, Send, TxnRecord};

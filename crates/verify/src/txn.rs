@@ -43,7 +43,7 @@ const PRODUCE_VERSION_TV2: i16 = 12;
 const END_TXN_VERSION_TV2: i16 = 5;
 
 /// What a step's error means to the producer.
-enum Step<T> {
+pub(crate) enum Step<T> {
     Done(T),
     /// Ask again (after looking the coordinator or leader up again).
     Retry,
@@ -51,13 +51,13 @@ enum Step<T> {
     Fatal,
 }
 
-struct Producer {
+pub(crate) struct Producer {
     cfg: Arc<VerifyConfig>,
-    router: Router,
+    pub(crate) router: Router,
     txn_id: String,
     coordinator: Option<String>,
     /// (producer id, epoch) once initialised.
-    id: Option<(i64, i16)>,
+    pub(crate) id: Option<(i64, i16)>,
     /// Next sequence number per partition, for the current epoch.
     sequences: HashMap<i32, i32>,
     /// Transactions version 2.
@@ -69,7 +69,13 @@ fn retriable_txn(code: i16) -> bool {
 }
 
 impl Producer {
-    fn txn_id(&self) -> TransactionalId {
+    /// A transactional producer with its own router (`process` names its connections).
+    pub(crate) fn new(cfg: Arc<VerifyConfig>, process: &str, txn_id: String, tv2: bool) -> Producer {
+        let router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout);
+        Producer { cfg, router, txn_id, coordinator: None, id: None, sequences: HashMap::new(), tv2 }
+    }
+
+    pub(crate) fn txn_id(&self) -> TransactionalId {
         TransactionalId(StrBytes::from_string(self.txn_id.clone()))
     }
 
@@ -118,7 +124,7 @@ impl Producer {
         }
     }
 
-    async fn init(&mut self, give_up: Instant) -> bool {
+    pub(crate) async fn init(&mut self, give_up: Instant) -> bool {
         while Instant::now() < give_up {
             let req = InitProducerIdRequest::default()
                 .with_transactional_id(Some(self.txn_id()))
@@ -161,7 +167,7 @@ impl Producer {
     }
 
     /// Produces `value` to `partition` in the transaction; the acknowledged offset.
-    async fn produce(&mut self, partition: i32, value: u64, give_up: Instant) -> Step<i64> {
+    pub(crate) async fn produce(&mut self, partition: i32, value: u64, give_up: Instant) -> Step<i64> {
         let Some((pid, epoch)) = self.id else { return Step::Fatal };
         let seq = *self.sequences.get(&partition).unwrap_or(&0);
         let now = wall_ms();
@@ -213,7 +219,7 @@ impl Producer {
     /// refused, Err(()) when no answer came (`answered_all` tells whether every attempt was
     /// answered, so a refusal after a lost attempt is no proof). With version 2, success
     /// moves the producer to the epoch (or producer id) the answer gives.
-    async fn end(&mut self, commit: bool, give_up: Instant) -> (Option<bool>, bool) {
+    pub(crate) async fn end(&mut self, commit: bool, give_up: Instant) -> (Option<bool>, bool) {
         let Some((pid, epoch)) = self.id else { return (Some(false), true) };
         let req = EndTxnRequest::default()
             .with_transactional_id(self.txn_id())
@@ -249,6 +255,19 @@ impl Producer {
     }
 }
 
+/// How a transaction ended, from its EndTxn: `commit` whether a commit was asked (rather
+/// than an abort, or nothing), `ended` and `answered_all` what [`Producer::end`] returned.
+pub(crate) fn txn_outcome(commit: bool, ended: Option<bool>, answered_all: bool) -> Outcome {
+    match ended {
+        Some(true) if commit => Outcome::Ok,
+        // A commit refused although every attempt was answered was never committed.
+        Some(false) if commit && answered_all => Outcome::Failed,
+        _ if commit => Outcome::Unknown,
+        // Never asked to commit: it cannot commit (the next epoch aborts it at once).
+        _ => Outcome::Failed,
+    }
+}
+
 impl<T> Step<T> {
     fn map<U>(self, f: impl FnOnce(T) -> U) -> Step<U> {
         match self {
@@ -268,17 +287,7 @@ pub(crate) async fn produce(
     deadline: Instant,
 ) -> (Vec<Send>, Vec<Op>, Vec<TxnRecord>) {
     let process = format!("txn-producer-{index}");
-    let router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout);
-    let txn_id = format!("{}-txn-{index}", cfg.topic);
-    let mut p = Producer {
-        cfg: cfg.clone(),
-        router,
-        txn_id,
-        coordinator: None,
-        id: None,
-        sequences: HashMap::new(),
-        tv2: index % 2 == 1,
-    };
+    let mut p = Producer::new(cfg.clone(), &process, format!("{}-txn-{index}", cfg.topic), index % 2 == 1);
     let (mut sends, mut ops, mut txns) = (Vec::new(), Vec::new(), Vec::new());
     let rate = cfg.rate.max(0.01);
     let start = Instant::now();
@@ -317,14 +326,7 @@ pub(crate) async fn produce(
         }
         let commit = healthy && want_commit;
         let (ended, answered_all) = if healthy { p.end(commit, give_up).await } else { (None, true) };
-        let outcome = match ended {
-            Some(true) if commit => Outcome::Ok,
-            // A commit refused although every attempt was answered was never committed.
-            Some(false) if commit && answered_all => Outcome::Failed,
-            _ if commit => Outcome::Unknown,
-            // Never asked to commit: it cannot commit (the next epoch aborts it at once).
-            _ => Outcome::Failed,
-        };
+        let outcome = txn_outcome(commit, ended, answered_all);
         // The producer goes on only after a clean end; otherwise a new epoch fences the old.
         if ended != Some(true) {
             p.id = None;

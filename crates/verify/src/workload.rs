@@ -3,7 +3,8 @@
 //! sequence numbers until it is answered, as a Kafka producer does), consumers read every
 //! partition from the start while the workload runs, and after it a final reader reads
 //! every partition from the start to the end. With `transactional`, the producers write
-//! in transactions (`txn`) and every reader reads with read_committed. Faults (kill -9, pause, ...) are injected
+//! in transactions (`txn`), a copier copies what they commit exactly once (`copier`), and
+//! every reader reads with read_committed. Faults (kill -9, pause, ...) are injected
 //! from outside while it runs; every connection error is survived by reconnecting.
 
 use std::collections::BTreeMap;
@@ -318,12 +319,18 @@ pub async fn run(cfg: VerifyConfig, t0: Instant) -> Result<History> {
     if cfg.transactional {
         let producers: Vec<_> =
             (0..cfg.producers).map(|i| tokio::spawn(crate::txn::produce(cfg.clone(), i, t0, deadline))).collect();
+        let copier = tokio::spawn(crate::copier::run(cfg.clone(), cfg.producers, t0, deadline));
         for p in producers {
             let (sends, ops, txns) = p.await.context("transactional producer task")?;
             history.sends.extend(sends);
             history.ops.extend(ops);
             history.txns.extend(txns);
         }
+        let (sends, ops, txns, copier) = copier.await.context("copier task")?;
+        history.sends.extend(sends);
+        history.ops.extend(ops);
+        history.txns.extend(txns);
+        history.copier = Some(copier);
     } else {
         let producers: Vec<_> = (0..cfg.producers)
             .flat_map(|i| (0..cfg.partitions).map(move |p| (i, p)))
