@@ -235,18 +235,22 @@ def test_transactions_under_leader_and_follower_faults_lose_nothing(tmp_path):
     """The transactional workload (`--transactional`: each producer writes one value to each
     of two partitions per transaction, every fifth aborted; the first producer with
     transactions version 1, the second with version 2; a copier reads what they commit and
-    copies it exactly once, committing its offsets in the same transactions; every reader, the final one
-    included, reads with read_committed) while the transaction coordinator (of the first
-    producer's transactional id) and partition leaders are killed and paused:
-    every committed transaction is read whole, no value of a transaction that never
-    committed is read, none is read in part, and nothing twice. The checker must also flag
-    a planted aborted read and a planted partial transaction."""
+    copies it exactly once, committing its offsets in the same transactions; every reader,
+    the final one included, reads with read_committed) while the copier's transaction
+    coordinator is killed, its group's coordinator paused, and partition leaders killed and
+    paused: every committed transaction is read whole, no value of a transaction that never
+    committed is read, none is read in part, nothing twice, and every value below the
+    copier's committed offsets is copied exactly once. The checker must also flag a planted
+    aborted read and a planted partial transaction."""
     schedule = "5:kill-coordinator:3,12:kill-leader:3,20:pause-coordinator:4,29:pause-leader:4"
     out, report, history, _ = chaos(
         tmp_path, "--duration", 38, "--partitions", 3, "--producers", 2, "--rate", 10, "--transactional",
         "--schedule", schedule, timeout=400)
     faults = [f["fault"].split(" ")[0] for f in history["faults"]]
     assert faults == ["kill-coordinator", "kill-leader", "pause-coordinator", "pause-leader"], out
+    copier = history["copier"]["group"]
+    assert history["faults"][0]["fault"].endswith(f" of {copier}"), history["faults"]  # its transactional id
+    assert history["faults"][2]["fault"].endswith(f" of {copier}"), history["faults"]  # its group
     assert report["counts"] == {}, report
     committed, aborted, unknown = report["txns"]
     assert committed >= 2 * 10 * 38 * 0.5 and aborted >= committed // 8, report["txns"]

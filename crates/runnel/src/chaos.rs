@@ -59,8 +59,9 @@ pub enum Fault {
     /// Add --latency-ms each way to all traffic between brokers of different regions
     /// (through a delaying proxy between them).
     RegionLatency,
-    /// kill -9 the coordinator of the workload's first transactional id (with
-    /// --transactional; else of its consumer group); started again when the fault ends.
+    /// kill -9 a coordinator of the workload: with --transactional, in turn, the copier's
+    /// transaction coordinator, its group's coordinator, and each producer's transaction
+    /// coordinator; else its consumer group's. Started again when the fault ends.
     KillCoordinator,
     /// SIGSTOP that coordinator; SIGCONT when the fault ends.
     PauseCoordinator,
@@ -264,8 +265,11 @@ struct Chaos<C: Brokers> {
     unexpected_exits: Vec<String>,
     /// Set by SIGINT or SIGTERM: heal the fault in force and stop.
     interrupt: Arc<AtomicBool>,
-    /// (FindCoordinator key type, key) of the coordinator the *-coordinator faults hit.
-    coordinator_key: (i8, String),
+    /// (FindCoordinator key type, key) of the coordinators the *-coordinator faults hit,
+    /// one after the other.
+    coordinator_keys: Vec<(i8, String)>,
+    /// *-coordinator faults so far.
+    coordinator_faults: usize,
 }
 
 impl<C: Brokers> Chaos<C> {
@@ -289,22 +293,28 @@ impl<C: Brokers> Chaos<C> {
         broker % self.regions.max(1)
     }
 
-    /// The broker coordinating `coordinator_key` now.
-    async fn coordinator(&mut self) -> Result<u16> {
-        let (key_type, key) = self.coordinator_key.clone();
+    /// The broker coordinating the next of `coordinator_keys` now, and which key that is.
+    async fn coordinator(&mut self) -> Result<(u16, String)> {
+        let (key_type, key) = self.coordinator_keys[self.coordinator_faults % self.coordinator_keys.len()].clone();
+        self.coordinator_faults += 1;
         let req =
             FindCoordinatorRequest::default().with_key(StrBytes::from_string(key.clone())).with_key_type(key_type);
         let r = self.router.call_any(&req, runnel_client::FIND_COORDINATOR_VERSION).await?;
         if r.error_code != 0 || r.node_id.0 < 0 {
             bail!("no coordinator for {key} now (error code {})", r.error_code);
         }
-        Ok(r.node_id.0 as u16)
+        Ok((r.node_id.0 as u16, key))
     }
 
     async fn apply(&mut self, fault: Fault) -> Result<(String, Applied)> {
         let (leader, follower) = self.targets().await?;
+        let mut of = String::new();
         let target = match fault {
-            Fault::KillCoordinator | Fault::PauseCoordinator => self.coordinator().await?,
+            Fault::KillCoordinator | Fault::PauseCoordinator => {
+                let (broker, key) = self.coordinator().await?;
+                of = format!(" of {key}");
+                broker
+            }
             Fault::KillLeader
             | Fault::PauseLeader
             | Fault::SlowDiskLeader
@@ -313,7 +323,7 @@ impl<C: Brokers> Chaos<C> {
             | Fault::IsolateLeader => leader,
             _ => follower,
         };
-        let what = format!("{} (broker {target})", fault.name());
+        let what = format!("{} (broker {target}){of}", fault.name());
         let addr = self.cluster.address(target);
         if let Some(key) = fault.disk_setting() {
             if !has_broker_setting(&mut self.router, &addr, target, key).await? {
@@ -558,7 +568,13 @@ async fn run<C: Brokers>(
         crate::stop_signal().await;
         std::process::exit(130);
     });
-    let coordinator_key = if cfg.transactional { (1, format!("{}-txn-0", cfg.topic)) } else { (0, cfg.group.clone()) };
+    let coordinator_keys = if cfg.transactional {
+        let copier = format!("{}-copier", cfg.topic);
+        let producers = (0..cfg.producers).map(|i| (1, format!("{}-txn-{i}", cfg.topic)));
+        [(1, copier.clone()), (0, copier)].into_iter().chain(producers).collect()
+    } else {
+        vec![(0, cfg.group.clone())]
+    };
     let t0 = Instant::now();
     let workload = tokio::spawn(workload::run(cfg, t0));
     let mut chaos = Chaos {
@@ -573,7 +589,8 @@ async fn run<C: Brokers>(
         may_exit: Vec::new(),
         unexpected_exits: Vec::new(),
         interrupt,
-        coordinator_key,
+        coordinator_keys,
+        coordinator_faults: 0,
     };
     let mut windows = Vec::new();
     let mut skipped = Vec::new();
