@@ -340,3 +340,8 @@ def test_kafka_transactions_tool_lists_describes_and_aborts(java_build, broker):
     assert ends(True)[1] < ends(False)[1], "partition 1 still held by the open transaction"
     p.abort_transaction(30)
     wait_for(lambda: ends(True) == ends(False), "both partitions stable", 30)
+    # The coordinator's abort marker on partition 1 carries its epoch (LatestCoordinatorEpoch,
+    # the third column; -1 before any marker), and no transaction is open there.
+    producers = tools.run(TRANSACTIONS_TOOL, "describe-producers", "--topic", topic, "--partition", 1).stdout
+    row = [line.split() for line in producers.splitlines()[1:] if line.strip()]
+    assert len(row) == 1 and int(row[0][2]) >= 0 and row[0][-1] == "None", producers

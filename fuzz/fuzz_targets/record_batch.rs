@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
             let _ = runnel_storage::all_records_keyed(&h, bytes);
             if let Ok(None) = producers.check(&h) {
                 let stamped = BatchHeader { base_offset: next_offset, ..h };
-                producers.record(&stamped, runnel_wire::marker::txn_end(&stamped, bytes));
+                producers.record(&stamped, runnel_wire::marker::marker(&stamped, bytes));
                 next_offset = stamped.next_offset();
             }
             let _ = producers.check_after(&h, &[h]);

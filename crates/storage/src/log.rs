@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use runnel_wire::batch::{stamp, BatchHeader, Batches};
-use runnel_wire::marker::txn_end;
+use runnel_wire::marker::marker;
 use thiserror::Error;
 use tracing::{info, warn};
 
@@ -293,7 +293,7 @@ impl Log {
             let _ = self.active_mut().truncate_to(size);
             return Err(e.into());
         }
-        self.producers.record(&stamped, txn_end(&stamped, batch));
+        self.producers.record(&stamped, marker(&stamped, batch));
         assert_eq!(self.log_end_offset(), stamped.next_offset(), "log end must follow the appended batch");
         Ok(AppendInfo { base_offset, last_offset: stamped.last_offset(), duplicate: false })
     }
@@ -309,7 +309,7 @@ impl Log {
             let _ = self.active_mut().truncate_to(size);
             return Err(e);
         }
-        self.producers.record(h, txn_end(h, batch));
+        self.producers.record(h, marker(h, batch));
         Ok(())
     }
 
@@ -405,7 +405,7 @@ impl Log {
             self.maybe_roll(range.len() as u64, h.last_offset(), now_ms)?;
             let batch = &prefix[range.clone()];
             self.active_mut().append(batch, h)?;
-            self.producers.record(h, txn_end(h, batch));
+            self.producers.record(h, marker(h, batch));
         }
         if self.log_end_offset() < end {
             self.active().file.sync_data()?;

@@ -18,6 +18,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
 
+use runnel_wire::marker::Marker;
 use runnel_wire::{BatchHeader, TxnEnd};
 
 pub const CACHED_BATCHES_PER_PRODUCER: usize = 5;
@@ -33,7 +34,7 @@ struct CachedBatch {
     last_offset: i64,
 }
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<CachedBatch>,
@@ -44,6 +45,23 @@ struct ProducerEntry {
     last_timestamp: i64,
     /// Last offset of the producer's last batch (markers included).
     last_offset: i64,
+    /// The epoch of the transaction coordinator that wrote the producer's last marker, -1
+    /// before one.
+    coordinator_epoch: i32,
+}
+
+impl Default for ProducerEntry {
+    fn default() -> Self {
+        ProducerEntry {
+            epoch: 0,
+            batches: VecDeque::new(),
+            last_write: 0,
+            txn_first: None,
+            last_timestamp: 0,
+            last_offset: 0,
+            coordinator_epoch: -1,
+        }
+    }
 }
 
 /// One producer as DescribeProducers shows it.
@@ -56,6 +74,8 @@ pub struct ProducerInfo {
     pub last_timestamp: i64,
     /// First offset of its open transaction, -1 when none.
     pub current_txn_start_offset: i64,
+    /// The coordinator epoch of its last marker, -1 before one.
+    pub coordinator_epoch: i32,
 }
 
 /// A transaction its marker aborted: its records in `[first_offset, last_offset)` from
@@ -91,8 +111,9 @@ pub struct ProducerTable {
 /// deletion; see [`ProducerTable::encode_below`]).
 const PRODUCERS_FILE: &str = "producers.snapshot";
 
-/// Format of [`ProducerTable::encode_below`].
-const SNAPSHOT_VERSION: u8 = 1;
+/// Format of [`ProducerTable::encode_below`]: 2 adds each producer's coordinator epoch
+/// (version 1 is still read, with -1 for it).
+const SNAPSHOT_VERSION: u8 = 2;
 
 /// Reads fixed-size fields off the front of a byte slice, refusing a short one.
 struct Reader<'a>(&'a [u8]);
@@ -165,7 +186,7 @@ impl ProducerTable {
         for p in pending.iter().filter(mine) {
             // A marker's kind does not matter to idempotence: any marker closes the
             // transaction and may move the epoch.
-            view.record(p, p.is_control().then_some(TxnEnd::Abort));
+            view.record(p, p.is_control().then_some(Marker { end: TxnEnd::Abort, coordinator_epoch: -1 }));
         }
         view.check(h)
     }
@@ -181,8 +202,8 @@ impl ProducerTable {
     }
 
     /// Records a batch that is now in the log (appended, or found while scanning on open).
-    /// `end` is what a transaction marker records (None for any other batch).
-    pub fn record(&mut self, h: &BatchHeader, end: Option<TxnEnd>) {
+    /// `marker` is what a transaction marker records (None for any other batch).
+    pub fn record(&mut self, h: &BatchHeader, marker: Option<Marker>) {
         if !h.has_producer_id() {
             return;
         }
@@ -198,6 +219,10 @@ impl ProducerTable {
         e.last_write = self.clock;
         e.last_timestamp = h.max_timestamp;
         e.last_offset = h.last_offset();
+        if let Some(m) = marker {
+            e.coordinator_epoch = m.coordinator_epoch;
+        }
+        let end = marker.map(|m| m.end);
         if h.is_transactional() {
             match (end, e.txn_first) {
                 (Some(end), Some(first)) => {
@@ -291,6 +316,7 @@ impl ProducerTable {
             out.extend_from_slice(&e.last_offset.to_be_bytes());
             out.extend_from_slice(&e.last_timestamp.to_be_bytes());
             out.extend_from_slice(&e.txn_first.unwrap_or(-1).to_be_bytes());
+            out.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
             out.push(e.batches.len() as u8);
             for b in &e.batches {
                 out.extend_from_slice(&b.first_seq.to_be_bytes());
@@ -306,7 +332,8 @@ impl ProducerTable {
     /// snapshot: every field is checked, and the table's bound holds). Returns how many.
     pub fn load(&mut self, data: &[u8]) -> Result<usize, String> {
         let mut r = Reader(data);
-        if r.take::<1>()? != [SNAPSHOT_VERSION] {
+        let version = r.take::<1>()?[0];
+        if !(1..=SNAPSHOT_VERSION).contains(&version) {
             return Err("unknown producer snapshot version".into());
         }
         let count = u32::from_be_bytes(r.take()?) as usize;
@@ -324,6 +351,9 @@ impl ProducerTable {
             };
             let txn_first = i64::from_be_bytes(r.take()?);
             e.txn_first = (txn_first >= 0).then_some(txn_first);
+            if version >= 2 {
+                e.coordinator_epoch = i32::from_be_bytes(r.take()?);
+            }
             let n = r.take::<1>()?[0] as usize;
             if n > CACHED_BATCHES_PER_PRODUCER {
                 return Err(format!("{n} cached batches for producer {pid}"));
@@ -401,6 +431,7 @@ impl ProducerTable {
                 last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
                 last_timestamp: e.last_timestamp,
                 current_txn_start_offset: e.txn_first.unwrap_or(-1),
+                coordinator_epoch: e.coordinator_epoch,
             })
             .collect();
         out.sort_unstable_by_key(|p| p.producer_id);
@@ -499,7 +530,7 @@ mod tests {
         assert_eq!(t.first_unstable_offset(10), Some(1));
         assert_eq!(t.open_transactions(), vec![(2, 1), (3, 2)]);
         // Producer 2 aborts at offset 4: still unstable until the high watermark passes it.
-        t.record(&marker(2, 0, 4), Some(TxnEnd::Abort));
+        t.record(&marker(2, 0, 4), Some(Marker { end: TxnEnd::Abort, coordinator_epoch: 0 }));
         assert_eq!(t.first_unstable_offset(4), Some(1));
         assert_eq!(t.first_unstable_offset(5), Some(2));
         t.settle(5);
@@ -508,13 +539,13 @@ mod tests {
         assert_eq!(t.aborted_in(5, 10), vec![]);
         assert_eq!(t.aborted_in(0, 1), vec![]);
         // Producer 3 commits: nothing is unstable once its marker is below the watermark.
-        t.record(&marker(3, 0, 5), Some(TxnEnd::Commit));
+        t.record(&marker(3, 0, 5), Some(Marker { end: TxnEnd::Commit, coordinator_epoch: 0 }));
         assert_eq!(t.first_unstable_offset(6), None);
         t.settle(6);
         assert!(t.unstable.is_empty() && t.open_transactions().is_empty());
         assert_eq!(t.aborted_in(0, 10).len(), 1);
         // A marker for a transaction that wrote nothing here changes nothing.
-        t.record(&marker(1, 0, 6), Some(TxnEnd::Abort));
+        t.record(&marker(1, 0, 6), Some(Marker { end: TxnEnd::Abort, coordinator_epoch: 0 }));
         assert_eq!(t.aborted_in(0, 10).len(), 1);
         t.forget_below(5);
         assert!(t.aborted_in(0, 10).is_empty());
@@ -522,7 +553,7 @@ mod tests {
         assert_eq!(t.check_marker(2, 0), Ok(()));
         t.record(&txn_batch(2, 1, 0, 7), None);
         assert_eq!(t.check_marker(2, 0), Err(ProducerError::Fenced));
-        t.record(&marker(2, 1, 8), Some(TxnEnd::Commit));
+        t.record(&marker(2, 1, 8), Some(Marker { end: TxnEnd::Commit, coordinator_epoch: 0 }));
         assert_eq!(t.check(&txn_batch(2, 1, 1, -1)), Ok(None));
     }
 
@@ -543,10 +574,14 @@ mod tests {
         t.record(&batch(1, 2, 0, 3, 10), None);
         t.record(&batch(1, 2, 3, 2, 13), None);
         t.record(&txn_batch(2, 0, 0, 20), None);
+        t.record(&marker(1, 2, 16), Some(Marker { end: TxnEnd::Commit, coordinator_epoch: 9 }));
         t.record(&batch(3, 0, 0, 1, 30), None); // at the point: rebuilt from the log instead
         let data = t.encode_below(30);
         let mut copy = ProducerTable::default();
         assert_eq!(copy.load(&data), Ok(2));
+        let coordinator_epochs: Vec<(i64, i32)> =
+            copy.describe().iter().map(|p| (p.producer_id, p.coordinator_epoch)).collect();
+        assert_eq!(coordinator_epochs, vec![(1, 9), (2, -1)], "DescribeProducers shows the last marker's");
         assert_eq!(copy.check(&batch(1, 2, 3, 2, -1)), Ok(Some((13, 14))), "a retry is still a duplicate");
         assert_eq!(copy.check(&batch(1, 1, 5, 1, -1)), Err(ProducerError::Fenced));
         assert_eq!(copy.check(&batch(1, 2, 9, 1, -1)), Err(ProducerError::OutOfOrder { expected: 5, got: 9 }));
@@ -562,5 +597,29 @@ mod tests {
         let mut extra = data;
         extra.push(0);
         assert!(ProducerTable::default().load(&extra).is_err());
+    }
+
+    #[test]
+    fn a_version_1_snapshot_still_loads() {
+        // Version 1: no coordinator epoch. Producer 4: epoch 1, last offset 7, timestamp 5,
+        // no open transaction, one cached batch (sequences 0-1, offsets 6-7).
+        let mut v1 = vec![1u8];
+        v1.extend_from_slice(&1u32.to_be_bytes());
+        v1.extend_from_slice(&4i64.to_be_bytes());
+        v1.extend_from_slice(&1i16.to_be_bytes());
+        v1.extend_from_slice(&7i64.to_be_bytes());
+        v1.extend_from_slice(&5i64.to_be_bytes());
+        v1.extend_from_slice(&(-1i64).to_be_bytes());
+        v1.push(1);
+        for field in [0i32, 1] {
+            v1.extend_from_slice(&field.to_be_bytes());
+        }
+        for field in [6i64, 7] {
+            v1.extend_from_slice(&field.to_be_bytes());
+        }
+        let mut t = ProducerTable::default();
+        assert_eq!(t.load(&v1), Ok(1));
+        assert_eq!(t.check(&batch(4, 1, 0, 2, -1)), Ok(Some((6, 7))));
+        assert_eq!(t.describe()[0].coordinator_epoch, -1);
     }
 }

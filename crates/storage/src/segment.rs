@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use runnel_wire::batch::{BatchHeader, HEADER_BYTES};
-use runnel_wire::marker::txn_end;
-use runnel_wire::TxnEnd;
+use runnel_wire::marker::{marker, Marker};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IndexEntry {
@@ -114,7 +113,7 @@ impl Segment {
     pub fn scan(
         &mut self,
         validate_from: i64,
-        mut visit: impl FnMut(&BatchHeader, Option<TxnEnd>),
+        mut visit: impl FnMut(&BatchHeader, Option<Marker>),
     ) -> io::Result<ScanOutcome> {
         let len = self.file.metadata()?.len();
         let mut pos = 0u64;
@@ -142,8 +141,8 @@ impl Segment {
             if h.base_offset.checked_add(h.last_offset_delta as i64 + 1).is_none() {
                 break Some(format!("offsets of the batch at position {pos} run past the largest offset"));
             }
-            let marker = h.is_control() && h.is_transactional();
-            if h.last_offset() >= validate_from || marker {
+            let is_marker = h.is_control() && h.is_transactional();
+            if h.last_offset() >= validate_from || is_marker {
                 body.resize(total as usize, 0);
                 self.file.read_exact_at(&mut body, pos)?;
             }
@@ -153,7 +152,7 @@ impl Segment {
                 }
             }
             self.note_appended(&h, pos, total);
-            visit(&h, if marker { txn_end(&h, &body) } else { None });
+            visit(&h, if is_marker { marker(&h, &body) } else { None });
             pos += total;
         };
         self.size = pos;
@@ -233,7 +232,7 @@ impl Segment {
 
     /// Hands every batch header, in order, to `visit` (the segment was scanned already),
     /// with what each transaction marker records.
-    pub fn for_each_header(&self, mut visit: impl FnMut(&BatchHeader, Option<TxnEnd>)) -> io::Result<()> {
+    pub fn for_each_header(&self, mut visit: impl FnMut(&BatchHeader, Option<Marker>)) -> io::Result<()> {
         let mut head = [0u8; HEADER_BYTES];
         let mut body = Vec::new();
         let mut pos = 0u64;
@@ -244,7 +243,7 @@ impl Segment {
             if h.is_control() && h.is_transactional() {
                 body.resize(h.total_bytes(), 0);
                 self.file.read_exact_at(&mut body, pos)?;
-                end = txn_end(&h, &body);
+                end = marker(&h, &body);
             }
             visit(&h, end);
             pos += h.total_bytes() as u64;

@@ -18,9 +18,9 @@ pub enum TxnEnd {
     Abort,
 }
 
-/// The type in the key of a control batch's first record, or None when `batch` is not an
-/// uncompressed control batch with such a key. Reads a few bytes; allocates nothing.
-pub fn control_type(h: &BatchHeader, batch: &[u8]) -> Option<i16> {
+/// The key and, if it has one, the value of a control batch's first record, or None when
+/// `batch` is not an uncompressed control batch. Reads a few bytes; allocates nothing.
+fn first_record<'a>(h: &BatchHeader, batch: &'a [u8]) -> Option<(&'a [u8], Option<&'a [u8]>)> {
     if !h.is_control() || h.compression() != 0 {
         return None;
     }
@@ -31,11 +31,38 @@ pub fn control_type(h: &BatchHeader, batch: &[u8]) -> Option<i16> {
     }
     let (key_len, used) = read_varint(b.get(at..)?)?;
     at += used;
-    if key_len < 4 {
-        return None;
-    }
-    let key = b.get(at..at + 4)?;
+    let key = b.get(at..at.checked_add(usize::try_from(key_len).ok()?)?)?;
+    at += key.len();
+    let value = read_varint(b.get(at..)?).and_then(|(len, used)| {
+        let from = at + used;
+        b.get(from..from.checked_add(usize::try_from(len).ok()?)?)
+    });
+    Some((key, value))
+}
+
+/// The type in the key of a control batch's first record, or None when `batch` is not an
+/// uncompressed control batch with such a key.
+pub fn control_type(h: &BatchHeader, batch: &[u8]) -> Option<i16> {
+    let (key, _) = first_record(h, batch)?;
+    let key = key.get(..4)?;
     Some(i16::from_be_bytes([key[2], key[3]]))
+}
+
+/// What a transaction marker records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marker {
+    pub end: TxnEnd,
+    /// The epoch of the transaction coordinator that wrote it (-1 when its value cannot be
+    /// read).
+    pub coordinator_epoch: i32,
+}
+
+/// The marker `batch` is, or None when it is not one.
+pub fn marker(h: &BatchHeader, batch: &[u8]) -> Option<Marker> {
+    let end = txn_end(h, batch)?;
+    let value = first_record(h, batch).and_then(|(_, v)| v).and_then(|v| v.get(2..6));
+    let coordinator_epoch = value.map_or(-1, |v| i32::from_be_bytes([v[0], v[1], v[2], v[3]]));
+    Some(Marker { end, coordinator_epoch })
 }
 
 /// The end a transaction marker records, or None when the batch is not a marker.
@@ -83,6 +110,7 @@ mod tests {
             assert!(h.is_control() && h.is_transactional());
             assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence, h.records_count), (42, 3, -1, 1));
             assert_eq!(txn_end(&h, &batch), Some(end));
+            assert_eq!(marker(&h, &batch), Some(Marker { end, coordinator_epoch: 7 }));
         }
         let mut b = BatchBuilder::new(0);
         b.push(0, Some(b"k"), Some(b"v"));
@@ -101,6 +129,7 @@ mod tests {
         let h = BatchHeader::parse(&cut).expect("header");
         for len in 0..cut.len() {
             let _ = txn_end(&h, &cut[..len]);
+            let _ = marker(&h, &cut[..len]);
         }
     }
 }

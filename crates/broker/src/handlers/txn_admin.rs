@@ -124,7 +124,7 @@ pub fn describe_producers(b: &Arc<Broker>, r: DescribeProducersRequest, _v: i16,
                                     .with_producer_epoch(p.epoch as i32)
                                     .with_last_sequence(p.last_sequence)
                                     .with_last_timestamp(p.last_timestamp)
-                                    .with_coordinator_epoch(-1)
+                                    .with_coordinator_epoch(p.coordinator_epoch)
                                     .with_current_txn_start_offset(p.current_txn_start_offset)
                             })
                             .collect(),
