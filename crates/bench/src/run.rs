@@ -116,7 +116,20 @@ async fn measure(cluster: &mut Cluster, w: Arc<Workload>, progress: bool) -> Res
         produce.merge(done.context("producer task")??);
     }
     let produce_elapsed = t0.elapsed();
-    let end = cluster.end_offsets(&layout).await?;
+    let mut end = cluster.end_offsets(&layout).await?;
+    if w.acks == 0 {
+        // Unanswered requests may still be in the brokers' hands: the end offsets are
+        // read again until they hold still for 200 ms (5 s at most).
+        let settle = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < settle {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let again = cluster.end_offsets(&layout).await?;
+            if again == end {
+                break;
+            }
+            end = again;
+        }
+    }
     let _ = end_tx.send(Some(end.clone()));
     let mut e2e = Recorder::new(t0);
     while let Some(done) = consumers.join_next().await {

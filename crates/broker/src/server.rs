@@ -42,7 +42,6 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     tls_settings.set_dynamic(dynamic);
     let mut listener_tls = Vec::new();
     for l in &config.listeners {
-        let socket = TcpListener::bind(l.listen).await.with_context(|| format!("binding {} ({})", l.listen, l.name))?;
         let (tls, principal_rules) = if l.protocol.tls() {
             let (settings, name) = (tls_settings.clone(), l.name.clone());
             let tls = ServerTls::server(Box::new(move |k: &str| settings.for_listener(&name, k).to_string()))
@@ -70,6 +69,9 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
         } else {
             None
         };
+        // Bound once the listener is ready (its JWKS fetched): a client that can connect
+        // can log in.
+        let socket = TcpListener::bind(l.listen).await.with_context(|| format!("binding {} ({})", l.listen, l.name))?;
         let entry = connection::Entry { name: l.name.as_str().into(), tls, principal_rules, sasl };
         listeners.push((socket, Arc::new(entry)));
     }
