@@ -164,12 +164,15 @@ impl ProducerTable {
         if let Some(b) = e.batches.iter().find(|b| b.first_seq == h.base_sequence && b.last_seq == h.last_sequence()) {
             return Ok(Some((b.base_offset, b.last_offset)));
         }
-        match e.batches.back() {
-            Some(last) if h.base_sequence != next_seq(last.last_seq) => {
-                Err(ProducerError::OutOfOrder { expected: next_seq(last.last_seq), got: h.base_sequence })
-            }
-            _ => Ok(None),
+        // No batch at this epoch yet (a marker moved the producer to it, as transactions
+        // version 2 does at every end): it starts at 0, as Kafka has it. A later batch
+        // that arrives first (its predecessor refused, say, while the transaction's
+        // coordinator was busy) is refused too, so the producer resends both in order.
+        let expected = e.batches.back().map_or(0, |last| next_seq(last.last_seq));
+        if h.base_sequence != expected {
+            return Err(ProducerError::OutOfOrder { expected, got: h.base_sequence });
         }
+        Ok(None)
     }
 
     /// [`ProducerTable::check`] as if `pending` (batches not yet in the log) had been

@@ -153,6 +153,9 @@ fn a_marker_at_the_next_epoch_fences_the_ended_transaction() {
     let late = at(0, 1);
     let h = BatchHeader::validate(&late).expect("valid");
     assert!(log.check_producer(&h, &[]).is_err(), "a late batch of the ended transaction is fenced");
+    let ahead = at(1, 3);
+    let h = BatchHeader::validate(&ahead).expect("valid");
+    assert!(log.check_producer(&h, &[]).is_err(), "the new epoch starts at sequence 0");
     append(&mut log, &at(1, 0));
     assert!(log.in_transaction(1, 1));
     assert_eq!(log.open_transactions(), vec![(1, 2)]);
