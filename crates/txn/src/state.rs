@@ -136,31 +136,48 @@ impl TxnMeta {
     }
 
     /// InitProducerId. `expected`: the (id, epoch) a producer that already had one sends
-    /// (KIP-360); it must be the current one, or the one just before a bump it retries.
+    /// (KIP-360, and a Kafka 4 client bumping its epoch itself); in Kafka's order: the id
+    /// must be this one (or the one before a new id, from its last epoch), a transaction
+    /// still ending answers CONCURRENT_TRANSACTIONS, then the epoch must be the current one
+    /// (bumped) or the one before the last bump (a retry, answered with the current one).
     pub fn init(&self, timeout_ms: i32, expected: Option<(i64, i16)>, now_ms: i64) -> Result<Init, E> {
         if let Some((pid, epoch)) = expected {
-            let current = pid == self.producer_id && epoch == self.producer_epoch;
-            let retried = pid == self.producer_id && epoch == self.last_producer_epoch && self.last_producer_epoch >= 0;
-            if retried && matches!(self.state, State::Empty | State::CompleteCommit | State::CompleteAbort) {
-                return Ok(Init::Current);
-            }
-            if !current {
+            let known = self.producer_epoch < 0
+                || pid == self.producer_id
+                || (self.prev_producer_id == Some(pid) && epoch >= LAST_CLIENT_EPOCH);
+            if !known {
                 return Err(E::ProducerFenced);
             }
         }
         match self.state {
             State::PrepareCommit | State::PrepareAbort => Err(E::ConcurrentTransactions),
             State::Ongoing => Ok(Init::Fence(self.fenced(now_ms))),
-            State::Empty | State::CompleteCommit | State::CompleteAbort => match self.bumped(now_ms) {
-                Some(mut next) => {
-                    next.state = State::Empty;
-                    next.partitions.clear();
-                    next.timeout_ms = timeout_ms;
-                    next.start_ms = -1;
-                    Ok(Init::Bump(next))
+            State::Empty | State::CompleteCommit | State::CompleteAbort => {
+                match expected {
+                    Some((pid, epoch)) if self.producer_epoch >= 0 => {
+                        let current = pid == self.producer_id && epoch == self.producer_epoch;
+                        let retried = (pid == self.producer_id && epoch == self.last_producer_epoch)
+                            || (self.prev_producer_id == Some(pid) && self.producer_epoch == 0);
+                        if retried && !current {
+                            return Ok(Init::Current);
+                        }
+                        if !current {
+                            return Err(E::ProducerFenced);
+                        }
+                    }
+                    _ => {}
                 }
-                None => Ok(Init::NewId),
-            },
+                match self.bumped(now_ms) {
+                    Some(mut next) => {
+                        next.state = State::Empty;
+                        next.partitions.clear();
+                        next.timeout_ms = timeout_ms;
+                        next.start_ms = -1;
+                        Ok(Init::Bump(next))
+                    }
+                    None => Ok(Init::NewId),
+                }
+            }
         }
     }
 
@@ -493,6 +510,22 @@ mod tests {
         assert_eq!(aborted.end(7, 0, TxnEnd::Commit, true, None, 13), Err(E::ProducerFenced));
         let timed_out = m.timed_out(60_010).expect("timed out");
         assert_eq!((timed_out.state, timed_out.producer_epoch), (State::PrepareAbort, 2));
+    }
+
+    #[test]
+    fn a_client_bumping_its_epoch_while_its_commit_ends_waits_then_gets_the_current_one() {
+        // Transactions version 2: EndTxn moved the epoch to 1; the client's own bump comes
+        // with the epoch it had (0) while the markers are still being written.
+        let m = ready().add(7, 0, &[tp("a", 0)], true, 10).expect("add").expect("written");
+        let p = m.end(7, 0, TxnEnd::Commit, true, None, 20).expect("end").prepared();
+        assert_eq!(p.init(60_000, Some((7, 0)), 21), Err(E::ConcurrentTransactions));
+        let c = p.completed(22).expect("complete");
+        assert_eq!(c.init(60_000, Some((7, 0)), 23), Ok(Init::Current));
+        assert_eq!(c.init(60_000, Some((8, 0)), 23), Err(E::ProducerFenced));
+        match c.init(60_000, Some((7, 1)), 24).expect("init") {
+            Init::Bump(b) => assert_eq!(b.producer_epoch, 2),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
