@@ -9,7 +9,9 @@
 # usage: bench/txn.sh [ROUNDS]      (default 3)
 # env:   SECONDS_PER_RUN (default 10), COMMIT_MS (default 100), RECORD_SIZE (default 512),
 #        RATE (records/s; default 0: as fast as the producer takes them),
-#        PEERS_KAFKA (default ../shared/peers/kafka), OUT (default /tmp/runnel-bench-txn)
+#        PEERS_KAFKA (default ../shared/peers/kafka), OUT (default /tmp/runnel-bench-txn),
+#        JAVA_OPTS (extra JVM options for the client, e.g. -Dlog4j2.configurationFile=... to
+#        see its warnings in $OUT/java.err)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEERS="${PEERS_KAFKA:-$ROOT/../shared/peers/kafka}"
@@ -52,7 +54,8 @@ sleep 2
 run() {  # system bootstrap commit_ms round
   local line
   # A run that fails (say, a commit past max.block.ms) is reported and left out of the medians.
-  line=$(java -XX:+UseSerialGC -Xmx1g -cp "$OUT/classes:$PEERS_HOME/lib/*" -Dorg.slf4j.simpleLogger.defaultLogLevel=error \
+  # shellcheck disable=SC2086 # JAVA_OPTS holds several options
+  line=$(java -XX:+UseSerialGC -Xmx1g ${JAVA_OPTS:-} -cp "$OUT/classes:$PEERS_HOME/lib/*" -Dorg.slf4j.simpleLogger.defaultLogLevel=error \
       TxnBench --bootstrap "$2" --topic "bench-$1-c$3-r$4" --seconds "$SECS" --record-size "$RECORD_SIZE" \
       --commit-ms "$3" --rate "$RATE" 2>>"$OUT/java.err" | tail -1) || line="failed (see $OUT/java.err)"
   case "$line" in

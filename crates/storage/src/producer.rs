@@ -150,7 +150,16 @@ impl ProducerTable {
             return Ok(None);
         }
         let Some(e) = self.producers.get(&h.producer_id) else {
-            return Ok(None);
+            // An idempotent producer this partition does not know may go on where it was
+            // (its state gone), as in Kafka. A transactional one that wrote nothing here yet
+            // starts at 0 (Runnel keeps producer state through retention, so nothing else
+            // explains a gap): a later batch that arrives first, its predecessor refused
+            // while the coordinator was busy, is refused too, and the producer resends both
+            // in order instead of finding its first batch out of order for good.
+            return match h.base_sequence {
+                got if h.is_transactional() && got != 0 => Err(ProducerError::OutOfOrder { expected: 0, got }),
+                _ => Ok(None),
+            };
         };
         if h.producer_epoch < e.epoch {
             return Err(ProducerError::Fenced);
@@ -506,6 +515,14 @@ mod tests {
         }
         assert_eq!(t.check(&batch(1, 1, 1, 1, -1)), Err(ProducerError::OutOfOrder { expected: 7, got: 1 }));
         assert_eq!(t.check(&batch(1, 1, 2, 1, -1)), Ok(Some((107, 107))));
+    }
+
+    #[test]
+    fn a_transactional_producer_new_here_starts_at_sequence_0() {
+        let t = ProducerTable::default();
+        assert_eq!(t.check(&txn_batch(5, 0, 7, -1)), Err(ProducerError::OutOfOrder { expected: 0, got: 7 }));
+        assert_eq!(t.check(&txn_batch(5, 0, 0, -1)), Ok(None));
+        assert_eq!(t.check(&batch(5, 0, 7, 1, -1)), Ok(None), "an idempotent one may go on where it was");
     }
 
     #[test]
