@@ -29,9 +29,9 @@ use runnel_client::{topic_name, FIND_COORDINATOR_VERSION};
 
 use crate::config::VerifyConfig;
 use crate::fetch::fetch_round;
-use crate::history::{copied, CopierRecord, Op, OpKind, Outcome, Send, TxnRecord, COPIED_MASK, COPY_BIT};
+use crate::history::{copied, CopierRecord, Op, Send, TxnRecord, COPIED_MASK, COPY_BIT};
 use crate::router::retriable;
-use crate::txn::{txn_outcome, Producer, Step};
+use crate::txn::{record_txn, txn_outcome, Producer, Step};
 
 /// Every this many copier transactions, one is aborted on purpose.
 const ABORT_EVERY: u64 = 5;
@@ -226,18 +226,8 @@ pub(crate) async fn run(
         }
         // After a clean commit, read on from where it committed; otherwise ask the group.
         positions = (ended == Some(true) && commit).then_some(read_to);
-        ops.push(Op {
-            kind: OpKind::Send,
-            process: process.clone(),
-            start_ms: began.duration_since(t0).as_millis() as u64,
-            latency_ms: began.elapsed().as_millis() as u64,
-            outcome,
-        });
-        for &(partition, value, offset) in &written {
-            let offset = if outcome == Outcome::Ok { offset } else { None };
-            sends.push(Send { producer: index, partition, value, outcome, offset });
-        }
-        txns.push(TxnRecord { producer: index, values: written.iter().map(|w| w.1).collect(), outcome });
+        let timing = (process.as_str(), t0, began);
+        record_txn(index, timing, &written, outcome, (&mut sends, &mut ops, &mut txns));
     }
     // Every transaction of the copier ended (a new epoch aborts one left open), then the
     // offsets its group committed, stable.

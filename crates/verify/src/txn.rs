@@ -268,6 +268,31 @@ pub(crate) fn txn_outcome(commit: bool, ended: Option<bool>, answered_all: bool)
     }
 }
 
+/// Records one ended transaction of producer `index`: its op on the timeline (`process`,
+/// from `began`, times from `t0`), each of its values as a send with the transaction's
+/// outcome (the acknowledged offset kept only when it committed), and the transaction.
+#[allow(clippy::type_complexity)]
+pub(crate) fn record_txn(
+    index: usize,
+    (process, t0, began): (&str, Instant, Instant),
+    written: &[(i32, u64, Option<i64>)],
+    outcome: Outcome,
+    (sends, ops, txns): (&mut Vec<Send>, &mut Vec<Op>, &mut Vec<TxnRecord>),
+) {
+    ops.push(Op {
+        kind: OpKind::Send,
+        process: process.to_string(),
+        start_ms: began.duration_since(t0).as_millis() as u64,
+        latency_ms: began.elapsed().as_millis() as u64,
+        outcome,
+    });
+    for &(partition, value, offset) in written {
+        let offset = if outcome == Outcome::Ok { offset } else { None };
+        sends.push(Send { producer: index, partition, value, outcome, offset });
+    }
+    txns.push(TxnRecord { producer: index, values: written.iter().map(|w| w.1).collect(), outcome });
+}
+
 impl<T> Step<T> {
     fn map<U>(self, f: impl FnOnce(T) -> U) -> Step<U> {
         match self {
@@ -331,18 +356,8 @@ pub(crate) async fn produce(
         if ended != Some(true) {
             p.id = None;
         }
-        ops.push(Op {
-            kind: OpKind::Send,
-            process: process.clone(),
-            start_ms: began.duration_since(t0).as_millis() as u64,
-            latency_ms: began.elapsed().as_millis() as u64,
-            outcome,
-        });
-        for &(partition, value, offset) in &written {
-            let offset = if outcome == Outcome::Ok { offset } else { None };
-            sends.push(Send { producer: index, partition, value, outcome, offset });
-        }
-        txns.push(TxnRecord { producer: index, values: written.iter().map(|w| w.1).collect(), outcome });
+        let timing = (process.as_str(), t0, began);
+        record_txn(index, timing, &written, outcome, (&mut sends, &mut ops, &mut txns));
     }
     (sends, ops, txns)
 }
