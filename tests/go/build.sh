@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the franz-go programs tests/go/clientcheck, tests/go/groupcheck, tests/go/txncheck and
-# tests/go/seccheck into .cache/go/<name> (relative to the repo root).
+# Builds the franz-go programs tests/go/clientcheck, tests/go/groupcheck, tests/go/txncheck,
+# tests/go/rackcheck and tests/go/seccheck into .cache/go/<name> (relative to the repo root).
 # Idempotent: a binary newer than go.mod, go.sum and every .go file under
 # tests/go is left alone. Otherwise `go build` runs (itself
 # incremental via Go's build cache). Modules come from the Go module proxy on
@@ -37,3 +37,4 @@ build clientcheck
 build groupcheck
 build seccheck
 build txncheck
+build rackcheck

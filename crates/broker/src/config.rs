@@ -207,6 +207,10 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // version 2 (KIP-890 part 2); 0 or 1 keeps them on version 1. Every broker of a
     // cluster should have the same.
     ("transaction.version", Kind::Int, "2"),
+    // Which replica a consumer with client.rack reads from (KIP-392): the nearest one by
+    // broker.location (RackAwareReplicaSelector, the default here), or the leader only
+    // (org.apache.kafka.common.replica.LeaderSelector, or empty: Kafka's default).
+    ("replica.selector.class", Kind::Str, "org.apache.kafka.common.replica.RackAwareReplicaSelector"),
     // Transactions version 2: a partition leader adding a produce's partition to its
     // transaction retries CONCURRENT_TRANSACTIONS (the previous transaction still ending)
     // this often, for at most this long, before the producer is asked to retry.
@@ -552,9 +556,11 @@ fn parse_listeners(settings: &Settings) -> Result<Vec<Listener>> {
 
 impl BrokerConfig {
     pub fn from_settings(settings: Settings) -> Result<BrokerConfig> {
-        for (name, allowed) in
-            [("log.fsync.policy", &["always", "never"]), ("log.fsync.scope", &["filesystem", "file"])]
-        {
+        for (name, allowed) in [
+            ("log.fsync.policy", &["always", "never"][..]),
+            ("log.fsync.scope", &["filesystem", "file"]),
+            ("replica.selector.class", &[crate::replica_selector::RACK_AWARE, crate::replica_selector::LEADER, ""]),
+        ] {
             let v = settings.get(name);
             if !allowed.contains(&v) {
                 bail!("setting {name}={v}: expected one of {}", allowed.join(", "));

@@ -34,6 +34,7 @@ mod preferred_leader;
 mod quota;
 mod reassign;
 pub mod replica_manager;
+mod replica_selector;
 mod sasl_gate;
 pub mod server;
 pub mod topic_config;

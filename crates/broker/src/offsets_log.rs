@@ -117,8 +117,9 @@ impl GroupLog for InternalLog {
         let mut open: HashMap<i64, Records> = HashMap::new();
         let mut offset = part.log_start_offset();
         loop {
-            let read =
-                part.read(offset, REPLAY_READ_BYTES, true, Isolation::ReadUncommitted).map_err(|e| e.to_string())?;
+            let read = part
+                .read(offset, REPLAY_READ_BYTES, true, Isolation::ReadUncommitted, false)
+                .map_err(|e| e.to_string())?;
             if offset >= read.high_watermark {
                 break;
             }

@@ -8,6 +8,7 @@
 //! leader stamps offsets, replicas write and fsync, a majority commits, and the high
 //! watermark (the end of what is committed and on this replica's disk) moves.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,12 +17,16 @@ use runnel_storage::{AbortedTxn, CleanStats, Log, ProducerError, ReadError, Read
 use runnel_wire::{BatchHeader, TxnEnd};
 use tokio::sync::oneshot;
 
+use crate::replica_selector::ClientPlace;
+
 /// A hosted partition: its replica, its Raft group id and the driver that runs it.
 #[derive(Clone)]
 struct Hosted {
     replica: SharedReplica,
     group: u64,
     driver: Arc<Driver>,
+    /// Set once this replica has served consumers as a follower (logged the first time).
+    served_as_follower: Arc<AtomicBool>,
 }
 
 pub struct Partition {
@@ -139,6 +144,8 @@ pub struct Read {
     /// With read_committed: the aborted transactions from the read's offset up to the last
     /// stable offset (the caller keeps those the records it returns reach).
     pub aborted: Vec<AbortedTxn>,
+    /// This replica, a follower, serves consumers for the first time (worth a log line).
+    pub first_follower_read: bool,
 }
 
 impl Partition {
@@ -150,7 +157,8 @@ impl Partition {
         group: u64,
         driver: Arc<Driver>,
     ) -> Partition {
-        Partition { topic, index, hosted: Some(Hosted { replica, group, driver }), replicas }
+        let served_as_follower = Arc::new(AtomicBool::new(false));
+        Partition { topic, index, hosted: Some(Hosted { replica, group, driver, served_as_follower }), replicas }
     }
 
     pub fn remote(topic: Arc<str>, index: i32, replicas: Vec<i32>) -> Partition {
@@ -290,14 +298,19 @@ impl Partition {
 
     /// What a consumer's fetch from `offset` reads on the leader (at most `max_bytes`, or
     /// the first batch whole when `min_one`), with the bounds it reports, under one lock.
+    /// With `any_replica` (a consumer that may fetch from followers, KIP-392), any replica
+    /// serves it, up to what that replica knows to be committed: its high watermark, which
+    /// follows the leader's commit index as appends and heartbeats carry it.
     pub fn read(
         &self,
         offset: i64,
         max_bytes: usize,
         min_one: bool,
         isolation: Isolation,
+        any_replica: bool,
     ) -> Result<Read, PartitionError> {
-        let r = self.lock().filter(|r| r.is_leader()).ok_or(PartitionError::NotLeader)?;
+        let r = self.lock().filter(|r| any_replica || r.is_leader()).ok_or(PartitionError::NotLeader)?;
+        let first_follower_read = !r.is_leader() && self.first_follower_read();
         let high_watermark = r.high_watermark();
         let log = r.log();
         let last_stable_offset = log.last_stable_offset(high_watermark);
@@ -311,7 +324,24 @@ impl Partition {
             log_start_offset: log.log_start_offset(),
             plan: log.read(offset, max_bytes, upper, min_one),
             aborted,
+            first_follower_read,
         })
+    }
+
+    /// True the first time this replica serves consumers as a follower.
+    fn first_follower_read(&self) -> bool {
+        self.hosted.as_ref().is_some_and(|h| !h.served_as_follower.swap(true, Ordering::Relaxed))
+    }
+
+    /// Leader only: the replica a consumer at `place` reading from `fetch_offset` should
+    /// read from instead of this leader (KIP-392's `preferred_read_replica`), if any.
+    pub fn preferred_read_replica(&self, place: &ClientPlace, fetch_offset: i64) -> Option<i32> {
+        let (leader, ends): (i32, Vec<(i32, i64)>) = {
+            let r = self.lock().filter(|r| r.is_leader())?;
+            let ends = r.voter_ends().into_iter().map(|(id, end)| (runnel_controller::broker_of(id), end));
+            (runnel_controller::broker_of(r.id()), ends.collect())
+        };
+        place.preferred(leader, &ends, fetch_offset)
     }
 
     /// Offsets below this are stable: every transaction there has ended and its marker is

@@ -359,6 +359,27 @@ impl Replica {
                 .is_some_and(|p| p.recent_active && p.matched > 0 && p.matched + lag >= raft.raft_log.last_index())
     }
 
+    /// Leader only: for each voter that answered recently (the leader itself included),
+    /// the offset one past the entries it has acknowledged. A voter that is far behind (its
+    /// acknowledged entries no longer tracked one by one in memory) is left out, so this
+    /// never reads the disk.
+    pub fn voter_ends(&self) -> Vec<(u64, i64)> {
+        let raft = &self.node.raft;
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        let store = self.node.store();
+        raft.prs()
+            .iter()
+            .filter(|(id, p)| raft.prs().conf().voters().contains(**id) && p.recent_active)
+            .filter(|(id, p)| p.matched > 0 || **id == self.id())
+            .filter_map(|(id, p)| {
+                let matched = if *id == self.id() { store.last() } else { p.matched };
+                store.end_offset_in_memory(matched).map(|end| (*id, end))
+            })
+            .collect()
+    }
+
     /// The group's configuration as applied: (voters, learners, joint).
     pub fn membership(&self) -> (Vec<u64>, Vec<u64>, bool) {
         let conf = self.node.store().conf_state();

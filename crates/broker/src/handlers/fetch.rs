@@ -15,6 +15,7 @@ use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId
 use runnel_security::acl::Operation;
 use runnel_wire::Batches;
 use tokio::time::Instant;
+use tracing::info;
 
 use super::topic_name;
 use crate::broker::Broker;
@@ -22,6 +23,7 @@ use crate::ctx::{Ctx, Reply};
 use crate::errors;
 use crate::fetch_session::{PartKey, PartState, SessionError};
 use crate::partition::Isolation;
+use crate::replica_selector::ClientPlace;
 
 struct Wanted {
     parts: Vec<(PartKey, PartState)>,
@@ -65,13 +67,16 @@ struct Read {
 }
 
 /// One pass over the partitions: what a response sent now would hold. Partitions of the
-/// topics in `denied` (no READ on them) get TOPIC_AUTHORIZATION_FAILED.
+/// topics in `denied` (no READ on them) get TOPIC_AUTHORIZATION_FAILED. A consumer at
+/// `place` (its `client.rack` resolved) is sent to a nearer replica of each partition this
+/// broker leads, when there is one (KIP-392).
 fn read_all(
     b: &Broker,
     parts: &[(PartKey, PartState)],
     denied: &HashSet<&str>,
     max_bytes: usize,
     isolation: Isolation,
+    place: Option<&ClientPlace>,
     v: i16,
 ) -> (Vec<Read>, usize) {
     let mut total = 0usize;
@@ -105,8 +110,19 @@ fn read_all(
             out.push(Read { key: key.clone(), data, news: true });
             continue;
         };
+        if let Some(replica) = place.and_then(|p| part.preferred_read_replica(p, st.fetch_offset)) {
+            // As Kafka: no records, the partition's bounds, and where to read instead.
+            data.preferred_read_replica = BrokerId(replica);
+            data.high_watermark = part.high_watermark();
+            data.last_stable_offset = part.last_stable_offset();
+            data.log_start_offset = part.log_start_offset();
+            data.records = Some(Bytes::new());
+            out.push(Read { key: key.clone(), data, news: true });
+            continue;
+        }
         let budget = max_bytes.saturating_sub(total).min(st.max_bytes.max(0) as usize);
-        let read = match part.read(st.fetch_offset, budget, total == 0, isolation) {
+        // Fetch v11+ carries the consumer's rack: such a consumer may read from a follower.
+        let read = match part.read(st.fetch_offset, budget, total == 0, isolation, v >= 11) {
             Ok(read) => read,
             Err(e) => {
                 data.error_code = errors::partition(&e).code();
@@ -114,6 +130,10 @@ fn read_all(
                 continue;
             }
         };
+        if read.first_follower_read {
+            info!(broker = b.node_id(), topic = %key.topic, partition = key.partition,
+                "serving consumers from this follower (fetch from follower, KIP-392)");
+        }
         data.high_watermark = read.high_watermark;
         if v >= 4 {
             data.last_stable_offset = read.last_stable_offset;
@@ -206,17 +226,23 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
             .map(|(k, _)| k.topic.as_str())
             .filter(|t| !((v >= 13 && t.is_empty()) || access.topic(Operation::Read, t)))
             .collect();
+        let place = if v >= 11 && !r.rack_id.is_empty() {
+            let selector = b.config.settings.get("replica.selector.class");
+            ClientPlace::resolve(selector, &r.rack_id, b.controller().live_brokers())
+        } else {
+            None
+        };
         let reads = loop {
             let notified = b.data_arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (reads, total) = read_all(&b, &resolved.parts, &denied, max_bytes, isolation, v);
+            let (reads, total) = read_all(&b, &resolved.parts, &denied, max_bytes, isolation, place.as_ref(), v);
             let errors = reads.iter().any(|rd| rd.data.error_code != 0);
             if total >= r.min_bytes.max(0) as usize || errors || Instant::now() >= deadline || b.is_shutting_down() {
                 break reads;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                break read_all(&b, &resolved.parts, &denied, max_bytes, isolation, v).0;
+                break read_all(&b, &resolved.parts, &denied, max_bytes, isolation, place.as_ref(), v).0;
             }
         };
         let mut sent = Vec::new();
