@@ -165,6 +165,11 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // `file` when the data directory shares its filesystem with busy unrelated writers.
     ("log.fsync.scope", Kind::Str, "filesystem"),
     ("socket.request.max.bytes", Kind::Int, "104857600"),
+    // Kernel socket buffers of client and broker-to-broker connections; -1 (the default
+    // here; Kafka's is 102400) leaves Linux to size them from each connection's
+    // bandwidth-delay product, as a link between regions needs.
+    ("socket.send.buffer.bytes", Kind::Int, "-1"),
+    ("socket.receive.buffer.bytes", Kind::Int, "-1"),
     ("max.connections", Kind::Int, "10000"),
     ("max.connections.per.ip", Kind::Int, "2147483647"),
     ("connections.max.idle.ms", Kind::Long, "600000"),
@@ -555,6 +560,15 @@ fn parse_listeners(settings: &Settings) -> Result<Vec<Listener>> {
 }
 
 impl BrokerConfig {
+    /// `socket.send.buffer.bytes` and `socket.receive.buffer.bytes`.
+    pub fn socket_buffers(&self) -> runnel_raft::SocketBuffers {
+        let size = |name| self.settings.i64(name).clamp(-1, i32::MAX as i64) as i32;
+        runnel_raft::SocketBuffers {
+            send: size("socket.send.buffer.bytes"),
+            receive: size("socket.receive.buffer.bytes"),
+        }
+    }
+
     pub fn from_settings(settings: Settings) -> Result<BrokerConfig> {
         for (name, allowed) in [
             ("log.fsync.policy", &["always", "never"][..]),

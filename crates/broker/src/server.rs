@@ -71,7 +71,8 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
         };
         // Bound once the listener is ready (its JWKS fetched): a client that can connect
         // can log in.
-        let socket = TcpListener::bind(l.listen).await.with_context(|| format!("binding {} ({})", l.listen, l.name))?;
+        let socket =
+            config.socket_buffers().listen(l.listen).with_context(|| format!("binding {} ({})", l.listen, l.name))?;
         let entry = connection::Entry { name: l.name.as_str().into(), tls, principal_rules, sasl };
         listeners.push((socket, Arc::new(entry)));
     }

@@ -27,7 +27,7 @@ use tracing::{error, warn};
 
 use crate::queue;
 use crate::replica::Replica;
-use crate::transport::{PeerTls, TcpTransport, Transport};
+use crate::transport::{PeerTls, SocketBuffers, TcpTransport, Transport};
 
 /// Interval between Raft ticks; election and heartbeat timeouts count these.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -169,9 +169,10 @@ impl Driver {
         sync: SyncPolicy,
         now_ms: fn() -> i64,
         tls: Option<PeerTls>,
+        buffers: SocketBuffers,
     ) -> io::Result<Arc<Driver>> {
         let (tx, rx) = queue::channel(INBOUND_QUEUE_MAX, INBOUND_QUEUE_BYTES_MAX);
-        let transport = TcpTransport::start(listen, peers, tx, tls).await?;
+        let transport = TcpTransport::start(listen, peers, tx, tls, buffers).await?;
         Ok(Driver::with_transport(id, Arc::new(transport), rx, hooks, sync, now_ms, Host::default()))
     }
 

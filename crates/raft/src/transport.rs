@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ use protobuf::Message as _;
 use raft::eraftpb::Message;
 use runnel_security::{ClientTls, ServerTls, TlsAcceptor, TlsConnector};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tracing::{debug, warn};
 
 pub use crate::queue::Envelope;
@@ -59,6 +60,51 @@ pub struct PeerTls {
 type Reader = Box<dyn AsyncRead + Unpin + Send>;
 type Writer = Box<dyn AsyncWrite + Unpin + Send>;
 
+/// Kernel buffer sizes for sockets (`socket.send.buffer.bytes`,
+/// `socket.receive.buffer.bytes`). A size of 0 or less leaves the kernel's, which Linux
+/// grows with each connection's bandwidth-delay product (up to `net.ipv4.tcp_wmem` and
+/// `tcp_rmem`'s maximum): what a link across regions needs. A fixed size turns that
+/// autotuning off for the socket; the receive size is set before listen or connect, so the
+/// TCP window scale covers it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SocketBuffers {
+    pub send: i32,
+    pub receive: i32,
+}
+
+impl SocketBuffers {
+    fn socket_for(&self, addr: SocketAddr) -> io::Result<TcpSocket> {
+        let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        if self.send > 0 {
+            socket.set_send_buffer_size(self.send as u32)?;
+        }
+        if self.receive > 0 {
+            socket.set_recv_buffer_size(self.receive as u32)?;
+        }
+        Ok(socket)
+    }
+
+    /// A listener on `addr` whose accepted connections get these buffers.
+    pub fn listen(&self, addr: SocketAddr) -> io::Result<TcpListener> {
+        let socket = self.socket_for(addr)?;
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(1024)
+    }
+
+    /// A connection to `addr` (host:port, resolved) with these buffers.
+    pub async fn connect(&self, addr: &str) -> io::Result<TcpStream> {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{addr}: no address"));
+        for a in tokio::net::lookup_host(addr).await? {
+            match self.socket_for(a)?.connect(a).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
+
 /// Carries a driver's messages to its peers.
 ///
 /// Contract: `send` neither blocks nor fails. The message goes to the driver whose Raft id
@@ -84,15 +130,18 @@ impl TcpTransport {
         peers: HashMap<u64, String>,
         inbound: Sender,
         tls: Option<PeerTls>,
+        buffers: SocketBuffers,
     ) -> io::Result<TcpTransport> {
         if let Some(listen) = listen {
-            let listener = TcpListener::bind(listen).await?;
+            let mut addrs = tokio::net::lookup_host(listen).await?;
+            let addr = addrs.next().ok_or_else(|| io::Error::other(format!("{listen}: no address")))?;
+            let listener = buffers.listen(addr)?;
             tokio::spawn(accept_loop(listener, inbound.clone(), tls.as_ref().map(|t| t.server.clone())));
         }
         let mut senders = HashMap::new();
         for (id, addr) in peers {
             let (tx, rx) = queue::channel(PEER_QUEUE_MAX, PEER_QUEUE_BYTES_MAX);
-            tokio::spawn(peer_writer(addr, rx, tls.as_ref().map(|t| t.client.clone())));
+            tokio::spawn(peer_writer(addr, rx, tls.as_ref().map(|t| t.client.clone()), buffers));
             senders.insert(id, tx);
         }
         Ok(TcpTransport { peers: senders, _inbound: inbound })
@@ -108,8 +157,8 @@ impl Transport for TcpTransport {
 }
 
 /// Connects to a peer, with TLS when configured.
-async fn dial(addr: &str, tls: Option<&ClientTls>) -> io::Result<Writer> {
-    let stream = TcpStream::connect(addr).await?;
+async fn dial(addr: &str, tls: Option<&ClientTls>, buffers: SocketBuffers) -> io::Result<Writer> {
+    let stream = buffers.connect(addr).await?;
     let _ = stream.set_nodelay(true);
     let Some(tls) = tls else { return Ok(Box::new(stream)) };
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_matches(['[', ']']);
@@ -123,10 +172,10 @@ async fn dial(addr: &str, tls: Option<&ClientTls>) -> io::Result<Writer> {
     }
 }
 
-async fn peer_writer(addr: String, mut rx: Receiver, tls: Option<Arc<ClientTls>>) {
+async fn peer_writer(addr: String, mut rx: Receiver, tls: Option<Arc<ClientTls>>, buffers: SocketBuffers) {
     let mut frame = BytesMut::new();
     loop {
-        let mut stream = match dial(&addr, tls.as_deref()).await {
+        let mut stream = match dial(&addr, tls.as_deref(), buffers).await {
             Ok(s) => s,
             Err(e) => {
                 debug!(%addr, error = %e, "peer not reachable");
