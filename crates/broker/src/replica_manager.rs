@@ -174,18 +174,11 @@ impl ReplicaManager {
             txn: txn_tx,
         };
         let tls = if listen.is_some() { peer_tls(config)? } else { None };
-        let driver = Driver::start(
-            raft_id(node_id),
-            listen,
-            peers,
-            Arc::new(hooks),
-            sync_policy(config),
-            crate::now_ms,
-            tls,
-            config.socket_buffers(),
-        )
-        .await
-        .with_context(|| format!("listening for peers on {}", listen.unwrap_or_default()))?;
+        let links = runnel_raft::PeerLinks { tls, buffers: config.socket_buffers() };
+        let driver =
+            Driver::start(raft_id(node_id), listen, peers, Arc::new(hooks), sync_policy(config), crate::now_ms, links)
+                .await
+                .with_context(|| format!("listening for peers on {}", listen.unwrap_or_default()))?;
         info!(node_id, listen = listen.unwrap_or("none"), voters = voters.len().max(1), "raft driver started");
         let manager = Arc::new(ReplicaManager {
             node_id,

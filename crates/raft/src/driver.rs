@@ -27,7 +27,7 @@ use tracing::{error, warn};
 
 use crate::queue;
 use crate::replica::Replica;
-use crate::transport::{PeerTls, SocketBuffers, TcpTransport, Transport};
+use crate::transport::{PeerLinks, TcpTransport, Transport};
 
 /// Interval between Raft ticks; election and heartbeat timeouts count these.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -168,11 +168,10 @@ impl Driver {
         hooks: Arc<dyn Hooks>,
         sync: SyncPolicy,
         now_ms: fn() -> i64,
-        tls: Option<PeerTls>,
-        buffers: SocketBuffers,
+        links: PeerLinks,
     ) -> io::Result<Arc<Driver>> {
         let (tx, rx) = queue::channel(INBOUND_QUEUE_MAX, INBOUND_QUEUE_BYTES_MAX);
-        let transport = TcpTransport::start(listen, peers, tx, tls, buffers).await?;
+        let transport = TcpTransport::start(listen, peers, tx, links).await?;
         Ok(Driver::with_transport(id, Arc::new(transport), rx, hooks, sync, now_ms, Host::default()))
     }
 

@@ -23,4 +23,4 @@ pub use raft::eraftpb::{ConfChangeType, Message};
 pub use raft::StateRole;
 pub use replica::{Collected, Durability, ProposeError, Proposed, Replica, ReplicaConfig};
 pub use store::RaftLog;
-pub use transport::{Envelope, PeerTls, SocketBuffers, TcpTransport, Transport};
+pub use transport::{Envelope, PeerLinks, PeerTls, SocketBuffers, TcpTransport, Transport};

@@ -105,6 +105,14 @@ impl SocketBuffers {
     }
 }
 
+/// How a broker's connections to its peers are made: mutual TLS or plaintext, and their
+/// socket buffers.
+#[derive(Clone, Default)]
+pub struct PeerLinks {
+    pub tls: Option<PeerTls>,
+    pub buffers: SocketBuffers,
+}
+
 /// Carries a driver's messages to its peers.
 ///
 /// Contract: `send` neither blocks nor fails. The message goes to the driver whose Raft id
@@ -129,9 +137,9 @@ impl TcpTransport {
         listen: Option<&str>,
         peers: HashMap<u64, String>,
         inbound: Sender,
-        tls: Option<PeerTls>,
-        buffers: SocketBuffers,
+        links: PeerLinks,
     ) -> io::Result<TcpTransport> {
+        let PeerLinks { tls, buffers } = links;
         if let Some(listen) = listen {
             let mut addrs = tokio::net::lookup_host(listen).await?;
             let addr = addrs.next().ok_or_else(|| io::Error::other(format!("{listen}: no address")))?;
@@ -379,7 +387,7 @@ mod tests {
         };
         let addr = format!("127.0.0.1:{port}");
         let (tx, mut rx) = queue::channel(16, 1 << 20);
-        let _t = TcpTransport::start(Some(&addr), HashMap::new(), tx, None).await.expect("listen");
+        let _t = TcpTransport::start(Some(&addr), HashMap::new(), tx, PeerLinks::default()).await.expect("listen");
         let mut conn = TcpStream::connect(&addr).await.expect("connect");
         let m = |from| Message { to: 1, from, ..Default::default() };
         let send = |envelopes: Vec<Envelope>| {

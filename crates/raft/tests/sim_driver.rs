@@ -957,11 +957,10 @@ fn transports_keep_the_contract() {
         // A free port for the peer to listen on.
         let addr = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").to_string();
         let (tx, mut rx) = queue::channel(INBOUND_QUEUE_MAX, INBOUND_QUEUE_BYTES_MAX);
-        let _peer =
-            TcpTransport::start(Some(&addr), HashMap::new(), tx, None, Default::default()).await.expect("listen");
+        let _peer = TcpTransport::start(Some(&addr), HashMap::new(), tx, Default::default()).await.expect("listen");
         let (tx, _rx) = queue::channel(INBOUND_QUEUE_MAX, INBOUND_QUEUE_BYTES_MAX);
         let transport =
-            TcpTransport::start(None, HashMap::from([(2, addr)]), tx, None, Default::default()).await.expect("dial");
+            TcpTransport::start(None, HashMap::from([(2, addr)]), tx, Default::default()).await.expect("dial");
         check_transport(&transport, &mut rx).await;
     });
 }
