@@ -18,6 +18,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
+use crate::netns::Netns;
+
 /// TLS for every connection this process makes (security.protocol=SSL), once set.
 static TLS: std::sync::OnceLock<Arc<runnel_security::tls::rustls::ClientConfig>> = std::sync::OnceLock::new();
 
@@ -26,6 +28,9 @@ static TLS: std::sync::OnceLock<Arc<runnel_security::tls::rustls::ClientConfig>>
 pub fn use_tls(config: Arc<runnel_security::tls::rustls::ClientConfig>) {
     let _ = TLS.set(config);
 }
+
+/// How long a connection made from a network namespace may take (its thread blocks).
+const CONNECT_IN_NAMESPACE_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Largest response frame accepted.
 const RESPONSE_BYTES_MAX: usize = 256 << 20;
@@ -45,7 +50,21 @@ impl Connection {
     /// Connects and starts the reader and writer tasks. At most `in_flight` requests wait
     /// for an answer at a time; [`Connection::send`] waits for a slot.
     pub async fn connect(addr: &str, client_id: &str, in_flight: usize) -> Result<Arc<Connection>> {
-        let stream = TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
+        Self::connect_from(None, addr, client_id, in_flight).await
+    }
+
+    /// [`Connection::connect`] from inside network namespace `netns` when given.
+    pub async fn connect_from(
+        netns: Option<&Netns>,
+        addr: &str,
+        client_id: &str,
+        in_flight: usize,
+    ) -> Result<Arc<Connection>> {
+        let stream = match netns {
+            None => TcpStream::connect(addr).await,
+            Some(ns) => ns.connect(addr, CONNECT_IN_NAMESPACE_MAX).await,
+        };
+        let stream = stream.with_context(|| format!("connecting to {addr}"))?;
         stream.set_nodelay(true)?;
         match TLS.get() {
             None => {

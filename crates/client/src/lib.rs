@@ -15,6 +15,7 @@
 
 mod cluster;
 mod connection;
+mod netns;
 mod records;
 
 use kafka_protocol::messages::TopicName;
@@ -22,6 +23,7 @@ use kafka_protocol::protocol::StrBytes;
 
 pub use cluster::{init_producer_id, Cluster, TopicLayout};
 pub use connection::{use_tls, Connection};
+pub use netns::Netns;
 pub use records::{for_each_committed_record, for_each_record, value_stamp};
 
 /// Request versions the tools speak; both Apache Kafka 4.x and Runnel accept them.

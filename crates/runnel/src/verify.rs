@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use runnel_verify::{workload, History, VerifyConfig};
+use runnel_verify::{workload, ClientRegion, History, VerifyConfig};
 
 #[derive(Args)]
 pub struct VerifyArgs {
@@ -52,6 +52,12 @@ pub struct VerifyArgs {
     /// also looks for aborted reads and transactions read in part.
     #[arg(long)]
     transactional: bool,
+    /// Client regions, comma-separated: producer, consumer and group member i run in
+    /// region i mod R, send its name as client.rack (reading from replicas there, KIP-392),
+    /// and each region has a consumer group of its own. The report counts the bytes read
+    /// per region.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) client_regions: Vec<String>,
     /// Draw the availability chart (operations per second and latency over time, faults
     /// shaded) into this SVG file.
     #[arg(long)]
@@ -85,6 +91,8 @@ impl VerifyArgs {
             retry_for: Duration::from_secs_f64(self.retry_for.max(0.0)),
             request_timeout: Duration::from_secs_f64(self.request_timeout.max(0.1)),
             transactional: self.transactional,
+            regions: self.client_regions.iter().map(|r| ClientRegion { name: r.clone(), netns: None }).collect(),
+            broker_regions: Default::default(),
         }
     }
 }
@@ -154,6 +162,18 @@ pub fn report(history: &History, a: &VerifyArgs, title: &str) -> Result<()> {
             f.unknown,
             f.failed
         );
+        for (region, r) in &f.regions {
+            println!(
+                "          clients in {region}: acknowledged sends stalled {:.2} s at most; \
+                 consumers read again within {:.2} s",
+                r.longest_stall_ms as f64 / 1000.0,
+                r.longest_read_gap_ms as f64 / 1000.0
+            );
+        }
+    }
+    if history.fetched.keys().any(|r| !r.is_empty()) {
+        let (cross, all) = history.cross_region_fetched();
+        println!("consumers read {all} bytes of records, {cross} of them from brokers in another region");
     }
     if report.valid() {
         println!("no anomalies");

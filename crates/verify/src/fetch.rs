@@ -26,19 +26,21 @@ pub(crate) async fn fetch_round(
     ops: &mut Vec<Op>,
     committed: bool,
 ) {
-    let mut by_leader: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    // One request per broker read from: a partition's leader, or the replica it sent us to.
+    let mut by_reader: BTreeMap<(i32, String), Vec<i32>> = BTreeMap::new();
     for p in position.keys() {
-        match router.leader(*p).await {
-            Some(addr) => by_leader.entry(addr).or_default().push(*p),
+        match router.reader(*p).await {
+            Some(reader) => by_reader.entry(reader).or_default().push(*p),
             None => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 return;
             }
         }
     }
-    for (addr, parts) in by_leader {
+    for ((broker, addr), parts) in by_reader {
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
+            .with_rack_id(kafka_protocol::protocol::StrBytes::from_string(router.rack().to_string()))
             .with_max_wait_ms(200)
             .with_min_bytes(1)
             .with_max_bytes(8 << 20)
@@ -61,6 +63,8 @@ pub(crate) async fn fetch_round(
         match answer {
             Err(_) => {
                 outcome = Outcome::Unknown;
+                // A follower that failed us: back to the leaders for what it served.
+                router.unprefer(None, broker);
                 router.leader_moved(Some(&addr)).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -68,13 +72,25 @@ pub(crate) async fn fetch_round(
                 let mut moved = false;
                 for t in resp.responses {
                     for p in t.partitions {
+                        let partition = p.partition_index;
                         if p.error_code != 0 {
                             outcome = Outcome::Failed;
-                            moved |= retriable(p.error_code);
+                            if router.reads_from_follower(partition) {
+                                // As Kafka's clients: an error from the preferred replica
+                                // (it fell behind, or no longer holds the partition) sends
+                                // the consumer back to the leader, which chooses again.
+                                router.unprefer(Some(partition), broker);
+                            } else {
+                                moved |= retriable(p.error_code);
+                            }
+                            continue;
+                        }
+                        if p.preferred_read_replica.0 >= 0 {
+                            router.prefer(partition, p.preferred_read_replica.0);
                             continue;
                         }
                         let Some(data) = p.records else { continue };
-                        let partition = p.partition_index;
+                        router.count_fetched(broker, data.len());
                         let Some(&from) = position.get(&partition) else { continue };
                         let aborted: Vec<(i64, i64)> = p
                             .aborted_transactions

@@ -27,9 +27,9 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use runnel_client::{topic_name, FIND_COORDINATOR_VERSION};
 use tokio::sync::watch;
 
-use crate::config::VerifyConfig;
+use crate::config::{ClientRegion, VerifyConfig};
 use crate::fetch::fetch_round;
-use crate::history::{Op, OpKind, Outcome, Poll};
+use crate::history::{in_region, Op, OpKind, Outcome, Poll};
 use crate::router::Router;
 
 /// Group consumers' ids in the history start here: member `g`'s `n`th assignment reads as
@@ -84,6 +84,7 @@ enum Heard {
 
 struct Member {
     cfg: Arc<VerifyConfig>,
+    group: String,
     process: String,
     router: Router,
     t0: Instant,
@@ -95,12 +96,12 @@ struct Member {
 
 impl Member {
     fn group(&self) -> GroupId {
-        group_id(&self.cfg.group)
+        group_id(&self.group)
     }
 
     async fn find_coordinator(&mut self) -> Option<String> {
         if self.coordinator.is_none() {
-            let req = FindCoordinatorRequest::default().with_key(str_bytes(&self.cfg.group)).with_key_type(0);
+            let req = FindCoordinatorRequest::default().with_key(str_bytes(&self.group)).with_key_type(0);
             if let Ok(r) = self.router.call_any(&req, FIND_COORDINATOR_VERSION).await {
                 if r.error_code == 0 {
                     self.coordinator = Some(format!("{}:{}", r.host.as_str(), r.port));
@@ -329,19 +330,27 @@ impl Member {
     }
 }
 
-/// Group member `index`: reads its assignments until `stop` (or `deadline`). Returns its
-/// polls, its timeline, and the consumer ids it read under.
+/// What a group member did: its polls, its timeline, the consumer ids it read under, and
+/// the bytes it read per broker region.
+pub type MemberRun = (Vec<Poll>, Vec<Op>, BTreeSet<usize>, BTreeMap<String, u64>);
+
+/// Member `index` of group `group`, running in `region`: reads its assignments until `stop`
+/// (or `deadline`).
 pub async fn member(
     cfg: Arc<VerifyConfig>,
     index: usize,
+    group: String,
+    region: Option<ClientRegion>,
     mut stop: watch::Receiver<bool>,
     t0: Instant,
     deadline: Instant,
-) -> (Vec<Poll>, Vec<Op>, BTreeSet<usize>) {
-    let process = format!("group-{index}");
-    let router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout);
+) -> MemberRun {
+    let process = in_region(format!("group-{index}"), region.as_ref());
+    let router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout)
+        .in_region(region.as_ref());
     let mut m = Member {
         cfg: cfg.clone(),
+        group,
         process: process.clone(),
         router,
         t0,
@@ -412,5 +421,6 @@ pub async fn member(
         m.commit(&pos).await;
     }
     m.leave().await;
-    (polls, m.ops, ids)
+    let fetched = m.router.fetched_by_region(&cfg.broker_regions);
+    (polls, m.ops, ids, fetched)
 }

@@ -124,4 +124,47 @@ pub struct History {
     /// The transactional workload's copier (consume-transform-produce), if it ran.
     #[serde(default)]
     pub copier: Option<CopierRecord>,
+    /// Bytes of records the live consumers and group members read: client region → the
+    /// region of the broker read from → bytes (without regions, both are empty strings).
+    #[serde(default)]
+    pub fetched: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+impl History {
+    /// Adds what a client in `region` read, per broker region.
+    pub fn add_fetched(&mut self, region: &str, by_region: BTreeMap<String, u64>) {
+        let mine = self.fetched.entry(region.to_string()).or_default();
+        for (r, bytes) in by_region {
+            *mine.entry(r).or_default() += bytes;
+        }
+    }
+
+    /// Bytes consumers read from brokers outside their own region, and in all.
+    pub fn cross_region_fetched(&self) -> (u64, u64) {
+        let mut cross = 0;
+        let mut all = 0;
+        for (client, by) in &self.fetched {
+            for (broker, bytes) in by {
+                all += bytes;
+                if broker != client {
+                    cross += bytes;
+                }
+            }
+        }
+        (cross, all)
+    }
+}
+
+/// A process name with the region it runs in (`producer-0-p1@us-east`), which the
+/// per-region figures of a fault read back.
+pub fn in_region(process: String, region: Option<&crate::config::ClientRegion>) -> String {
+    match region {
+        Some(r) => format!("{process}@{}", r.name),
+        None => process,
+    }
+}
+
+/// The region of a process named by [`in_region`].
+pub fn region_of(process: &str) -> Option<&str> {
+    process.rsplit_once('@').map(|(_, r)| r)
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::history::{History, OpKind, Outcome};
+use crate::history::{region_of, History, OpKind, Outcome};
 
 /// After a fault is healed, effects still count for this long (a re-election, a client's
 /// reconnect), unless the next fault starts sooner.
@@ -31,6 +31,57 @@ pub struct FaultImpact {
     /// Operations that started then and ended unknown, or failed.
     pub unknown: usize,
     pub failed: usize,
+    /// With client regions: the same gaps per region of the clients.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub regions: BTreeMap<String, RegionImpact>,
+}
+
+/// What a fault cost the clients of one region.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RegionImpact {
+    /// The longest time one of the region's send streams went without an acknowledgement
+    /// (as `longest_stall_ms`): the region's unavailability for writes.
+    pub longest_stall_ms: u64,
+    /// The longest time one of the region's consumers (assigned or in its group) went
+    /// without a successful fetch: how long until it read again.
+    pub longest_read_gap_ms: u64,
+}
+
+/// The longest gap between consecutive times of one stream that began before `to` and
+/// ended after `from` (and no later than `next`), with the stream's name.
+fn longest_gap<'a>(
+    streams: impl Iterator<Item = (&'a str, &'a Vec<u64>)>,
+    from: u64,
+    to: u64,
+    next: u64,
+) -> (u64, String) {
+    let mut longest = (0, String::new());
+    for (stream, times) in streams {
+        for pair in times.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            if b > from && b <= next && a < to && b - a > longest.0 {
+                longest = (b - a, stream.to_string());
+            }
+        }
+    }
+    longest
+}
+
+/// The streams of `m` whose process runs in region `r`.
+fn of_region<'m>(m: &'m BTreeMap<&'m str, Vec<u64>>, r: &'m str) -> impl Iterator<Item = (&'m str, &'m Vec<u64>)> {
+    m.iter().filter(move |(k, _)| region_of(k) == Some(r)).map(|(k, v)| (*k, v))
+}
+
+/// Per process, the times its operations of `kind` ended successfully, in order.
+fn successes(h: &History, kind: OpKind) -> BTreeMap<&str, Vec<u64>> {
+    let mut out: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for o in h.ops.iter().filter(|o| o.kind == kind && o.outcome == Outcome::Ok) {
+        out.entry(o.process.as_str()).or_default().push(o.start_ms + o.latency_ms);
+    }
+    for times in out.values_mut() {
+        times.sort_unstable();
+    }
+    out
 }
 
 /// The `q` quantile (0..=1) of `v`, which it sorts; 0 when empty.
@@ -52,14 +103,10 @@ pub fn baseline(h: &History) -> (u64, u64) {
 }
 
 pub fn impact(h: &History) -> Vec<FaultImpact> {
-    // Per send stream, the times its acknowledgements arrived, in order.
-    let mut acks: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for o in h.ops.iter().filter(|o| o.kind == OpKind::Send && o.outcome == Outcome::Ok) {
-        acks.entry(o.process.as_str()).or_default().push(o.start_ms + o.latency_ms);
-    }
-    for times in acks.values_mut() {
-        times.sort_unstable();
-    }
+    // Per send stream, the times its acknowledgements arrived; per reader, its fetches.
+    let acks = successes(h, OpKind::Send);
+    let reads = successes(h, OpKind::Poll);
+    let regions: std::collections::BTreeSet<&str> = h.ops.iter().filter_map(|o| region_of(&o.process)).collect();
     h.faults
         .iter()
         .enumerate()
@@ -68,15 +115,17 @@ pub fn impact(h: &History) -> Vec<FaultImpact> {
             // own, and a gap belongs to the last fault that started before it ended.
             let next = h.faults.get(k + 1).map_or(u64::MAX, |n| n.start_ms);
             let (from, to) = (f.start_ms, (f.end_ms + AFTERMATH_MS).min(next.saturating_sub(1)));
-            let mut longest = (0, String::new());
-            for (stream, times) in &acks {
-                for pair in times.windows(2) {
-                    let (a, b) = (pair[0], pair[1]);
-                    if b > from && b <= next && a < to && b - a > longest.0 {
-                        longest = (b - a, stream.to_string());
-                    }
-                }
-            }
+            let longest = longest_gap(acks.iter().map(|(k, v)| (*k, v)), from, to, next);
+            let by_region = regions
+                .iter()
+                .map(|r| {
+                    let impact = RegionImpact {
+                        longest_stall_ms: longest_gap(of_region(&acks, r), from, to, next).0,
+                        longest_read_gap_ms: longest_gap(of_region(&reads, r), from, to, next).0,
+                    };
+                    (r.to_string(), impact)
+                })
+                .collect();
             let during = || h.ops.iter().filter(|o| o.start_ms >= from && o.start_ms <= to);
             let mut held: Vec<u64> = h
                 .ops
@@ -95,6 +144,7 @@ pub fn impact(h: &History) -> Vec<FaultImpact> {
                 slowest_send_ms: during().filter(|o| o.kind == OpKind::Send).map(|o| o.latency_ms).max().unwrap_or(0),
                 unknown: during().filter(|o| o.outcome == Outcome::Unknown).count(),
                 failed: during().filter(|o| o.outcome == Outcome::Failed).count(),
+                regions: by_region,
             }
         })
         .collect()

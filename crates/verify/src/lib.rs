@@ -34,5 +34,5 @@ mod txn;
 pub mod workload;
 
 pub use checker::{check, Anomaly, Report};
-pub use config::VerifyConfig;
+pub use config::{ClientRegion, VerifyConfig};
 pub use history::{CopierRecord, FaultWindow, History, Op, OpKind, Outcome, Poll, Send, TxnRecord};

@@ -3,7 +3,7 @@
 //! connection per broker. Every network step has a deadline, so a paused or isolated broker
 //! costs a timeout, never a hang; a failed connection is dropped and the view refreshed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,8 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::MetadataRequest;
 use kafka_protocol::protocol::Request;
 use runnel_client::{topic_name, Connection, METADATA_VERSION};
+
+use crate::config::ClientRegion;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -29,7 +31,19 @@ pub struct Router {
     /// When each address last failed us: asked last while the failure is recent.
     failed: HashMap<String, Instant>,
     request_timeout: Duration,
+    /// The client's region: `client.rack` in fetches, and the namespace it connects from.
+    region: Option<ClientRegion>,
+    /// broker id → its Metadata `rack`
+    racks: HashMap<i32, String>,
+    /// partition → the replica its leader sent us to read from (KIP-392), until when.
+    preferred: HashMap<i32, (i32, Instant)>,
+    /// Bytes of records read from each broker.
+    fetched: BTreeMap<i32, u64>,
 }
+
+/// How long a preferred read replica is kept before asking the leader again (the Java
+/// client's `metadata.max.age.ms`).
+const PREFERRED_FOR: Duration = Duration::from_secs(300);
 
 /// How long an address that failed is asked after the others.
 const SUSPECT_FOR: Duration = Duration::from_secs(10);
@@ -68,7 +82,74 @@ impl Router {
             conns: HashMap::new(),
             failed: HashMap::new(),
             request_timeout,
+            region: None,
+            racks: HashMap::new(),
+            preferred: HashMap::new(),
+            fetched: BTreeMap::new(),
         }
+    }
+
+    /// The same router for a client running in `region` (none: no region).
+    pub fn in_region(mut self, region: Option<&ClientRegion>) -> Router {
+        self.region = region.cloned();
+        self
+    }
+
+    /// What fetches send as `client.rack`: the region's name, or empty.
+    pub fn rack(&self) -> &str {
+        self.region.as_ref().map_or("", |r| r.name.as_str())
+    }
+
+    /// Where to read `partition` from: the replica its leader preferred for us while that
+    /// lasts and the broker is known, else the leader. (broker id, address)
+    pub async fn reader(&mut self, partition: i32) -> Option<(i32, String)> {
+        if let Some(&(id, until)) = self.preferred.get(&partition) {
+            match self.brokers.get(&id) {
+                Some(addr) if Instant::now() < until => return Some((id, addr.clone())),
+                _ => {
+                    self.preferred.remove(&partition);
+                }
+            }
+        }
+        let addr = self.leader(partition).await?;
+        let id = *self.leaders.get(partition as usize)?;
+        Some((id, addr))
+    }
+
+    /// The leader sent us to `broker` for `partition`.
+    pub fn prefer(&mut self, partition: i32, broker: i32) {
+        self.preferred.insert(partition, (broker, Instant::now() + PREFERRED_FOR));
+    }
+
+    /// Back to the leader for `partition` (its preferred replica failed us), or for every
+    /// partition read from `broker`.
+    pub fn unprefer(&mut self, partition: Option<i32>, broker: i32) {
+        match partition {
+            Some(p) => {
+                self.preferred.remove(&p);
+            }
+            None => self.preferred.retain(|_, (b, _)| *b != broker),
+        }
+    }
+
+    /// Whether `partition` is read from a follower the leader preferred.
+    pub fn reads_from_follower(&self, partition: i32) -> bool {
+        self.preferred.contains_key(&partition)
+    }
+
+    pub fn count_fetched(&mut self, broker: i32, bytes: usize) {
+        *self.fetched.entry(broker).or_default() += bytes as u64;
+    }
+
+    /// Bytes read per broker region (a broker's region from `known`, else its Metadata
+    /// rack, else `?`), for a client in the router's region.
+    pub fn fetched_by_region(&self, known: &BTreeMap<i32, String>) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for (id, bytes) in &self.fetched {
+            let region = known.get(id).or_else(|| self.racks.get(id)).cloned().unwrap_or_else(|| "?".into());
+            *out.entry(region).or_default() += bytes;
+        }
+        out
     }
 
     pub fn topic(&self) -> &str {
@@ -83,7 +164,9 @@ impl Router {
         if let Some(c) = self.conns.get(addr) {
             return Some(c.clone());
         }
-        match tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(addr, &self.client_id, 4)).await {
+        let netns = self.region.as_ref().and_then(|r| r.netns.as_ref());
+        let connect = Connection::connect_from(netns, addr, &self.client_id, 4);
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Ok(Ok(c)) => {
                 self.conns.insert(addr.to_string(), c.clone());
                 Some(c)
@@ -152,6 +235,8 @@ impl Router {
         if !resp.brokers.is_empty() {
             self.brokers =
                 resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
+            self.racks =
+                resp.brokers.iter().filter_map(|b| b.rack.as_ref().map(|r| (b.node_id.0, r.to_string()))).collect();
         }
         if let Some(t) = resp.topics.iter().find(|t| t.error_code == 0) {
             let mut leaders = vec![-1; t.partitions.len()];

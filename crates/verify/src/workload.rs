@@ -26,10 +26,10 @@ use runnel_client::{
 use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_NONE};
 use tokio::sync::watch;
 
-use crate::config::VerifyConfig;
+use crate::config::{ClientRegion, VerifyConfig};
 use crate::fetch::fetch_round;
 use crate::group;
-use crate::history::{History, Op, OpKind, Outcome, Poll, Send};
+use crate::history::{in_region, History, Op, OpKind, Outcome, Poll, Send};
 use crate::router::{retriable, Router};
 
 /// The final reader's consumer id in the history.
@@ -52,9 +52,10 @@ async fn produce(
     t0: Instant,
     deadline: Instant,
 ) -> (Vec<Send>, Vec<Op>) {
-    let process = format!("producer-{index}-p{partition}");
+    let process = in_region(format!("producer-{index}-p{partition}"), cfg.region_of(index));
     let client_id = format!("runnel-verify-{process}");
-    let mut router = Router::new(&cfg.bootstrap, &cfg.topic, &client_id, cfg.request_timeout);
+    let mut router =
+        Router::new(&cfg.bootstrap, &cfg.topic, &client_id, cfg.request_timeout).in_region(cfg.region_of(index));
     let mut sends = Vec::new();
     let mut ops = Vec::new();
     let mut producer: Option<(i64, i16)> = None;
@@ -169,9 +170,13 @@ async fn consume(
     ends: Option<BTreeMap<i32, i64>>,
     t0: Instant,
     deadline: Instant,
-) -> (Vec<Poll>, Vec<Op>) {
-    let process = if id == FINAL_READER { "final-reader".to_string() } else { format!("consumer-{id}") };
-    let mut router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout);
+) -> (Vec<Poll>, Vec<Op>, BTreeMap<String, u64>) {
+    // The final reader reads from the leaders, wherever they are.
+    let region = if id == FINAL_READER { None } else { cfg.region_of(id) };
+    let process =
+        if id == FINAL_READER { "final-reader".to_string() } else { in_region(format!("consumer-{id}"), region) };
+    let mut router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout)
+        .in_region(region);
     let mut polls = Vec::new();
     let mut ops = Vec::new();
     let mut position: BTreeMap<i32, i64> = partitions.iter().map(|p| (*p, 0)).collect();
@@ -193,7 +198,8 @@ async fn consume(
             polls.push(Poll { consumer: id, records });
         }
     }
-    (polls, ops)
+    let fetched = router.fetched_by_region(&cfg.broker_regions);
+    (polls, ops, fetched)
 }
 
 /// Creates the run's topic and waits until every partition has a leader.
@@ -309,12 +315,24 @@ pub async fn run(cfg: VerifyConfig, t0: Instant) -> Result<History> {
     for c in 0..cfg.consumers {
         let mine: Vec<i32> = (0..cfg.partitions).filter(|p| *p as usize % cfg.consumers.max(1) == c).collect();
         if !mine.is_empty() {
-            consumers.push(tokio::spawn(consume(cfg.clone(), c, mine, stop_rx.clone(), None, t0, bound)));
+            let region = cfg.region_of(c).map_or(String::new(), |r| r.name.clone());
+            consumers.push((tokio::spawn(consume(cfg.clone(), c, mine, stop_rx.clone(), None, t0, bound)), region));
         }
     }
-    let members: Vec<_> = (0..cfg.group_consumers)
-        .map(|g| tokio::spawn(group::member(cfg.clone(), g, stop_rx.clone(), t0, bound)))
-        .collect();
+    // Without regions one group; with them, one group per region, its members there.
+    let groups: Vec<(String, Option<ClientRegion>)> = if cfg.regions.is_empty() {
+        vec![(cfg.group.clone(), None)]
+    } else {
+        cfg.regions.iter().map(|r| (format!("{}-{}", cfg.group, r.name), Some(r.clone()))).collect()
+    };
+    let mut members = Vec::new();
+    for (k, (group, region)) in groups.iter().enumerate() {
+        for g in 0..cfg.group_consumers {
+            let index = k * cfg.group_consumers + g;
+            let member = group::member(cfg.clone(), index, group.clone(), region.clone(), stop_rx.clone(), t0, bound);
+            members.push((group.clone(), tokio::spawn(member)));
+        }
+    }
     let mut history = History::default();
     if cfg.transactional {
         let producers: Vec<_> =
@@ -344,22 +362,25 @@ pub async fn run(cfg: VerifyConfig, t0: Instant) -> Result<History> {
     }
     history.duration_ms = ms_since(t0);
     let _ = stop_tx.send(true);
-    for c in consumers {
-        let (polls, ops) = c.await.context("consumer task")?;
+    for (c, region) in consumers {
+        let (polls, ops, fetched) = c.await.context("consumer task")?;
         history.polls.extend(polls);
         history.ops.extend(ops);
+        history.add_fetched(&region, fetched);
     }
-    for m in members {
-        let (polls, ops, ids) = m.await.context("group consumer task")?;
+    for (group, m) in members {
+        let (polls, ops, ids, fetched) = m.await.context("group consumer task")?;
         history.polls.extend(polls);
         history.ops.extend(ops);
-        history.groups.entry(cfg.group.clone()).or_default().extend(ids);
+        let region = groups.iter().find(|(g, _)| *g == group).and_then(|(_, r)| r.as_ref());
+        history.add_fetched(region.map_or("", |r| r.name.as_str()), fetched);
+        history.groups.entry(group).or_default().extend(ids);
     }
     // The final read: every partition from the start to the end as it is now.
     let ends = final_offsets(&mut router, &cfg).await?;
     let all: Vec<i32> = (0..cfg.partitions).collect();
     let (_tx, rx) = watch::channel(false);
-    let (final_polls, _) =
+    let (final_polls, _, _) =
         consume(cfg.clone(), FINAL_READER, all, rx, Some(ends), t0, Instant::now() + Duration::from_secs(120)).await;
     history.polls.extend(final_polls);
     history.final_readers.insert(FINAL_READER);
