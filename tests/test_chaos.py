@@ -1,19 +1,62 @@
 """`runnel chaos` on a 3-broker cluster that it starts itself: the verify workload
 (idempotent acks=all producers, assigned consumers and a consumer group) runs while
 leaders and followers are killed (-9) and paused, their disks fill up, their clocks jump, then, in network namespaces, a leader
-and a whole region are cut off. Every acknowledged value must be read back once, where it
+and a whole region are cut off, also while other faults are in force. Every acknowledged value must be read back once, where it
 was acknowledged; the availability chart must show each fault. The checker must fail
-loudly on a history with a planted loss or a group that skipped records.
+loudly on a history with a planted loss or a group that skipped records. `runnel dev
+--regions 3 --inter-region-latency` must put real latency (tc netem) between regions, and
+none within one. The namespace tests need root (and the latency ones a kernel with netem):
+they are skipped, saying why, without.
 """
 
 import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
+import sys
 
-from conftest import RUNNEL_BIN, cluster_port, wait_for_port
+import pytest
+
+from conftest import RUNNEL_BIN, cluster_port, wait_for, wait_for_port
+
+
+def netns_unavailable():
+    """Why network namespaces cannot be made here (None when they can)."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces: ip netns, tc)"
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    return f"needs iproute2: no {', '.join(missing)}" if missing else None
+
+
+def netem_unavailable():
+    """Why latency between namespaces cannot be had here: no namespaces, or a kernel without
+    the prio or netem qdisc (tried in a throwaway namespace)."""
+    why = netns_unavailable()
+    if why:
+        return why
+    ns = f"runnel-probe-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True, timeout=30)
+    try:
+        for kind, qdisc in [("prio", ["root", "handle", "1:", "prio", "bands", "2"]),
+                            ("netem", ["parent", "1:2", "handle", "20:", "netem", "delay", "1ms"])]:
+            p = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", *qdisc],
+                               capture_output=True, text=True, timeout=30)
+            if p.returncode != 0:
+                return f"this kernel has no {kind} qdisc (tc: {p.stderr.strip()})"
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+    return None
+
+
+def host_leftovers(tag):
+    """Namespaces and links of the namespaces tagged `tag` still on the host."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, timeout=30).stdout
+    return [line for line in (netns + links).splitlines()
+            if f"runnel-{tag}-" in line or f"rnbr{tag} " in line or f"rnh{tag}" in line]
 from test_java_client import java_build  # noqa: F401  (session fixture: builds .cache/java)
 
 
@@ -100,17 +143,117 @@ def test_full_disks_and_clock_jumps_lose_nothing(tmp_path):
 
 def test_isolated_leader_and_region_in_network_namespaces_lose_nothing(tmp_path):
     """Each broker in its own network namespace, one per region; the links of a leader,
-    then of a whole region, are taken down and brought back."""
-    schedule = "5:isolate-leader:4,16:isolate-region:5"
+    then of a whole region, are taken down and brought back, while a follower's clock is
+    off by ten minutes from the schedule's first second to after both: faults of a schedule
+    overlap, each applied at its start and healed at its own end, and a fault at 0 s finds
+    the workload's topic (the schedule counts from when the workload runs)."""
+    why = netns_unavailable()
+    if why:
+        pytest.skip(why)
+    schedule = "0:clock-jump-follower:20,4:isolate-leader:4,12:isolate-region:5"
     out, report, history, chart = chaos(
         tmp_path, "--duration", 30, "--regions", 3, "--partitions", 3, "--rate", 60, "--schedule", schedule)
     assert report["counts"] == {} and report["sends_failed"] == 0, report
+    assert "faults injected: 3 (0 skipped)" in out, out
     faults = [f["fault"] for f in history["faults"]]
-    assert [f.split(" ")[0] for f in faults] == ["isolate-leader", "isolate-region"], out
+    assert [f.split(" ")[0] for f in faults] == ["clock-jump-follower", "isolate-leader", "isolate-region"], out
+    clock, leader, region = history["faults"]
+    assert clock["start_ms"] < leader["start_ms"] < leader["end_ms"] < region["start_ms"] < region["end_ms"] \
+        < clock["end_ms"], history["faults"]
     assert re.search(r"listening on 10\.231\.\d+\.\d+:", out), "brokers ran in namespaces"
     # Service resumed: sends were acknowledged in the last seconds of the run.
     end = history["duration_ms"]
     assert any(o["kind"] == "Send" and o["outcome"] == "Ok" and o["start_ms"] > end - 3000 for o in history["ops"])
+
+
+def test_region_latency_overlapping_a_region_loss_injects_both(tmp_path):
+    """The schedule users reported: latency added between regions (tc netem, on top of the
+    always-on --inter-region-latency) from the schedule's first second, and a whole region cut
+    off while it is in force. Both are applied, the isolation healed at its own end inside
+    the latency's window, and nothing acknowledged is lost."""
+    why = netem_unavailable()
+    if why:
+        pytest.skip(f"latency between regions: {why}")
+    out, report, history, _ = chaos(
+        tmp_path, "--duration", 26, "--regions", 3, "--partitions", 3, "--rate", 60, "--inter-region-latency", "10ms",
+        "--latency-ms", 20, "--schedule", "0:region-latency:20,4:isolate-region:6")
+    assert "faults injected: 2 (0 skipped)" in out, out
+    assert report["counts"] == {} and report["sends_failed"] == 0, report
+    assert [f["fault"].split(" ")[0] for f in history["faults"]] == ["region-latency", "isolate-region"], out
+    latency, region = history["faults"]
+    assert latency["start_ms"] < region["start_ms"] < region["end_ms"] < latency["end_ms"], history["faults"]
+    assert "+20 ms each way (25 ms each way in all)" in latency["fault"], latency
+
+
+# One TCP connect is one round trip: the minimum of several, once the broker listens.
+CONNECT_MS = """
+import socket, sys, time
+host, port = sys.argv[1], int(sys.argv[2])
+deadline = time.monotonic() + 30
+while True:
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.2)
+best = None
+for _ in range(7):
+    s = socket.socket()
+    s.settimeout(5)
+    t = time.perf_counter()
+    s.connect((host, port))
+    ms = (time.perf_counter() - t) * 1000
+    s.close()
+    best = ms if best is None else min(best, ms)
+    time.sleep(0.05)
+print(f"{best:.3f}")
+"""
+
+
+def connect_ms(namespace, host, port):
+    p = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c", CONNECT_MS, host, str(port)],
+                       capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, f"connect from {namespace} to {host}:{port}: {p.stderr}"
+    return float(p.stdout.strip())
+
+
+def test_dev_regions_have_real_latency_between_them(tmp_path):
+    """`runnel dev --brokers 3 --regions 3 --inter-region-latency 40ms`: a client in region
+    0's namespace reaches region 0's broker at once and region 1's after one round trip of
+    40 ms (20 ms each way, at each sender's egress); SIGTERM removes every namespace."""
+    why = netem_unavailable()
+    if why:
+        pytest.skip(f"latency between regions: {why}")
+    port = cluster_port(3)
+    out_path, err_path = tmp_path / "dev.out", tmp_path / "dev.err"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        dev = subprocess.Popen([RUNNEL_BIN, "dev", "--brokers", "3", "--regions", "3", "--inter-region-latency", "40ms",
+                                "--port", str(port), "--data-dir", str(tmp_path / "data")],
+                               stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+    tag = None
+    try:
+        def printed():
+            text = out_path.read_text()
+            return text if "bootstrap:" in text or dev.poll() is not None else None
+        text = wait_for(printed, "runnel dev printing its regions", 30,
+                        lambda: out_path.read_text() + err_path.read_text()[-3000:])
+        assert dev.poll() is None and "runs on loopback" not in text, text + err_path.read_text()[-3000:]
+        assert "40 ms round trip (20 ms each way) between regions" in text, text
+        tag = re.search(r"ip netns exec runnel-(\d+)-r0 ", text).group(1)
+        brokers = {int(b): (host, int(p)) for b, host, p in re.findall(r"broker (\d+) at ([\d.]+):(\d+)", text)}
+        assert re.search(r"region r0 \S+: broker 0 at ", text) and re.search(r"region r1 \S+: broker 1 at ", text), text
+        near = connect_ms(f"runnel-{tag}-r0", *brokers[0])
+        far = connect_ms(f"runnel-{tag}-r0", *brokers[1])
+        print(f"TCP connect from region 0's clients: to region 0 {near:.2f} ms, to region 1 {far:.2f} ms")
+        assert near < 10, f"same region: {near} ms"
+        assert far >= 35, f"another region: {far} ms"
+    finally:
+        dev.send_signal(signal.SIGTERM)
+        dev.wait(timeout=60)
+    assert dev.returncode == 0, err_path.read_text()[-3000:]
+    assert host_leftovers(tag) == [], "runnel dev removes its namespaces, links and bridge on SIGTERM"
 
 
 def test_attached_to_a_dev_cluster(tmp_path):

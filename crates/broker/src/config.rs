@@ -236,9 +236,6 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("fault.disk.sync.fail", Kind::Bool, "false"),
     ("fault.disk.full", Kind::Bool, "false"),
     ("fault.clock.offset.ms", Kind::Long, "0"),
-    // `id@host:port,...`: dial these peers there instead of at their voter address (a proxy
-    // that adds latency between regions, for fault injection). Read at start.
-    ("fault.raft.dial", Kind::List, ""),
 ];
 
 pub fn setting(name: &str) -> Option<(Kind, &'static str)> {

@@ -154,14 +154,8 @@ impl ReplicaManager {
             };
             Some(listen.as_str())
         };
-        let mut peers: HashMap<u64, String> =
+        let peers: HashMap<u64, String> =
             voters.iter().filter(|(id, _)| *id != node_id).map(|(id, a)| (raft_id(*id), a.clone())).collect();
-        // Fault injection: reach some peers through another address (a delaying proxy).
-        for (id, addr) in runnel_controller::parse_voters(config.settings.get("fault.raft.dial"))? {
-            if let Some(a) = peers.get_mut(&raft_id(id)) {
-                *a = addr;
-            }
-        }
         let (controller_tx, controller_rx) = mpsc::channel(INBOX_MAX);
         let (peers_tx, peers_rx) = mpsc::channel(PEER_INBOX_MAX);
         let (txn_tx, txn_rx) = mpsc::channel(PEER_INBOX_MAX);

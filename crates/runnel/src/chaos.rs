@@ -2,25 +2,30 @@
 //! faults on a schedule (given, or drawn from a seed), heals every one of them, then checks
 //! the history and draws the availability chart.
 //!
-//! Faults never overlap: each one is applied, held, healed, and the cluster gets a pause
-//! before the next. Every run is bounded: the workload's duration, then its final read.
+//! The schedule's times count from the moment the workload runs (its topic created and
+//! every partition led). Faults of a given schedule may overlap: each is applied at its
+//! start and healed at its end, whatever else is in force. Drawn faults never overlap: each
+//! one is applied, held, healed, and the cluster gets a pause before the next. Every run is
+//! bounded: the workload's duration, then its final read.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
-use kafka_protocol::messages::{DescribeConfigsRequest, FindCoordinatorRequest, IncrementalAlterConfigsRequest};
+use kafka_protocol::messages::FindCoordinatorRequest;
 use kafka_protocol::protocol::StrBytes;
 use runnel_verify::router::Router;
 use runnel_verify::{workload, FaultWindow};
+use tokio::task::JoinHandle;
 
 use crate::attach::Attached;
-use crate::local::{Brokers, LocalCluster, Namespaces, Network};
+use crate::broker_settings::{has_broker_setting, set_broker_config};
+use crate::local::{locations, Brokers, LocalCluster, Namespaces, Network};
+use crate::netns::RegionArgs;
 use crate::verify::VerifyArgs;
 
 /// The storage layer's fault hooks, as dynamic broker settings.
@@ -56,8 +61,8 @@ pub enum Fault {
     IsolateFollower,
     /// Take down the links of every broker in the region of a partition leader.
     IsolateRegion,
-    /// Add --latency-ms each way to all traffic between brokers of different regions
-    /// (through a delaying proxy between them).
+    /// Add --latency-ms each way to all traffic between regions, on top of
+    /// --inter-region-latency (tc netem in the network namespaces: needs root).
     RegionLatency,
     /// kill -9 a coordinator of the workload: with --transactional, in turn, the copier's
     /// transaction coordinator, its group's coordinator, and each producer's transaction
@@ -84,7 +89,7 @@ impl Fault {
     }
 
     fn needs_namespaces(self) -> bool {
-        matches!(self, Fault::IsolateLeader | Fault::IsolateFollower | Fault::IsolateRegion)
+        matches!(self, Fault::IsolateLeader | Fault::IsolateFollower | Fault::IsolateRegion | Fault::RegionLatency)
     }
 }
 
@@ -102,15 +107,17 @@ pub struct ChaosArgs {
     /// removed at the end.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Put broker i in region r(i mod REGIONS) (`broker.location=region=..,zone=..`): the
-    /// placement spreads replicas over regions, and isolate-region takes one down whole.
-    #[arg(long, default_value_t = 0)]
-    regions: u16,
+    /// Regions (isolate-region takes one down whole), network namespaces, and always-on
+    /// latency between regions for the whole run.
+    #[command(flatten)]
+    net: RegionArgs,
     /// Faults to draw from, in random order from the seed.
     #[arg(long, value_enum, value_delimiter = ',',
           default_values_t = [Fault::KillLeader, Fault::KillFollower, Fault::PauseLeader, Fault::PauseFollower])]
     faults: Vec<Fault>,
     /// Instead of drawing: `START:FAULT:SECONDS,...`, e.g. `10:kill-leader:3,25:pause-follower:5`.
+    /// START counts from when the workload runs (topic created, partitions led); faults may
+    /// overlap.
     #[arg(long)]
     schedule: Option<String>,
     /// Seed for the schedule and the targets (default: from the clock; printed).
@@ -131,12 +138,10 @@ pub struct ChaosArgs {
     /// How far clock-jump moves a broker's wall clock, in milliseconds (negative: back).
     #[arg(long, default_value_t = 600_000, allow_hyphen_values = true)]
     clock_jump_ms: i64,
-    /// What region-latency adds to each direction between regions, in milliseconds.
+    /// What region-latency adds to each direction between regions, in milliseconds (on top
+    /// of --inter-region-latency).
     #[arg(long, default_value_t = 50)]
     latency_ms: u64,
-    /// Run every broker in its own network namespace even if no fault needs it.
-    #[arg(long)]
-    netns: bool,
     /// Override a broker setting for every broker: --set log.segment.bytes=1048576
     #[arg(long = "set", value_name = "KEY=VALUE")]
     settings: Vec<String>,
@@ -210,34 +215,6 @@ fn draw_schedule(a: &ChaosArgs, rng: &mut Rng, duration: Duration) -> Vec<Planne
     out
 }
 
-/// Sets (`Some`) or removes (`None`) a dynamic setting of broker `id`, asking that broker.
-async fn set_broker_config(router: &mut Router, addr: &str, id: u16, key: &str, value: Option<&str>) -> Result<()> {
-    let op = if value.is_some() { 0 } else { 1 };
-    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
-        .with_resource_type(4)
-        .with_resource_name(StrBytes::from_string(id.to_string()))
-        .with_configs(vec![AlterableConfig::default()
-            .with_name(StrBytes::from_string(key.to_string()))
-            .with_config_operation(op)
-            .with_value(value.map(|v| StrBytes::from_string(v.to_string())))])]);
-    let resp = router.call_at(addr, &req, 1).await?;
-    match resp.responses.first().map(|r| r.error_code) {
-        Some(0) => Ok(()),
-        code => bail!("setting {key} on broker {id}: error code {code:?}"),
-    }
-}
-
-/// Whether broker `id` has the setting `key`: a disk fault needs Runnel's fault hooks
-/// (Apache Kafka would accept `fault.disk.*` as a custom setting and do nothing with it).
-async fn has_broker_setting(router: &mut Router, addr: &str, id: u16, key: &str) -> Result<bool> {
-    let req = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
-        .with_resource_type(4)
-        .with_resource_name(StrBytes::from_string(id.to_string()))
-        .with_configuration_keys(Some(vec![StrBytes::from_string(key.to_string())]))]);
-    let resp = router.call_at(addr, &req, 1).await?;
-    Ok(resp.results.iter().any(|r| r.error_code == 0 && r.configs.iter().any(|c| c.name.as_str() == key)))
-}
-
 /// The brokers a fault hits and how to heal it.
 enum Applied {
     Killed(Vec<u16>),
@@ -249,6 +226,14 @@ enum Applied {
     Latency,
 }
 
+/// One step of a run: a planned fault applied at its start, or healed at its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Step {
+    // Heals come first at equal times: a fault that ends when the next starts is gone first.
+    Heal,
+    Apply,
+}
+
 struct Chaos<C: Brokers> {
     cluster: C,
     router: Router,
@@ -257,8 +242,13 @@ struct Chaos<C: Brokers> {
     disk_delay_ms: u64,
     clock_jump_ms: i64,
     latency_ms: u64,
-    /// The delay of every proxy between regions (none without region-latency).
-    cross_region_delay: Option<Arc<AtomicU64>>,
+    /// region-latency faults in force: they nest, the delay goes back to the base when the
+    /// last one ends.
+    latency_faults: usize,
+    /// Brokers whose link is down, and how many faults in force hold it down.
+    links_down: HashMap<u16, usize>,
+    /// Paused brokers, and how many faults in force hold them paused.
+    paused: HashMap<u16, usize>,
     /// Brokers whose exit is the fault's expected effect.
     may_exit: Vec<u16>,
     /// Brokers that exited on their own, outside any fault that explains it.
@@ -336,7 +326,10 @@ impl<C: Brokers> Chaos<C> {
                 Applied::Killed(vec![target])
             }
             Fault::PauseLeader | Fault::PauseFollower | Fault::PauseCoordinator => {
-                self.cluster.pause(target)?;
+                if !self.paused.contains_key(&target) {
+                    self.cluster.pause(target)?;
+                }
+                count(&mut self.paused, target, true);
                 Applied::Paused(vec![target])
             }
             Fault::SlowDiskLeader | Fault::SlowDiskFollower => {
@@ -360,9 +353,17 @@ impl<C: Brokers> Chaos<C> {
                 Applied::Isolated(vec![target])
             }
             Fault::RegionLatency => {
-                let delay = self.cross_region_delay.as_ref().context("no proxies between regions")?;
-                delay.store(self.latency_ms, Ordering::Relaxed);
-                let what = format!("region-latency {} ms each way", self.latency_ms);
+                let ns = self.cluster.namespaces().context("region-latency needs network namespaces")?;
+                if self.latency_faults == 0 {
+                    ns.set_extra_delay(Duration::from_millis(self.latency_ms))?;
+                }
+                self.latency_faults += 1;
+                let base = ns.latency().map(|l| l.one_way().as_secs_f64() * 1000.0).unwrap_or_default();
+                let what = format!(
+                    "region-latency +{} ms each way ({} ms each way in all)",
+                    self.latency_ms,
+                    base + self.latency_ms as f64
+                );
                 return Ok((what, Applied::Latency));
             }
             Fault::IsolateRegion => {
@@ -377,12 +378,21 @@ impl<C: Brokers> Chaos<C> {
         Ok((what, applied))
     }
 
-    fn links(&self, brokers: &[u16], up: bool) -> Result<()> {
+    /// Takes the links of `brokers` down, or brings them back up once no other fault in
+    /// force holds them down.
+    fn links(&mut self, brokers: &[u16], up: bool) -> Result<()> {
         let Some(ns) = self.cluster.namespaces() else {
             bail!("network faults need network namespaces");
         };
         for b in brokers {
-            ns.set_link(*b, up)?;
+            if up && count(&mut self.links_down, *b, false) <= 1 {
+                ns.set_link(*b, true)?;
+            } else if !up && !self.links_down.contains_key(b) {
+                ns.set_link(*b, false)?;
+            }
+            if !up {
+                count(&mut self.links_down, *b, true);
+            }
         }
         Ok(())
     }
@@ -391,13 +401,20 @@ impl<C: Brokers> Chaos<C> {
         match applied {
             Applied::Killed(brokers) => {
                 for b in brokers {
-                    self.cluster.start(b).await?;
-                    self.cluster.wait_listening(b, Duration::from_secs(30)).await?;
+                    // Another fault in force may have started it again already, or cut it off.
+                    if !self.cluster.running(b) {
+                        self.cluster.start(b).await?;
+                    }
+                    if !self.links_down.contains_key(&b) {
+                        self.cluster.wait_listening(b, Duration::from_secs(30)).await?;
+                    }
                 }
             }
             Applied::Paused(brokers) => {
                 for b in brokers {
-                    self.cluster.resume(b)?;
+                    if count(&mut self.paused, b, false) <= 1 && self.cluster.running(b) {
+                        self.cluster.resume(b)?;
+                    }
                 }
             }
             Applied::Config(b, key) => {
@@ -414,17 +431,69 @@ impl<C: Brokers> Chaos<C> {
                 }
                 if !self.cluster.running(b) {
                     self.cluster.start(b).await?;
-                    self.cluster.wait_listening(b, Duration::from_secs(30)).await?;
+                    if !self.links_down.contains_key(&b) {
+                        self.cluster.wait_listening(b, Duration::from_secs(30)).await?;
+                    }
                 }
                 self.may_exit.retain(|x| *x != b);
             }
             Applied::Isolated(brokers) => self.links(&brokers, true)?,
             Applied::Latency => {
-                if let Some(d) = &self.cross_region_delay {
-                    d.store(0, Ordering::Relaxed);
+                self.latency_faults = self.latency_faults.saturating_sub(1);
+                if self.latency_faults == 0 {
+                    let ns = self.cluster.namespaces().context("region-latency needs network namespaces")?;
+                    ns.set_extra_delay(Duration::ZERO)?;
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Waits until the workload runs: its topic exists and every partition has a leader.
+    /// `None` when the workload ended first or the run was interrupted.
+    async fn wait_running<T>(&mut self, partitions: i32, workload: &JoinHandle<T>) -> Result<Option<Instant>> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if workload.is_finished() || self.interrupted() {
+                return Ok(None);
+            }
+            if let Ok(parts) = self.router.replicas().await {
+                if parts.len() >= partitions as usize && parts.iter().all(|(leader, _)| *leader >= 0) {
+                    return Ok(Some(Instant::now()));
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("the workload's topic has no leader for every partition after 120 s");
+            }
+            self.hold(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Applies `fault`; a connection to a broker that just restarted may be stale, so a
+    /// failure is tried again twice, a second apart.
+    async fn apply_retrying<T>(&mut self, fault: Fault, workload: &JoinHandle<T>) -> Result<(String, Applied)> {
+        let mut outcome = self.apply(fault).await;
+        for _ in 0..2 {
+            if outcome.is_ok() || workload.is_finished() || self.interrupted() {
+                break;
+            }
+            self.hold(Duration::from_secs(1)).await;
+            outcome = self.apply(fault).await;
+        }
+        outcome
+    }
+
+    /// Heals a fault in force and records its window on the timeline from `t0`.
+    async fn heal_one(&mut self, f: InForce, t0: Instant, windows: &mut Vec<FaultWindow>) -> Result<()> {
+        let healed = self.heal(f.applied).await;
+        let end = Instant::now();
+        windows.push(FaultWindow {
+            fault: f.what.clone(),
+            start_ms: f.since.saturating_duration_since(t0).as_millis() as u64,
+            end_ms: end.saturating_duration_since(t0).as_millis() as u64,
+        });
+        healed.with_context(|| format!("healing {}", f.what))?;
+        println!("{:>7.1}s {} healed", end.saturating_duration_since(t0).as_secs_f64(), f.what);
         Ok(())
     }
 
@@ -451,19 +520,6 @@ impl<C: Brokers> Chaos<C> {
     }
 }
 
-fn locations(brokers: u16, regions: u16) -> Vec<String> {
-    (0..brokers)
-        .map(|i| {
-            if regions == 0 {
-                format!("zone=chaos-{i}")
-            } else {
-                let r = i % regions;
-                format!("region=r{r},zone=r{r}-z{i},rack=r{r}-z{i}-a,host=h{i}")
-            }
-        })
-        .collect()
-}
-
 pub async fn main(a: ChaosArgs) -> Result<()> {
     let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
@@ -475,17 +531,30 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
         None => draw_schedule(&a, &mut rng, cfg.duration),
     };
     let by_region = [Fault::IsolateRegion, Fault::RegionLatency];
-    if schedule.iter().any(|p| by_region.contains(&p.fault)) && a.regions < 2 {
+    if schedule.iter().any(|p| by_region.contains(&p.fault)) && a.net.regions < 2 {
         bail!("isolate-region and region-latency need --regions 2 or more");
+    }
+    if a.net.shaped() && a.net.regions < 2 {
+        bail!("--inter-region-latency, --inter-region-jitter and --inter-region-bandwidth need --regions 2 or more");
     }
     let planned = schedule
         .iter()
         .map(|p| format!("{:.1}s {} {:.1}s", p.start.as_secs_f64(), p.fault.name(), p.hold.as_secs_f64()))
         .collect::<Vec<_>>()
         .join(", ");
+    // What needs network namespaces, for the message when they cannot be made.
+    let mut needs_netns: Vec<String> =
+        schedule.iter().filter(|p| p.fault.needs_namespaces()).map(|p| p.fault.name()).collect();
+    needs_netns.sort();
+    needs_netns.dedup();
+    needs_netns.extend(a.net.shaped().then(|| "--inter-region-*".to_string()));
+    needs_netns.extend(a.net.netns.then(|| "--netns".to_string()));
     if a.attach {
-        if schedule.iter().any(|p| p.fault.needs_namespaces() || p.fault == Fault::RegionLatency) {
-            bail!("--attach: network faults need a cluster that runnel chaos starts itself");
+        if !needs_netns.is_empty() {
+            bail!(
+                "--attach: {} need(s) network namespaces, of a cluster that runnel chaos starts itself",
+                needs_netns.join(", ")
+            );
         }
         let mut router = Router::new(&a.workload.bootstrap, "", "runnel-chaos", Duration::from_secs(3));
         wait_registered(&mut router, a.brokers).await.context("--attach: waiting for --brokers brokers")?;
@@ -495,10 +564,27 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
             a.brokers,
             schedule.len()
         );
-        return run(cluster, &a, schedule, rng, None).await;
+        return run(cluster, &a, schedule, rng).await;
     }
-    let netns = a.netns || schedule.iter().any(|p| p.fault.needs_namespaces());
-    let network = if netns { Network::Namespaces(Namespaces::create(a.brokers)?) } else { Network::Loopback };
+    let network = if needs_netns.is_empty() {
+        Network::Loopback
+    } else {
+        crate::netns::check_plan(a.brokers, a.net.plan_regions())?;
+        if let Some(why) = crate::netns::unavailable() {
+            bail!(
+                "{} need(s) network namespaces, which need root and iproute2 (ip, tc); here: {why}. runnel chaos does not run a different experiment without them",
+                needs_netns.join(", ")
+            );
+        }
+        let latency_fault = schedule.iter().any(|p| p.fault == Fault::RegionLatency);
+        let latency = (a.net.shaped() || latency_fault).then(|| a.net.latency());
+        let n = Namespaces::create(a.brokers, a.net.regions, latency)
+            .with_context(|| format!("{}: making the network namespaces", needs_netns.join(", ")))?;
+        if let Some(why) = n.no_qdiscs() {
+            println!("runnel chaos: no qdiscs between regions ({why}); going on without them");
+        }
+        Network::Namespaces(n)
+    };
     let (data_dir, temporary) = match &a.data_dir {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("runnel-chaos-{}", std::process::id())), true),
@@ -506,49 +592,52 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
     std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
     let logs = a.logs.clone().unwrap_or_else(|| data_dir.clone());
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
-    let mut cluster =
-        LocalCluster::new(a.port, a.brokers, &data_dir, a.settings.clone(), locations(a.brokers, a.regions), network)?;
+    let locations = locations(a.brokers, a.net.regions, "chaos");
+    let mut cluster = LocalCluster::new(a.port, a.brokers, &data_dir, a.settings.clone(), locations, network)?;
     cluster.log_to(&logs);
-    let cross_region_delay = if schedule.iter().any(|p| p.fault == Fault::RegionLatency) {
-        Some(proxy_regions(&mut cluster, a.regions).await?)
-    } else {
-        None
-    };
     println!("runnel chaos: seed {seed}, {} brokers, {} faults planned: {planned}", a.brokers, schedule.len());
     cluster.start_all().await?;
-    let result = run(cluster, &a, schedule, rng, cross_region_delay).await;
+    if let Some(summary) = cluster.regions_summary() {
+        println!("{summary}");
+    }
+    let result = run(cluster, &a, schedule, rng).await;
     if temporary && result.is_ok() {
         let _ = std::fs::remove_dir_all(&data_dir);
     }
     result
 }
 
-/// Puts a delaying proxy on every path from a broker to a peer in another region; returns
-/// the one delay they all follow (0 until region-latency sets it).
-async fn proxy_regions(cluster: &mut LocalCluster, regions: u16) -> Result<Arc<AtomicU64>> {
-    let delay = Arc::new(AtomicU64::new(0));
-    let n = cluster.brokers();
-    for i in 0..n {
-        let mut dial = Vec::new();
-        for j in (0..n).filter(|j| j % regions != i % regions) {
-            let listen = format!("{}:0", cluster.host_side());
-            let addr = crate::proxy::start(&listen, cluster.raft_address(j), delay.clone()).await?;
-            dial.push(format!("{j}@{addr}"));
-        }
-        if !dial.is_empty() {
-            cluster.set_own(i, format!("fault.raft.dial={}", dial.join(",")));
-        }
-    }
-    Ok(delay)
+/// The schedule as steps in time order: each fault applied at its start (index `i` in the
+/// schedule) and healed at its end, whatever else is in force then.
+fn steps(schedule: &[Planned]) -> Vec<(Duration, Step, usize)> {
+    let mut steps: Vec<(Duration, Step, usize)> = schedule
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| [(p.start, Step::Apply, i), (p.start + p.hold, Step::Heal, i)])
+        .collect();
+    steps.sort();
+    steps
 }
 
-async fn run<C: Brokers>(
-    cluster: C,
-    a: &ChaosArgs,
-    schedule: Vec<Planned>,
-    rng: Rng,
-    cross_region_delay: Option<Arc<AtomicU64>>,
-) -> Result<()> {
+/// One more (`add`) or one fewer fault in force holding broker `b`; returns how many held
+/// it before.
+fn count(holds: &mut HashMap<u16, usize>, b: u16, add: bool) -> usize {
+    let before = holds.get(&b).copied().unwrap_or(0);
+    match if add { before + 1 } else { before.saturating_sub(1) } {
+        0 => holds.remove(&b),
+        after => holds.insert(b, after),
+    };
+    before
+}
+
+/// A fault in force: what it is, how to heal it, and since when.
+struct InForce {
+    what: String,
+    applied: Applied,
+    since: Instant,
+}
+
+async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Planned>, rng: Rng) -> Result<()> {
     let brokers = cluster.ids();
     for i in &brokers {
         cluster.wait_listening(*i, Duration::from_secs(30)).await?;
@@ -557,15 +646,16 @@ async fn run<C: Brokers>(
     let cfg = a.workload.config(&bootstrap);
     let mut router = Router::new(&bootstrap, &cfg.topic, "runnel-chaos", Duration::from_secs(3));
     wait_registered(&mut router, brokers.len() as u16).await?;
-    // The first SIGINT or SIGTERM heals the fault in force and stops the run; a second one
-    // ends the process at once.
+    // The first SIGINT or SIGTERM heals the faults in force and stops the run; a second one
+    // ends the process at once (removing the network namespaces first).
     let interrupt = Arc::new(AtomicBool::new(false));
     let on_signal = interrupt.clone();
     tokio::spawn(async move {
         crate::stop_signal().await;
-        eprintln!("runnel chaos: interrupted; healing the fault in force (again to quit at once)");
+        eprintln!("runnel chaos: interrupted; healing the faults in force (again to quit at once)");
         on_signal.store(true, Ordering::Relaxed);
         crate::stop_signal().await;
+        crate::netns::remove_all();
         std::process::exit(130);
     });
     let coordinator_keys = if cfg.transactional {
@@ -575,58 +665,90 @@ async fn run<C: Brokers>(
     } else {
         vec![(0, cfg.group.clone())]
     };
+    let partitions = cfg.partitions;
     let t0 = Instant::now();
     let workload = tokio::spawn(workload::run(cfg, t0));
     let mut chaos = Chaos {
         cluster,
         router,
         rng,
-        regions: a.regions,
+        regions: a.net.regions,
         disk_delay_ms: a.disk_delay_ms,
         clock_jump_ms: a.clock_jump_ms,
         latency_ms: a.latency_ms,
-        cross_region_delay,
+        latency_faults: 0,
+        links_down: HashMap::new(),
+        paused: HashMap::new(),
         may_exit: Vec::new(),
         unexpected_exits: Vec::new(),
         interrupt,
         coordinator_keys,
         coordinator_faults: 0,
     };
+    let secs = |at: Instant| at.saturating_duration_since(t0).as_secs_f64();
+    // The schedule's clock starts once the workload runs: a fault at 0 s has a topic to hit.
+    let ready = chaos.wait_running(partitions, &workload).await?;
+    if let Some(r) = ready {
+        println!("{:>7.1}s the workload runs (topic created, every partition led): the schedule starts", secs(r));
+    }
+    let ready = ready.unwrap_or_else(Instant::now);
+    let mut in_force: Vec<(usize, InForce)> = Vec::new();
+    let mut attempted = vec![false; schedule.len()];
     let mut windows = Vec::new();
     let mut skipped = Vec::new();
-    for p in &schedule {
-        let due = t0 + p.start;
-        chaos.hold(due.saturating_duration_since(Instant::now())).await;
+    let mut heal_error = None;
+    for (at, step, i) in steps(&schedule) {
+        chaos.hold((ready + at).saturating_duration_since(Instant::now())).await;
         if workload.is_finished() || chaos.interrupted() {
             break;
         }
-        let started = Instant::now();
-        // A connection to a broker that just restarted may be stale: try again twice.
-        let mut outcome = chaos.apply(p.fault).await;
-        for _ in 0..2 {
-            if outcome.is_ok() || workload.is_finished() || chaos.interrupted() {
-                break;
+        let p = &schedule[i];
+        match step {
+            Step::Apply => {
+                attempted[i] = true;
+                let started = Instant::now();
+                match chaos.apply_retrying(p.fault, &workload).await {
+                    Ok((what, applied)) => {
+                        println!("{:>7.1}s {what} for {:.1}s", secs(started), p.hold.as_secs_f64());
+                        in_force.push((i, InForce { what, applied, since: started }));
+                    }
+                    Err(e) => {
+                        println!("{:>7.1}s {} skipped: {e:#}", secs(started), p.fault.name());
+                        skipped.push(p.fault.name());
+                    }
+                }
             }
-            chaos.hold(Duration::from_secs(1)).await;
-            outcome = chaos.apply(p.fault).await;
-        }
-        match outcome {
-            Ok((what, applied)) => {
-                println!("{:>7.1}s {what} for {:.1}s", started.duration_since(t0).as_secs_f64(), p.hold.as_secs_f64());
-                chaos.hold(p.hold).await;
-                let healed = chaos.heal(applied).await;
-                windows.push(FaultWindow {
-                    fault: what.clone(),
-                    start_ms: started.duration_since(t0).as_millis() as u64,
-                    end_ms: t0.elapsed().as_millis() as u64,
-                });
-                healed.with_context(|| format!("healing {what}"))?;
-            }
-            Err(e) => {
-                println!("{:>7.1}s {} skipped: {e:#}", started.duration_since(t0).as_secs_f64(), p.fault.name());
-                skipped.push(p.fault.name());
+            Step::Heal => {
+                let Some(k) = in_force.iter().position(|(j, _)| *j == i) else { continue };
+                let (_, f) = in_force.remove(k);
+                if let Err(e) = chaos.heal_one(f, t0, &mut windows).await {
+                    heal_error = Some(e);
+                    break;
+                }
             }
         }
+    }
+    // Faults still in force (the workload ended, the run was interrupted, or a heal
+    // failed) are healed now, in the order they were applied.
+    for (_, f) in in_force {
+        if let Err(e) = chaos.heal_one(f, t0, &mut windows).await {
+            heal_error.get_or_insert(e);
+        }
+    }
+    let first = match (&heal_error, chaos.interrupted()) {
+        (Some(_), _) => "a heal failed",
+        (None, true) => "the run was interrupted",
+        (None, false) => "the workload ended",
+    };
+    for (p, _) in schedule.iter().zip(&attempted).filter(|(_, tried)| !**tried) {
+        let (now, due) = (secs(Instant::now()), secs(ready + p.start));
+        println!("{now:>7.1}s {} (due at {due:.1}s) skipped: {first} before its start", p.fault.name());
+        skipped.push(p.fault.name());
+    }
+    if let Some(e) = heal_error {
+        workload.abort();
+        chaos.cluster.stop().await;
+        return Err(e);
     }
     // Keep restarting brokers that die on their own until the workload (and its final
     // read) is over.
@@ -639,6 +761,7 @@ async fn run<C: Brokers>(
         bail!("interrupted after {} faults, each healed; the history was not checked", windows.len());
     }
     let mut history = workload.await.context("workload task")??;
+    windows.sort_by_key(|w: &FaultWindow| w.start_ms);
     history.faults = windows;
     chaos.cluster.stop().await;
     let title = format!("runnel chaos: {} brokers, {} faults", brokers.len(), history.faults.len());
@@ -665,5 +788,40 @@ async fn wait_registered(router: &mut Router, brokers: u16) -> Result<()> {
             bail!("the cluster did not register {brokers} brokers within 60 s");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_of_a_schedule_overlap_each_healed_at_its_own_end() {
+        // The schedule users reported: the isolation starts while the latency is in force.
+        let schedule = parse_schedule("3:region-latency:70,20:isolate-region:15,73:kill-leader:2").expect("parses");
+        let s = |secs: u64| Duration::from_secs(secs);
+        assert_eq!(
+            steps(&schedule),
+            vec![
+                (s(3), Step::Apply, 0),
+                (s(20), Step::Apply, 1),
+                (s(35), Step::Heal, 1),
+                // A fault that ends when the next starts is healed first.
+                (s(73), Step::Heal, 0),
+                (s(73), Step::Apply, 2),
+                (s(75), Step::Heal, 2),
+            ]
+        );
+        assert!(parse_schedule("3:region-latency").is_err() && parse_schedule("x:kill-leader:3").is_err());
+    }
+
+    #[test]
+    fn holds_nest() {
+        let mut holds = HashMap::new();
+        assert_eq!(count(&mut holds, 4, true), 0);
+        assert_eq!(count(&mut holds, 4, true), 1);
+        assert_eq!(count(&mut holds, 4, false), 2);
+        assert_eq!(count(&mut holds, 4, false), 1);
+        assert!(holds.is_empty());
     }
 }

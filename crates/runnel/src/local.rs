@@ -2,16 +2,20 @@
 //! one `runnel dev` process per broker, every broker a voter of the metadata quorum, and
 //! per broker the handles a fault injector needs (kill -9, SIGSTOP/SIGCONT, start again).
 //!
-//! With network namespaces each broker runs in a namespace of its own, joined to the host
-//! by a veth pair on one bridge, so that a link taken down cuts the broker off from its
-//! peers and from clients alike. Namespaces need root and iproute2.
+//! With network namespaces ([`crate::netns`]) each broker runs in a namespace of its own,
+//! joined to the host by a veth pair on one bridge, so that a link taken down cuts the
+//! broker off from its peers and from clients alike, and traffic between regions can be
+//! delayed. Namespaces need root and iproute2.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use tokio::process::{Child, Command};
+
+pub use crate::netns::Namespaces;
 
 /// Where each broker lives on the network.
 pub enum Network {
@@ -21,92 +25,20 @@ pub enum Network {
     Namespaces(Namespaces),
 }
 
-pub struct Namespaces {
-    /// Makes the names of this run's namespaces, links and subnet unique on the host.
-    tag: u32,
-    brokers: u16,
-}
-
-impl Namespaces {
-    /// Creates the bridge, and per broker a namespace with a veth pair whose host end is on
-    /// the bridge. Undone by [`Namespaces::remove`] (also on a failure half-way).
-    pub fn create(brokers: u16) -> Result<Namespaces> {
-        let n = Namespaces { tag: std::process::id() % 200 + 20, brokers };
-        if let Err(e) = n.try_create() {
-            n.remove();
-            return Err(e);
-        }
-        Ok(n)
-    }
-
-    fn bridge(&self) -> String {
-        format!("rcbr{}", self.tag)
-    }
-
-    fn host_link(&self, i: u16) -> String {
-        format!("rch{}x{i}", self.tag)
-    }
-
-    fn namespace(&self, i: u16) -> String {
-        format!("runnel-chaos-{}-{i}", self.tag)
-    }
-
-    /// The host's address on the bridge: what the brokers reach the host at.
-    pub fn host_address(&self) -> String {
-        format!("10.231.{}.1", self.tag)
-    }
-
-    /// Broker `i`'s address inside its namespace.
-    pub fn address(&self, i: u16) -> String {
-        format!("10.231.{}.{}", self.tag, 10 + i)
-    }
-
-    fn try_create(&self) -> Result<()> {
-        let br = self.bridge();
-        let subnet = format!("10.231.{}", self.tag);
-        ip(&["link", "add", &br, "type", "bridge"])?;
-        ip(&["addr", "add", &format!("{subnet}.1/24"), "dev", &br])?;
-        ip(&["link", "set", &br, "up"])?;
-        for i in 0..self.brokers {
-            let ns = self.namespace(i);
-            let host = self.host_link(i);
-            let inner = format!("rcn{}x{i}", self.tag);
-            ip(&["netns", "add", &ns])?;
-            ip(&["link", "add", &host, "type", "veth", "peer", "name", &inner])?;
-            ip(&["link", "set", &inner, "netns", &ns])?;
-            ip(&["-n", &ns, "addr", "add", &format!("{}/24", self.address(i)), "dev", &inner])?;
-            ip(&["-n", &ns, "link", "set", &inner, "up"])?;
-            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-            ip(&["link", "set", &host, "master", &br])?;
-            ip(&["link", "set", &host, "up"])?;
-        }
-        Ok(())
-    }
-
-    /// Takes broker `i`'s link down (`up: false`) or brings it back.
-    pub fn set_link(&self, i: u16, up: bool) -> Result<()> {
-        ip(&["link", "set", &self.host_link(i), if up { "up" } else { "down" }])
-    }
-
-    pub fn remove(&self) {
-        for i in 0..self.brokers {
-            let _ = ip(&["netns", "del", &self.namespace(i)]);
-            let _ = ip(&["link", "del", &self.host_link(i)]);
-        }
-        let _ = ip(&["link", "del", &self.bridge()]);
-    }
-}
-
-fn ip(args: &[&str]) -> Result<()> {
-    let out = std::process::Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .context("running ip (iproute2): network namespaces need it, and root")?;
-    if !out.status.success() {
-        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(())
+/// Each broker's `broker.location`: with `regions`, broker i in region r(i mod regions)
+/// (`region=r..,zone=..,rack=..,host=..`, a zone, rack and host of its own); without,
+/// `zone={zone_prefix}-i`.
+pub fn locations(brokers: u16, regions: u16, zone_prefix: &str) -> Vec<String> {
+    (0..brokers)
+        .map(|i| {
+            if regions == 0 {
+                format!("zone={zone_prefix}-{i}")
+            } else {
+                let r = i % regions;
+                format!("region=r{r},zone=r{r}-z{i},rack=r{r}-z{i}-a,host=h{i}")
+            }
+        })
+        .collect()
 }
 
 pub struct LocalCluster {
@@ -114,8 +46,6 @@ pub struct LocalCluster {
     port: u16,
     data_dir: PathBuf,
     overrides: Vec<String>,
-    /// Settings for one broker only (after `overrides`).
-    own: Vec<Vec<String>>,
     /// broker → `broker.location` (`region=...,zone=...`)
     locations: Vec<String>,
     network: Network,
@@ -146,7 +76,6 @@ impl LocalCluster {
             port,
             data_dir: data_dir.to_path_buf(),
             overrides,
-            own: (0..brokers).map(|_| Vec::new()).collect(),
             locations,
             network,
             children: (0..brokers).map(|_| None).collect(),
@@ -176,23 +105,45 @@ impl LocalCluster {
         }
     }
 
-    /// Adds a setting for broker `i` alone, from its next start on.
-    pub fn set_own(&mut self, i: u16, setting: String) {
-        if let Some(o) = self.own.get_mut(i as usize) {
-            o.push(setting);
+    /// Per region: its brokers with their addresses and namespaces, and its namespace for
+    /// clients, with how to run a client there (`None` on loopback).
+    pub fn regions_summary(&self) -> Option<String> {
+        let Network::Namespaces(n) = &self.network else { return None };
+        let mut s = String::new();
+        let between = match (n.regions(), n.latency()) {
+            (1, _) => String::new(),
+            (_, Some(l)) => format!(", {} between regions", l.describe()),
+            (_, None) => ", no latency between regions".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "{} brokers in {} region(s), in network namespaces on bridge {} (the host is 10.231.{}.1){between}",
+            self.brokers(),
+            n.regions(),
+            n.bridge(),
+            n.tag()
+        );
+        for r in 0..n.regions() {
+            let ids: Vec<u16> = (0..self.brokers()).filter(|i| n.region_of(*i) == r).collect();
+            let members: Vec<String> = ids
+                .iter()
+                .map(|i| format!("broker {i} at {} (namespace {})", self.address(*i), n.namespace(*i)))
+                .collect();
+            let _ = writeln!(s, "region r{r} ({}): {}", n.block(r), members.join(", "));
+            let near = ids.first().map(|i| self.address(*i)).unwrap_or_else(|| self.bootstrap());
+            let ns = n.client_namespace(r);
+            let _ = writeln!(
+                s,
+                "  clients: ip netns exec {ns} <command>   (address {}; e.g. ip netns exec {ns} kcat -b {near} -L)",
+                n.client_address(r)
+            );
         }
-    }
-
-    /// Where the host (this process) can listen so that every broker reaches it.
-    pub fn host_side(&self) -> String {
-        match &self.network {
-            Network::Loopback => "127.0.0.1".to_string(),
-            Network::Namespaces(n) => n.host_address(),
-        }
+        let _ = write!(s, "bootstrap: {}", self.bootstrap());
+        Some(s)
     }
 
     /// Broker `i`'s Raft address.
-    pub fn raft_address(&self, i: u16) -> String {
+    fn raft_address(&self, i: u16) -> String {
         format!("{}:{}", self.host(i), self.port + 1000 + i)
     }
 
@@ -228,7 +179,7 @@ impl LocalCluster {
             .args(["--set", &format!("default.replication.factor={}", n.min(3))])
             .args(["--set", &format!("offsets.topic.replication.factor={}", n.min(3))])
             .args(["--set", &format!("broker.location={location}")]);
-        for o in self.overrides.iter().chain(self.own.get(i as usize).into_iter().flatten()) {
+        for o in &self.overrides {
             cmd.args(["--set", o]);
         }
         cmd.stdin(Stdio::null());
@@ -409,15 +360,10 @@ pub(crate) fn send_signal(pid: u32, sig: i32) -> Result<()> {
 impl Drop for LocalCluster {
     fn drop(&mut self) {
         // Children die with their handles (kill_on_drop); a paused one needs SIGCONT first
-        // only to exit cleanly, SIGKILL works regardless.
-        if let Network::Namespaces(n) = &self.network {
-            for c in self.children.iter_mut() {
-                if let Some(child) = c {
-                    let _ = child.start_kill();
-                }
-                *c = None;
-            }
-            n.remove();
+        // only to exit cleanly, SIGKILL works regardless. The namespaces are removed after
+        // this, when `network` is dropped.
+        for child in self.children.iter_mut().flatten() {
+            let _ = child.start_kill();
         }
     }
 }

@@ -8,11 +8,12 @@
 
 mod attach;
 mod bench;
+mod broker_settings;
 mod chaos;
 mod decommission;
 mod dev_tls;
 mod local;
-mod proxy;
+mod netns;
 mod verify;
 
 use std::path::PathBuf;
@@ -32,9 +33,11 @@ struct Cli {
 enum Command {
     /// Run one broker for development: 127.0.0.1:9092, data in ./data. With --brokers N, a
     /// local cluster of N broker processes on ports PORT..PORT+N-1 (Raft between them on
-    /// PORT+1000..), data under DATA_DIR/broker-I.
+    /// PORT+1000..), data under DATA_DIR/broker-I; with --regions R and
+    /// --inter-region-latency, in network namespaces with latency between regions (root).
     Dev {
-        /// Port to listen on (127.0.0.1 only); with --brokers, the first broker's.
+        /// Port to listen on (127.0.0.1, or each broker's namespace address); with --brokers,
+        /// the first broker's.
         #[arg(long, default_value_t = 9092)]
         port: u16,
         /// Number of brokers (separate processes, one replica each per partition).
@@ -51,6 +54,9 @@ enum Command {
         /// so TLS and mutual TLS clients both get in).
         #[arg(long)]
         tls: bool,
+        /// Regions, network namespaces and latency between regions (a local cluster).
+        #[command(flatten)]
+        net: netns::RegionArgs,
     },
     /// Run a broker from a Kafka-style .properties file.
     Serve {
@@ -126,8 +132,25 @@ pub(crate) async fn stop_signal() {
 /// `runnel dev --brokers N`: N `runnel dev` processes forming one cluster. Prints each
 /// broker's pid, so tools and tests can kill or pause one; a broker that dies is started
 /// again a second later (with its new pid printed). SIGINT or SIGTERM stops them all.
-async fn dev_cluster(port: u16, brokers: u16, data_dir: PathBuf, overrides: Vec<String>, tls: bool) -> Result<()> {
+///
+/// With --regions, --netns or --inter-region-*, the brokers run in network namespaces
+/// (per region, one more for clients), with latency between regions: that needs root;
+/// without it the cluster runs on loopback, and says so.
+async fn dev_cluster(
+    port: u16,
+    brokers: u16,
+    data_dir: PathBuf,
+    overrides: Vec<String>,
+    tls: bool,
+    net: netns::RegionArgs,
+) -> Result<()> {
     use local::Brokers;
+    if net.shaped() && net.regions < 2 {
+        anyhow::bail!(
+            "--inter-region-latency, --inter-region-jitter and --inter-region-bandwidth need --regions 2 or more"
+        );
+    }
+    let network = dev_network(brokers, &net)?;
     let mut settings = Vec::new();
     let certs = if tls {
         let (certs, tls_settings) = dev_tls::prepare(&data_dir)?;
@@ -137,15 +160,17 @@ async fn dev_cluster(port: u16, brokers: u16, data_dir: PathBuf, overrides: Vec<
         None
     };
     settings.extend(overrides);
-    let mut cluster =
-        local::LocalCluster::new(port, brokers, &data_dir, settings, Vec::new(), local::Network::Loopback)?;
+    let locations = local::locations(brokers, net.regions, "dev");
+    let mut cluster = local::LocalCluster::new(port, brokers, &data_dir, settings, locations, network)?;
     if tls {
         cluster.use_tls();
     }
     cluster.start_all().await?;
+    if let Some(summary) = cluster.regions_summary() {
+        println!("{summary}");
+    }
     if let Some(certs) = certs {
-        let bootstrap: Vec<String> = (0..brokers).map(|i| format!("127.0.0.1:{}", port + i)).collect();
-        println!("{}", dev_tls::client_settings(&certs, &bootstrap.join(",")));
+        println!("{}", dev_tls::client_settings(&certs, &cluster.bootstrap()));
     }
     let stop = stop_signal();
     tokio::pin!(stop);
@@ -161,7 +186,42 @@ async fn dev_cluster(port: u16, brokers: u16, data_dir: PathBuf, overrides: Vec<
         }
     }
     cluster.stop().await;
+    // Dropping the cluster removes its namespaces.
     Ok(())
+}
+
+/// Network namespaces when the options ask for them and this machine can make them; else
+/// loopback, said in one line.
+fn dev_network(brokers: u16, net: &netns::RegionArgs) -> Result<local::Network> {
+    if !(net.netns || net.shaped()) {
+        return Ok(local::Network::Loopback);
+    }
+    netns::check_plan(brokers, net.plan_regions())?;
+    let made = match netns::unavailable() {
+        Some(why) => Err(why),
+        None => {
+            let latency = net.shaped().then(|| net.latency());
+            netns::Namespaces::create(brokers, net.regions, latency).map_err(|e| format!("{e:#}"))
+        }
+    };
+    match made {
+        Ok(n) => {
+            if let Some(why) = n.no_qdiscs() {
+                println!("runnel dev: no qdiscs between regions ({why}); going on without them");
+            }
+            Ok(local::Network::Namespaces(n))
+        }
+        Err(why) if net.shaped() => {
+            println!(
+                "runnel dev: latency between regions needs root, network namespaces and tc netem ({why}); the cluster runs on loopback, without latency"
+            );
+            Ok(local::Network::Loopback)
+        }
+        Err(why) => {
+            println!("runnel dev: --netns needs root and network namespaces ({why}); the cluster runs on loopback");
+            Ok(local::Network::Loopback)
+        }
+    }
 }
 
 /// A broker holds one descriptor per segment and per connection: take the whole hard
@@ -189,8 +249,10 @@ fn main() {
     let cli = Cli::parse();
     let runtime = || tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime");
     let result = match cli.command {
-        Command::Dev { port, brokers, data_dir, settings, tls } if brokers > 1 => {
-            runtime().and_then(|rt| rt.block_on(dev_cluster(port, brokers, data_dir, settings, tls)))
+        Command::Dev { port, brokers, data_dir, settings, tls, net }
+            if brokers > 1 || net.regions > 0 || net.netns || net.shaped() =>
+        {
+            runtime().and_then(|rt| rt.block_on(dev_cluster(port, brokers, data_dir, settings, tls, net)))
         }
         Command::Bench(args) => runtime().and_then(|rt| rt.block_on(bench::main(*args))),
         Command::Verify(args) => runtime().and_then(|rt| rt.block_on(verify::main(*args))),
