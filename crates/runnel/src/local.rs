@@ -28,14 +28,19 @@ pub enum Network {
 /// Each broker's `broker.location`: with `regions`, broker i in region r(i mod regions)
 /// (`region=r..,zone=..,rack=..,host=..`, a zone, rack and host of its own); without,
 /// `zone={zone_prefix}-i`.
+/// The name of region `r` in the locations of [`locations`].
+pub fn region_name(r: u16) -> String {
+    format!("r{r}")
+}
+
 pub fn locations(brokers: u16, regions: u16, zone_prefix: &str) -> Vec<String> {
     (0..brokers)
         .map(|i| {
             if regions == 0 {
                 format!("zone={zone_prefix}-{i}")
             } else {
-                let r = i % regions;
-                format!("region=r{r},zone=r{r}-z{i},rack=r{r}-z{i}-a,host=h{i}")
+                let r = region_name(i % regions);
+                format!("region={r},zone={r}-z{i},rack={r}-z{i}-a,host=h{i}")
             }
         })
         .collect()
