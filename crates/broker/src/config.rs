@@ -124,6 +124,9 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // Cluster mode: leaders hand partitions back to their preferred leaders (the first
     // replica) every interval. Kafka checks every 300 s; a Raft transfer is cheap.
     ("auto.leader.rebalance.enable", Kind::Bool, "true"),
+    // The default of the topic config leader.preference: failure domains where leaders
+    // should be, in order (region:us-east1,region:us-west1), or none.
+    ("leader.preference", Kind::List, "none"),
     // Cluster mode: refuse (false) or allow a topic whose placement puts a majority of a
     // partition's replicas in one failure domain; a topic config overrides it.
     ("placement.unsafe.allow", Kind::Bool, "false"),
@@ -577,6 +580,8 @@ impl BrokerConfig {
                 bail!("setting {name}={v}: expected one of {}", allowed.join(", "));
             }
         }
+        runnel_controller::leader_preference::parse(settings.get("leader.preference"))
+            .map_err(|e| anyhow!("setting leader.preference: {e}"))?;
         let listeners = parse_listeners(&settings)?;
         let internal = parse_internal(&settings)?;
         Ok(BrokerConfig {

@@ -6,13 +6,22 @@
 //! leads, but is not the preferred leader of, to the preferred leader, once that replica is
 //! alive and has every entry (a Raft leadership transfer: the transferee campaigns at once,
 //! and the old leader refuses new writes only for the moment the transfer takes).
+//!
+//! A topic with a `leader.preference` (failure domains in order, see
+//! `runnel_controller::leader_preference`) ranks its replicas by it instead: leadership
+//! goes to the best-ranked replica that is alive and caught up, so it stays in the first
+//! listed domain while a replica there is healthy, falls back to the next, and comes back
+//! once the better one returns.
 
+use std::collections::HashMap;
 use std::sync::Weak;
 use std::time::Duration;
 
+use runnel_controller::leader_preference;
 use tracing::info;
 
 use crate::broker::Broker;
+use crate::topic_config;
 
 /// Runs while the broker does; the transfer itself is `ReplicaManager::elect_here`.
 pub async fn elect_preferred_leaders(broker: Weak<Broker>) {
@@ -29,18 +38,47 @@ pub async fn elect_preferred_leaders(broker: Weak<Broker>) {
             continue;
         }
         let Some(b) = broker.upgrade() else { return };
-        let me = b.node_id();
-        let mut moved = 0;
-        for t in b.catalog.topics_snapshot() {
-            for p in &t.partitions {
-                let (Some((_, group)), Some(&preferred)) = (p.replica(), p.replicas.first()) else { continue };
-                if preferred != me && b.replicas.elect_here(group, preferred) {
-                    moved += 1;
-                }
-            }
-        }
+        let moved = rebalance(&b);
         if moved > 0 {
             info!(partitions = moved, "handing partitions back to their preferred leaders");
         }
     }
+}
+
+/// One pass over the partitions this broker leads; returns how many transfers started.
+fn rebalance(b: &Broker) -> usize {
+    let me = b.node_id();
+    let mut locations: Option<HashMap<i32, Vec<(String, String)>>> = None;
+    let mut moved = 0;
+    for t in b.catalog.topics_snapshot() {
+        let preference = {
+            let settings = b.catalog.settings();
+            leader_preference::parse(topic_config::effective("leader.preference", &t.configs, &settings))
+                .unwrap_or_default()
+        };
+        let locations = locations
+            .get_or_insert_with(|| b.controller().brokers().into_iter().map(|info| (info.id, info.location)).collect());
+        for p in &t.partitions {
+            let Some((_, group)) = p.replica() else { continue };
+            if p.leader().0 != me {
+                continue;
+            }
+            // Without a preference only the first replica is tried, as Kafka does.
+            let order = if preference.is_empty() {
+                p.replicas.first().copied().into_iter().collect()
+            } else {
+                leader_preference::ranked(&p.replicas, &preference, locations)
+            };
+            for candidate in order {
+                if candidate == me {
+                    break;
+                }
+                if b.replicas.elect_here(group, candidate) {
+                    moved += 1;
+                    break;
+                }
+            }
+        }
+    }
+    moved
 }

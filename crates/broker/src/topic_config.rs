@@ -27,6 +27,9 @@ pub const TOPIC_CONFIGS: &[(&str, &str, Kind)] = &[
     // Cluster mode: create the topic even when one failure domain would hold a majority
     // of a partition's replicas.
     ("placement.unsafe.allow", "placement.unsafe.allow", Kind::Bool),
+    // Where the topic's leaders should be: failure domains in order (region:us-east1,...),
+    // or none (runnel_controller::leader_preference).
+    ("leader.preference", "leader.preference", Kind::List),
 ];
 
 pub fn lookup(name: &str) -> Option<(&'static str, Kind)> {
@@ -50,6 +53,7 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         "max.message.bytes" => int() >= 0,
         "min.insync.replicas" => int() >= 1,
         "retention.ms" | "retention.bytes" => int() >= -1,
+        "leader.preference" => runnel_controller::leader_preference::parse(value).is_ok(),
         _ => true,
     };
     if ok {
@@ -58,6 +62,7 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         let why = match name {
             "cleanup.policy" => " (expected delete, compact or both)",
             "compression.type" => " (the broker stores batches as the producer compressed them; use producer)",
+            "leader.preference" => " (expected none, or failure domains in order: region:us-east1,region:us-west1)",
             _ => "",
         };
         Err(format!("Invalid value {value} for configuration {name}{why}"))

@@ -11,6 +11,7 @@ use tracing::warn;
 use uuid::Uuid;
 
 use crate::controller::{Controller, Outcome};
+use crate::leader_preference::{order_assignment, parse};
 use crate::placement::{check_assignment, place, placement_risk};
 use crate::records::{BrokerInfo, Call, Record};
 
@@ -48,7 +49,15 @@ impl Controller {
                     check_assignment(a, &brokers)?;
                 }
                 self.check_replica_count(partitions.max(0) as usize * rf.max(0) as usize)?;
-                let placed = assignment.clone().unwrap_or_else(|| place(&brokers, partitions, rf as usize));
+                let placed = match &assignment {
+                    Some(a) => a.clone(),
+                    None => {
+                        let mut placed = place(&brokers, partitions, rf as usize);
+                        let preference = configs.get("leader.preference").map_or(Ok(vec![]), |p| parse(p));
+                        order_assignment(&mut placed, &preference.unwrap_or_default(), &brokers);
+                        placed
+                    }
+                };
                 self.check_broker_load(&placed)?;
                 self.check_placement(&name, &brokers, &placed, &configs)?;
                 if validate_only {
@@ -213,7 +222,13 @@ impl Controller {
                             format!("The topic's replication factor of {rf} cannot be reached: only {} broker(s) are registered and not fenced.", brokers.len()),
                         ));
                     }
-                    None => place(&brokers, count, rf).split_off(current),
+                    None => {
+                        let mut placed = place(&brokers, count, rf).split_off(current);
+                        let topic = self.read().topics.get(&name).map(|t| t.configs.get("leader.preference").cloned());
+                        let preference = topic.flatten().map_or(Ok(vec![]), |p| parse(&p));
+                        order_assignment(&mut placed, &preference.unwrap_or_default(), &brokers);
+                        placed
+                    }
                 };
                 self.check_broker_load(&placed)?;
                 let configs = self.read().topics.get(&name).map(|t| t.configs.clone());

@@ -18,13 +18,15 @@
 //! - `image`: the state replayed from the log and the effect of each record.
 //! - `controller`: the metadata replica, apply loop, inbox and request frontend.
 //! - `decide`: the controller's checks and the record each call commits.
-//! - `placement`: replicas over nested failure domains.
+//! - `placement`: replicas over nested failure domains; `leader_preference`: where a
+//!   topic's leaders should be.
 //! - `sessions`: registration, heartbeats and fencing.
 
 mod controller;
 mod decide;
 mod host;
 mod image;
+pub mod leader_preference;
 mod placement;
 mod records;
 mod sessions;
