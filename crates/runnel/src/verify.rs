@@ -111,6 +111,27 @@ pub async fn main(a: VerifyArgs) -> Result<()> {
 /// Writes the history, the report and the chart where asked, prints the summary, and fails
 /// when the checker found anything.
 pub fn report(history: &History, a: &VerifyArgs, title: &str) -> Result<()> {
+    judge(&print_report(history, a, title)?)
+}
+
+/// Fails when the checker found anything, printing what and the first examples.
+pub fn judge(report: &runnel_verify::Report) -> Result<()> {
+    if report.valid() {
+        println!("no anomalies");
+        return Ok(());
+    }
+    for (kind, n) in &report.counts {
+        println!("{kind}: {n}");
+        for e in report.examples.get(kind).into_iter().flatten() {
+            println!("    {e:?}");
+        }
+    }
+    bail!("the history has anomalies")
+}
+
+/// Checks the history; writes the history, the report and the chart where asked and prints
+/// the summary, whatever the checker found.
+pub fn print_report(history: &History, a: &VerifyArgs, title: &str) -> Result<runnel_verify::Report> {
     if let Some(p) = &a.history {
         std::fs::write(p, serde_json::to_string(history)?).with_context(|| format!("writing {}", p.display()))?;
     }
@@ -162,6 +183,16 @@ pub fn report(history: &History, a: &VerifyArgs, title: &str) -> Result<()> {
             f.unknown,
             f.failed
         );
+        if let Some(r) = &f.recovery {
+            let at = |ms: Option<u64>| {
+                ms.map_or("not within the run".to_string(), |ms| format!("{:.2} s", ms as f64 / 1000.0))
+            };
+            println!(
+                "          after the heal: the replicas cut off caught up in {}; every partition led by its preferred leader in {}",
+                at(r.caught_up_ms),
+                at(r.leaders_back_ms)
+            );
+        }
         for (region, r) in &f.regions {
             println!(
                 "          clients in {region}: acknowledged sends stalled {:.2} s at most; \
@@ -175,15 +206,5 @@ pub fn report(history: &History, a: &VerifyArgs, title: &str) -> Result<()> {
         let (cross, all) = history.cross_region_fetched();
         println!("consumers read {all} bytes of records, {cross} of them from brokers in another region");
     }
-    if report.valid() {
-        println!("no anomalies");
-        return Ok(());
-    }
-    for (kind, n) in &report.counts {
-        println!("{kind}: {n}");
-        for e in report.examples.get(kind).into_iter().flatten() {
-            println!("    {e:?}");
-        }
-    }
-    bail!("the history has anomalies")
+    Ok(report)
 }

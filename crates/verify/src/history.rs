@@ -94,6 +94,20 @@ pub struct FaultWindow {
     pub fault: String,
     pub start_ms: u64,
     pub end_ms: u64,
+    /// After a fault that cut brokers off: how the cluster came back, measured from the heal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
+}
+
+/// How a cluster came back after brokers were cut off and let back in, in milliseconds from
+/// the heal (None: not within the run).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovery {
+    /// Until every replica on those brokers had everything that was committed at the heal
+    /// (its high watermark, as a fetch from it reports, reached the leader's of then).
+    pub caught_up_ms: Option<u64>,
+    /// Until every partition was led by its preferred leader (the first of its replicas).
+    pub leaders_back_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

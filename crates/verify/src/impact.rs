@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::history::{region_of, History, OpKind, Outcome};
+use crate::history::{region_of, History, OpKind, Outcome, Recovery};
 
 /// After a fault is healed, effects still count for this long (a re-election, a client's
 /// reconnect), unless the next fault starts sooner.
@@ -34,6 +34,9 @@ pub struct FaultImpact {
     /// With client regions: the same gaps per region of the clients.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub regions: BTreeMap<String, RegionImpact>,
+    /// After brokers were cut off: how the cluster came back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
 }
 
 /// What a fault cost the clients of one region.
@@ -145,6 +148,7 @@ pub fn impact(h: &History) -> Vec<FaultImpact> {
                 unknown: during().filter(|o| o.outcome == Outcome::Unknown).count(),
                 failed: during().filter(|o| o.outcome == Outcome::Failed).count(),
                 regions: by_region,
+                recovery: f.recovery,
             }
         })
         .collect()
@@ -173,11 +177,21 @@ mod tests {
         h.ops.push(send("b", 0, 1, Outcome::Ok));
         h.ops.push(send("b", 3000, 1, Outcome::Ok));
         h.ops.push(send("b", 4000, 2000, Outcome::Unknown));
-        h.faults.push(FaultWindow { fault: "kill-leader (broker 1)".into(), start_ms: 5000, end_ms: 8000 });
+        h.faults.push(FaultWindow {
+            fault: "kill-leader (broker 1)".into(),
+            start_ms: 5000,
+            end_ms: 8000,
+            recovery: None,
+        });
         // A second fault soon after: the 2 s stall of stream c is its own, not the first's.
         h.ops.push(send("c", 17_900, 1, Outcome::Ok));
         h.ops.push(send("c", 19_900, 1, Outcome::Ok));
-        h.faults.push(FaultWindow { fault: "pause-leader (broker 2)".into(), start_ms: 18_500, end_ms: 19_000 });
+        h.faults.push(FaultWindow {
+            fault: "pause-leader (broker 2)".into(),
+            start_ms: 18_500,
+            end_ms: 19_000,
+            recovery: None,
+        });
         let [i, second] = &impact(&h)[..] else { panic!("two faults, two impacts") };
         assert_eq!((second.longest_stall_ms, second.stalled_stream.as_str()), (2000, "c"));
         assert_eq!((i.longest_stall_ms, i.stalled_stream.as_str()), (1599, "a"), "acks at 4901 and then 6500");

@@ -35,4 +35,4 @@ pub mod workload;
 
 pub use checker::{check, Anomaly, Report};
 pub use config::{ClientRegion, VerifyConfig};
-pub use history::{CopierRecord, FaultWindow, History, Op, OpKind, Outcome, Poll, Send, TxnRecord};
+pub use history::{CopierRecord, FaultWindow, History, Op, OpKind, Outcome, Poll, Recovery, Send, TxnRecord};

@@ -16,7 +16,8 @@ use runnel_client::{topic_name, Connection, METADATA_VERSION};
 
 use crate::config::ClientRegion;
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// A broker that was cut off never answers a SYN; a client moves on to the next address.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 pub struct Router {
     client_id: String,

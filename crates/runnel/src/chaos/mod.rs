@@ -28,6 +28,8 @@ use crate::local::{locations, Brokers, LocalCluster, Namespaces, Network};
 use crate::netns::RegionArgs;
 use crate::verify::VerifyArgs;
 
+mod drill;
+mod recovery;
 mod run;
 use run::{count, run, wait_registered, InForce};
 
@@ -123,6 +125,15 @@ pub struct ChaosArgs {
     /// overlap.
     #[arg(long)]
     schedule: Option<String>,
+    /// A drill: region-loss cuts one region (its brokers and clients) off from a third of
+    /// the run to two thirds (unless --schedule says otherwise) and sums up RPO, RTO per
+    /// surviving region, reads across regions and the recovery after the heal. Needs
+    /// --regions 2 or more.
+    #[arg(long, value_enum)]
+    drill: Option<drill::Drill>,
+    /// Write the drill's figures as JSON here.
+    #[arg(long, requires = "drill")]
+    drill_json: Option<PathBuf>,
     /// Seed for the schedule and the targets (default: from the clock; printed).
     #[arg(long)]
     seed: Option<u64>,
@@ -263,6 +274,10 @@ struct Chaos<C: Brokers> {
     coordinator_keys: Vec<(i8, String)>,
     /// *-coordinator faults so far.
     coordinator_faults: usize,
+    /// Recoveries being watched after a heal: (index of the fault's window, the watch).
+    recoveries: Vec<(usize, tokio::task::JoinHandle<runnel_verify::Recovery>)>,
+    /// When the workload's producers stop: watches end by then.
+    until: Instant,
 }
 
 impl<C: Brokers> Chaos<C> {
@@ -488,12 +503,23 @@ impl<C: Brokers> Chaos<C> {
 
     /// Heals a fault in force and records its window on the timeline from `t0`.
     async fn heal_one(&mut self, f: InForce, t0: Instant, windows: &mut Vec<FaultWindow>) -> Result<()> {
+        let cut = match &f.applied {
+            Applied::Isolated(brokers) => Some(brokers.clone()),
+            _ => None,
+        };
         let healed = self.heal(f.applied).await;
         let end = Instant::now();
+        if let Some(cut) = cut {
+            // Watched while the run goes on; collected with the history.
+            let watch =
+                recovery::watch(self.cluster.bootstrap(), self.router.topic().to_string(), cut, end, self.until);
+            self.recoveries.push((windows.len(), tokio::spawn(watch)));
+        }
         windows.push(FaultWindow {
             fault: f.what.clone(),
             start_ms: f.since.saturating_duration_since(t0).as_millis() as u64,
             end_ms: end.saturating_duration_since(t0).as_millis() as u64,
+            recovery: None,
         });
         healed.with_context(|| format!("healing {}", f.what))?;
         println!("{:>7.1}s {} healed", end.saturating_duration_since(t0).as_secs_f64(), f.what);
@@ -529,9 +555,10 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
     });
     let mut rng = Rng(seed);
     let cfg = a.workload.config("");
-    let schedule = match &a.schedule {
-        Some(s) => parse_schedule(s)?,
-        None => draw_schedule(&a, &mut rng, cfg.duration),
+    let schedule = match (&a.schedule, a.drill) {
+        (Some(s), _) => parse_schedule(s)?,
+        (None, Some(drill)) => parse_schedule(&drill.schedule(cfg.duration))?,
+        (None, None) => draw_schedule(&a, &mut rng, cfg.duration),
     };
     let by_region = [Fault::IsolateRegion, Fault::RegionLatency];
     if schedule.iter().any(|p| by_region.contains(&p.fault)) && a.net.regions < 2 {

@@ -84,7 +84,7 @@ pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Pla
     } else {
         vec![(0, cfg.group.clone())]
     };
-    let partitions = cfg.partitions;
+    let (partitions, duration) = (cfg.partitions, cfg.duration);
     let t0 = Instant::now();
     let workload = tokio::spawn(workload::run(cfg, t0));
     let mut chaos = Chaos {
@@ -103,6 +103,8 @@ pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Pla
         interrupt,
         coordinator_keys,
         coordinator_faults: 0,
+        recoveries: Vec::new(),
+        until: t0 + duration + Duration::from_secs(5),
     };
     let secs = |at: Instant| at.saturating_duration_since(t0).as_secs_f64();
     // The schedule's clock starts once the workload runs: a fault at 0 s has a topic to hit.
@@ -180,12 +182,30 @@ pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Pla
         bail!("interrupted after {} faults, each healed; the history was not checked", windows.len());
     }
     let mut history = workload.await.context("workload task")??;
+    for (i, watch) in chaos.recoveries.drain(..) {
+        if let (Some(w), Ok(r)) = (windows.get_mut(i), watch.await) {
+            w.recovery = Some(r);
+        }
+    }
     windows.sort_by_key(|w: &FaultWindow| w.start_ms);
     history.faults = windows;
     chaos.cluster.stop().await;
     let title = format!("runnel chaos: {} brokers, {} faults", brokers.len(), history.faults.len());
     println!("faults injected: {} ({} skipped)", history.faults.len(), skipped.len());
-    let checked = crate::verify::report(&history, &a.workload, &title);
+    let checked = crate::verify::print_report(&history, &a.workload, &title).and_then(|report| {
+        if a.drill.is_some() {
+            let summary = super::drill::summarize(&history, &report);
+            match &summary {
+                Some(s) => super::drill::print(s),
+                None => println!("region-loss drill: no region was cut off (see the faults above)"),
+            }
+            if let (Some(s), Some(p)) = (&summary, &a.drill_json) {
+                std::fs::write(p, serde_json::to_string_pretty(s)?)
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
+        }
+        crate::verify::judge(&report)
+    });
     if !chaos.unexpected_exits.is_empty() {
         for e in &chaos.unexpected_exits {
             println!("unexpected exit: {e}");
