@@ -59,6 +59,8 @@ pub struct LocalCluster {
     log_dir: Option<PathBuf>,
     /// The client listener's security protocol: PLAINTEXT, or SSL (`runnel dev --tls`).
     protocol: &'static str,
+    /// Another broker program to start instead of `runnel dev` (Apache Kafka, say).
+    broker_command: Option<PathBuf>,
 }
 
 impl LocalCluster {
@@ -86,12 +88,25 @@ impl LocalCluster {
             children: (0..brokers).map(|_| None).collect(),
             log_dir: None,
             protocol: "PLAINTEXT",
+            broker_command: None,
         })
     }
 
     /// Brokers listen with TLS (the settings for it come as overrides).
     pub fn use_tls(&mut self) {
         self.protocol = "SSL";
+    }
+
+    /// Starts each broker as `program` (no arguments), which must exec the broker (keeping
+    /// the pid that faults signal) after reading where and what it is from its environment:
+    /// `RUNNEL_BROKER_ID`, `RUNNEL_BROKER_HOST` and `RUNNEL_BROKER_PORT` (the client
+    /// listener), `RUNNEL_BROKER_CONTROLLER_PORT` (port + 1000 + id), `RUNNEL_BROKER_REGION`
+    /// and `RUNNEL_BROKER_LOCATION`, `RUNNEL_BROKER_DATA_DIR`, `RUNNEL_BROKERS` (how many)
+    /// and `RUNNEL_CONTROLLER_VOTERS` (`id@host:controller-port,...` of all of them), and
+    /// the `--set` settings as `key=value` lines in `RUNNEL_BROKER_SETTINGS`.
+    /// `bench/kafka-broker.sh` starts Apache Kafka this way (docs/chaos.md).
+    pub fn use_broker_command(&mut self, program: PathBuf) {
+        self.broker_command = Some(program);
     }
 
     /// Sends each broker's stdout and stderr to `dir/broker-i.log` instead of ours.
@@ -152,27 +167,9 @@ impl LocalCluster {
         format!("{}:{}", self.host(i), self.port + 1000 + i)
     }
 
-    fn command(&self, i: u16) -> Result<Command> {
+    /// `runnel dev`'s arguments for broker `i`.
+    fn runnel_args(&self, cmd: &mut Command, i: u16, voters: &[String], location: &str) {
         let n = self.brokers();
-        let voters: Vec<String> = (0..n).map(|j| format!("{j}@{}", self.raft_address(j))).collect();
-        // RUNNEL_BROKER_WRAPPER names a program each broker is started through (it gets the
-        // broker's command line and should exec it, keeping the pid the faults signal): a
-        // heap profiler for one broker, say. docs/chaos.md.
-        let mut program: Vec<std::ffi::OsString> = std::env::var_os("RUNNEL_BROKER_WRAPPER").into_iter().collect();
-        program.push(self.exe.clone().into_os_string());
-        let mut cmd = match &self.network {
-            Network::Loopback => {
-                let mut c = Command::new(&program[0]);
-                c.args(&program[1..]);
-                c
-            }
-            Network::Namespaces(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", &ns.namespace(i)]).args(&program);
-                c
-            }
-        };
-        let location = self.locations.get(i as usize).cloned().unwrap_or_else(|| format!("zone=dev-{i}"));
         cmd.arg("dev")
             .arg("--port")
             .arg((self.port + i).to_string())
@@ -186,6 +183,44 @@ impl LocalCluster {
             .args(["--set", &format!("broker.location={location}")]);
         for o in &self.overrides {
             cmd.args(["--set", o]);
+        }
+    }
+
+    fn command(&self, i: u16) -> Result<Command> {
+        let n = self.brokers();
+        let voters: Vec<String> = (0..n).map(|j| format!("{j}@{}", self.raft_address(j))).collect();
+        // RUNNEL_BROKER_WRAPPER names a program each broker is started through (it gets the
+        // broker's command line and should exec it, keeping the pid the faults signal): a
+        // heap profiler for one broker, say. docs/chaos.md.
+        let mut program: Vec<std::ffi::OsString> = std::env::var_os("RUNNEL_BROKER_WRAPPER").into_iter().collect();
+        program.push(self.broker_command.clone().unwrap_or_else(|| self.exe.clone()).into_os_string());
+        let mut cmd = match &self.network {
+            Network::Loopback => {
+                let mut c = Command::new(&program[0]);
+                c.args(&program[1..]);
+                c
+            }
+            Network::Namespaces(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns.namespace(i)]).args(&program);
+                c
+            }
+        };
+        let location = self.locations.get(i as usize).cloned().unwrap_or_else(|| format!("zone=dev-{i}"));
+        if self.broker_command.is_some() {
+            let region = location.split(',').find_map(|l| l.strip_prefix("region=")).unwrap_or("");
+            cmd.env("RUNNEL_BROKER_ID", i.to_string())
+                .env("RUNNEL_BROKER_HOST", self.host(i))
+                .env("RUNNEL_BROKER_PORT", (self.port + i).to_string())
+                .env("RUNNEL_BROKER_CONTROLLER_PORT", (self.port + 1000 + i).to_string())
+                .env("RUNNEL_BROKER_REGION", region)
+                .env("RUNNEL_BROKER_LOCATION", &location)
+                .env("RUNNEL_BROKER_DATA_DIR", self.data_dir.join(format!("broker-{i}")))
+                .env("RUNNEL_BROKERS", n.to_string())
+                .env("RUNNEL_CONTROLLER_VOTERS", voters.join(","))
+                .env("RUNNEL_BROKER_SETTINGS", self.overrides.join("\n"));
+        } else {
+            self.runnel_args(&mut cmd, i, &voters, &location);
         }
         cmd.stdin(Stdio::null());
         // SAFETY: the closure runs in the forked child before exec and only calls prctl,

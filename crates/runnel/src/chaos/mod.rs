@@ -134,6 +134,12 @@ pub struct ChaosArgs {
     /// Write the drill's figures as JSON here.
     #[arg(long, requires = "drill")]
     drill_json: Option<PathBuf>,
+    /// Start each broker with this program instead of `runnel dev`, in the same places
+    /// (namespaces, ports, regions), which it reads from its environment (RUNNEL_BROKER_*;
+    /// docs/chaos.md): `bench/kafka-broker.sh` runs Apache Kafka so, for the same drill
+    /// side by side.
+    #[arg(long, conflicts_with = "attach")]
+    broker_command: Option<PathBuf>,
     /// Seed for the schedule and the targets (default: from the clock; printed).
     #[arg(long)]
     seed: Option<u64>,
@@ -587,7 +593,9 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
             );
         }
         let mut router = Router::new(&a.workload.bootstrap, "", "runnel-chaos", Duration::from_secs(3));
-        wait_registered(&mut router, a.brokers).await.context("--attach: waiting for --brokers brokers")?;
+        wait_registered(&mut router, a.brokers, Duration::from_secs(60))
+            .await
+            .context("--attach: waiting for --brokers brokers")?;
         let cluster = Attached::new(router.brokers()).context("--attach")?;
         println!(
             "runnel chaos: seed {seed}, attached to {} brokers, {} faults planned: {planned}",
@@ -625,6 +633,9 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
     let locations = locations(a.brokers, a.net.regions, "chaos");
     let mut cluster = LocalCluster::new(a.port, a.brokers, &data_dir, a.settings.clone(), locations, network)?;
     cluster.log_to(&logs);
+    if let Some(program) = &a.broker_command {
+        cluster.use_broker_command(std::fs::canonicalize(program).with_context(|| format!("{}", program.display()))?);
+    }
     println!("runnel chaos: seed {seed}, {} brokers, {} faults planned: {planned}", a.brokers, schedule.len());
     cluster.start_all().await?;
     if let Some(summary) = cluster.regions_summary() {

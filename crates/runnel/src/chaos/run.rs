@@ -46,8 +46,10 @@ pub(super) struct InForce {
 
 pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Planned>, rng: Rng) -> Result<()> {
     let brokers = cluster.ids();
+    // Another broker program (a JVM) may take longer to start.
+    let within = if a.broker_command.is_some() { 180 } else { 30 };
     for i in &brokers {
-        cluster.wait_listening(*i, Duration::from_secs(30)).await?;
+        cluster.wait_listening(*i, Duration::from_secs(within)).await?;
     }
     let bootstrap = cluster.bootstrap();
     let mut cfg = a.workload.config(&bootstrap);
@@ -64,7 +66,7 @@ pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Pla
         cfg.broker_regions = brokers.iter().map(|b| (i32::from(*b), region_name(b % a.net.regions))).collect();
     }
     let mut router = Router::new(&bootstrap, &cfg.topic, "runnel-chaos", Duration::from_secs(3));
-    wait_registered(&mut router, brokers.len() as u16).await?;
+    wait_registered(&mut router, brokers.len() as u16, Duration::from_secs(2 * within)).await?;
     // The first SIGINT or SIGTERM heals the faults in force and stops the run; a second one
     // ends the process at once (removing the network namespaces first).
     let interrupt = Arc::new(AtomicBool::new(false));
@@ -217,14 +219,14 @@ pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Pla
 }
 
 /// Waits until Metadata lists every broker.
-pub(super) async fn wait_registered(router: &mut Router, brokers: u16) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
+pub(super) async fn wait_registered(router: &mut Router, brokers: u16, within: Duration) -> Result<()> {
+    let deadline = Instant::now() + within;
     loop {
         if router.refresh().await.is_ok() && router.broker_count() == brokers as usize {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("the cluster did not register {brokers} brokers within 60 s");
+            bail!("the cluster did not register {brokers} brokers within {} s", within.as_secs());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
