@@ -8,7 +8,8 @@
 #   3. the integration tests (pytest): real `runnel` processes on 127.0.0.1 driven by real
 #      Kafka clients: librdkafka (confluent-kafka from PyPI), the Java client and Kafka's
 #      own tools (jars from Maven Central), franz-go (Go module proxy).
-# Needs: a Rust toolchain, python3, a JDK 17+ with Maven, Go; kcat and openssl are installed with apt-get
+# Needs: a Rust toolchain, python3, a JDK 17+ with Maven, Go; kcat, openssl and iptables (for
+# iptables-legacy: latency between regions in tests/test_chaos.py) are installed with apt-get
 # when missing and running as root. Extra pytest arguments pass
 # through, e.g. scripts/test.sh -k franz.
 set -euo pipefail
@@ -36,11 +37,14 @@ if [[ ! -x .cache/venv/bin/python ]]; then
 fi
 .cache/venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
 
-step "kcat and openssl (Debian packages)"
-for pkg in kcat openssl; do
-  if ! command -v "$pkg" >/dev/null 2>&1; then
+step "kcat, openssl and iptables (Debian packages)"
+for need in kcat:kcat openssl:openssl iptables-legacy:iptables; do
+  cmd="${need%%:*}" pkg="${need#*:}"
+  if ! command -v "$cmd" >/dev/null 2>&1; then
     if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
       { apt-get install -y -q "$pkg" || { apt-get update -q && apt-get install -y -q "$pkg"; }; } >/dev/null
+    elif [[ "$pkg" == iptables ]]; then
+      echo "no iptables-legacy: the tests of latency between regions (root only) will be skipped" >&2
     else
       echo "$pkg is missing: install it (Debian/Ubuntu: apt-get install $pkg)" >&2
       exit 1

@@ -4,9 +4,9 @@ leaders and followers are killed (-9) and paused, their disks fill up, their clo
 and a whole region are cut off, also while other faults are in force. Every acknowledged value must be read back once, where it
 was acknowledged; the availability chart must show each fault. The checker must fail
 loudly on a history with a planted loss or a group that skipped records. `runnel dev
---regions 3 --inter-region-latency` must put real latency (tc netem) between regions, and
-none within one. The namespace tests need root (and the latency ones a kernel with netem):
-they are skipped, saying why, without.
+--regions 3 --inter-region-latency` must put real latency (a userspace delayer on NFQUEUE)
+between regions, and none within one. The namespace tests need root (and the latency ones
+iptables-legacy and a kernel with NFQUEUE): they are skipped, saying why, without.
 """
 
 import json
@@ -31,21 +31,27 @@ def netns_unavailable():
     return f"needs iproute2: no {', '.join(missing)}" if missing else None
 
 
-def netem_unavailable():
-    """Why latency between namespaces cannot be had here: no namespaces, or a kernel without
-    the prio or netem qdisc (tried in a throwaway namespace)."""
+def latency_unavailable():
+    """Why latency between namespaces cannot be had here: no namespaces, no iptables-legacy,
+    or a kernel without the NFQUEUE target or nfnetlink_queue (tried in a throwaway
+    namespace)."""
     why = netns_unavailable()
     if why:
         return why
+    if shutil.which("iptables-legacy") is None:
+        return "needs iptables-legacy (Debian: apt-get install iptables)"
     ns = f"runnel-probe-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True, timeout=30)
     try:
-        for kind, qdisc in [("prio", ["root", "handle", "1:", "prio", "bands", "2"]),
-                            ("netem", ["parent", "1:2", "handle", "20:", "netem", "delay", "1ms"])]:
-            p = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", *qdisc],
-                               capture_output=True, text=True, timeout=30)
-            if p.returncode != 0:
-                return f"this kernel has no {kind} qdisc (tc: {p.stderr.strip()})"
+        p = subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy", "-w", "10", "-t", "mangle", "-A",
+                            "PREROUTING", "-s", "10.231.0.32/27", "-j", "NFQUEUE", "--queue-num", "1"],
+                           capture_output=True, text=True, timeout=30)
+        if p.returncode != 0:
+            return f"this kernel has no NFQUEUE target (iptables-legacy: {p.stderr.strip()})"
+        p = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/netfilter/nfnetlink_queue"],
+                           capture_output=True, text=True, timeout=30)
+        if p.returncode != 0:
+            return "this kernel has no nfnetlink_queue (CONFIG_NETFILTER_NETLINK_QUEUE)"
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
     return None
@@ -167,11 +173,11 @@ def test_isolated_leader_and_region_in_network_namespaces_lose_nothing(tmp_path)
 
 
 def test_region_latency_overlapping_a_region_loss_injects_both(tmp_path):
-    """The schedule users reported: latency added between regions (tc netem, on top of the
-    always-on --inter-region-latency) from the schedule's first second, and a whole region cut
-    off while it is in force. Both are applied, the isolation healed at its own end inside
-    the latency's window, and nothing acknowledged is lost."""
-    why = netem_unavailable()
+    """The schedule users reported: latency added between regions (the NFQUEUE delayer's
+    delay raised, on top of the always-on --inter-region-latency) from the schedule's first
+    second, and a whole region cut off while it is in force. Both are applied, the isolation
+    healed at its own end inside the latency's window, and nothing acknowledged is lost."""
+    why = latency_unavailable()
     if why:
         pytest.skip(f"latency between regions: {why}")
     out, report, history, _ = chaos(
@@ -219,11 +225,18 @@ def connect_ms(namespace, host, port):
     return float(p.stdout.strip())
 
 
+def mangle_rules():
+    """The host's own mangle table."""
+    return subprocess.run(["iptables-legacy", "-t", "mangle", "-S"], capture_output=True, text=True,
+                          timeout=30).stdout
+
+
 def test_dev_regions_have_real_latency_between_them(tmp_path):
     """`runnel dev --brokers 3 --regions 3 --inter-region-latency 40ms`: a client in region
     0's namespace reaches region 0's broker at once and region 1's after one round trip of
-    40 ms (20 ms each way, at each sender's egress); SIGTERM removes every namespace."""
-    why = netem_unavailable()
+    40 ms (20 ms each way, at each receiver's ingress); SIGTERM removes every namespace and
+    leaves no delaying rule in the host's netfilter."""
+    why = latency_unavailable()
     if why:
         pytest.skip(f"latency between regions: {why}")
     port = cluster_port(3)
@@ -249,11 +262,13 @@ def test_dev_regions_have_real_latency_between_them(tmp_path):
         print(f"TCP connect from region 0's clients: to region 0 {near:.2f} ms, to region 1 {far:.2f} ms")
         assert near < 10, f"same region: {near} ms"
         assert far >= 35, f"another region: {far} ms"
+        assert "NFQUEUE" not in mangle_rules(), "the delaying rules are in the namespaces, never the host's"
     finally:
         dev.send_signal(signal.SIGTERM)
         dev.wait(timeout=60)
     assert dev.returncode == 0, err_path.read_text()[-3000:]
     assert host_leftovers(tag) == [], "runnel dev removes its namespaces, links and bridge on SIGTERM"
+    assert "NFQUEUE" not in mangle_rules(), mangle_rules()
 
 
 def test_attached_to_a_dev_cluster(tmp_path):

@@ -205,15 +205,10 @@ fn dev_network(brokers: u16, net: &netns::RegionArgs) -> Result<local::Network> 
         }
     };
     match made {
-        Ok(n) => {
-            if let Some(why) = n.no_qdiscs() {
-                println!("runnel dev: no qdiscs between regions ({why}); going on without them");
-            }
-            Ok(local::Network::Namespaces(n))
-        }
+        Ok(n) => Ok(local::Network::Namespaces(n)),
         Err(why) if net.shaped() => {
             println!(
-                "runnel dev: latency between regions needs root, network namespaces and tc netem ({why}); the cluster runs on loopback, without latency"
+                "runnel dev: latency between regions needs root, network namespaces and iptables-legacy with NFQUEUE ({why}); the cluster runs on loopback, without latency"
             );
             Ok(local::Network::Loopback)
         }

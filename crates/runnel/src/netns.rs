@@ -1,23 +1,29 @@
 //! Network namespaces for a local cluster (`runnel dev`, `runnel chaos`): each broker in a
 //! namespace of its own and, per region, a namespace for clients, all joined to the host by
-//! veth pairs on one bridge. Between regions, kernel-level latency (tc netem).
+//! veth pairs on one bridge. Between regions, latency from a userspace delayer on NFQUEUE
+//! ([`delay`]).
 //!
 //! The address plan: broker i is in region r = i mod R and gets 10.231.T.(32(r+1) + i/R),
 //! so that each region is one /27 block (10.231.T.(32(r+1))/27), its client namespace at
 //! 10.231.T.(32(r+1)+30); the host keeps 10.231.T.1 on the bridge. T (the tag) makes the
 //! names and the subnet of this run unique on the host.
 //!
-//! Latency: on the namespace side of every veth, a root `prio` qdisc with two bands (the
-//! priomap sends everything to the first, undelayed), a `netem` qdisc on the second, and
-//! u32 filters sending packets for another region's /27 to it. So every packet between two
-//! regions is delayed once, at its sender's egress, and nothing within a region is.
+//! Latency: in every namespace, iptables-legacy rules queue the packets arriving from
+//! another region's /27 to NFQUEUE, and this process's delayer accepts each one after the
+//! one-way delay. So every packet between two regions is delayed once, at its receiver's
+//! ingress, and nothing within a region, nor to or from the host, is. Not tc netem: the
+//! kernels this runs on (a developer's, CI's) lack it, and the prio qdisc with it. A
+//! bandwidth cap is an HTB qdisc on the namespace side of every veth, with u32 filters
+//! sending packets for other regions to its one class.
 //!
-//! Needs root and iproute2 (`ip`, `tc`); the latency needs a kernel with the prio and netem
-//! qdiscs and the u32 classifier.
+//! Needs root and iproute2 (`ip`); the latency needs iptables-legacy and a kernel with
+//! nfnetlink_queue and the NFQUEUE target, the bandwidth cap `tc` and HTB.
+
+mod delay;
 
 use std::fmt::Write as _;
 use std::process::Stdio;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -27,9 +33,6 @@ use clap::Args;
 pub const MAX_REGIONS: u16 = 6;
 /// At most this many brokers per region: the /27 keeps .30 for clients and .31 free.
 pub const MAX_PER_REGION: u16 = 28;
-/// netem's queue, in packets: its default of 1000 drops packets at a WAN bandwidth-delay
-/// product.
-const NETEM_LIMIT: &str = "100000";
 
 /// Regions and the network between them, for `runnel dev` and `runnel chaos`.
 #[derive(Args, Clone, Debug, Default)]
@@ -38,16 +41,18 @@ pub struct RegionArgs {
     /// placement spreads each partition's replicas over the regions.
     #[arg(long, default_value_t = 0)]
     pub regions: u16,
-    /// Round-trip time between two regions (each direction gets half), as tc netem delay
-    /// in network namespaces: 30ms, 0.03s, or a number of milliseconds. Applies to all
-    /// traffic between regions, clients in a region's namespace included. Needs root.
+    /// Round-trip time between two regions (each direction gets half), in network
+    /// namespaces, by a delayer on NFQUEUE: 30ms, 0.03s, or a number of milliseconds.
+    /// Applies to all traffic between regions, clients in a region's namespace included.
+    /// Needs root and iptables-legacy.
     #[arg(long, value_name = "RTT", value_parser = parse_time)]
     pub inter_region_latency: Option<Duration>,
-    /// Jitter of each direction's delay between regions (normal distribution). netem
-    /// jitter reorders packets.
+    /// Jitter of each direction's delay between regions (normal distribution). A packet
+    /// is never released before the one sent before it: no reordering.
     #[arg(long, value_name = "TIME", value_parser = parse_time, default_value = "0")]
     pub inter_region_jitter: Duration,
-    /// Cap on each namespace's traffic to other regions, in tc's syntax: 1gbit, 100mbit.
+    /// Cap on each namespace's traffic to other regions (an HTB qdisc), in tc's syntax:
+    /// 1gbit, 100mbit.
     #[arg(long, value_name = "RATE", value_parser = parse_rate)]
     pub inter_region_bandwidth: Option<String>,
     /// Run every broker in a network namespace of its own (root), even without latency.
@@ -114,7 +119,8 @@ pub fn parse_rate(s: &str) -> Result<String, String> {
     }
 }
 
-/// The network between regions: netem's settings on every sender's egress.
+/// The network between regions: the delay at every receiver's ingress, the cap at every
+/// sender's egress.
 #[derive(Clone, Debug, Default)]
 pub struct Latency {
     /// Each direction gets half.
@@ -156,20 +162,21 @@ pub fn check_plan(brokers: u16, regions: u16) -> Result<()> {
     Ok(())
 }
 
-/// Why network namespaces cannot be made here, if they cannot: not root, or no `ip` or
-/// `tc` to run.
+/// Why network namespaces with latency between regions cannot be made here, if they
+/// cannot: not root, no `ip` or `iptables-legacy` to run, or no NFQUEUE (tried in a
+/// throwaway namespace).
 pub fn unavailable() -> Option<String> {
     // SAFETY: geteuid only reads the process's credentials.
     if unsafe { libc::geteuid() } != 0 {
         return Some("not running as root".to_string());
     }
-    for tool in ["ip", "tc"] {
+    for (tool, package) in [("ip", "iproute2"), ("iptables-legacy", "iptables")] {
         let ran = std::process::Command::new(tool).arg("-V").stdin(Stdio::null()).output();
         if !ran.is_ok_and(|o| o.status.success()) {
-            return Some(format!("no `{tool}` (iproute2) to run"));
+            return Some(format!("no `{tool}` ({package}) to run"));
         }
     }
-    None
+    delay::probe().map(|why| format!("no latency between namespaces by NFQUEUE: {why}"))
 }
 
 /// Everything one [`Namespaces`] made on the host, to remove it.
@@ -178,10 +185,14 @@ struct Made {
     bridge: String,
     namespaces: Vec<String>,
     host_links: Vec<String>,
+    /// Stopped first: its rules removed and its queued packets accepted before the
+    /// namespaces go.
+    delayer: Arc<Mutex<Option<delay::Delayer>>>,
 }
 
 impl Made {
     fn remove(&self) {
+        drop(self.delayer.lock().unwrap_or_else(|e| e.into_inner()).take());
         // Deleting the host end of a veth deletes both ends; the namespace may still hold a
         // broker that is exiting, which keeps it alive (not its links) until it is gone.
         for l in &self.host_links {
@@ -197,8 +208,9 @@ impl Made {
 /// The namespaces of this process that exist now, for [`remove_all`].
 static LIVE: Mutex<Vec<Made>> = Mutex::new(Vec::new());
 
-/// Removes every namespace, link and bridge this process made and has not removed yet:
-/// for an exit that skips destructors (`std::process::exit`).
+/// Removes every namespace, link and bridge this process made and has not removed yet
+/// (the delayer's rules and threads first): for an exit that skips destructors
+/// (`std::process::exit`).
 pub fn remove_all() {
     let live = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
     for m in live {
@@ -211,10 +223,8 @@ pub struct Namespaces {
     tag: u32,
     brokers: u16,
     regions: u16,
-    /// The latency between regions when the qdiscs are installed (`None`: they are not).
+    /// The latency between regions the delayer started with (`None`: there is none).
     latency: Option<Latency>,
-    /// Why no qdiscs are installed although there are several regions.
-    no_qdiscs: Option<String>,
     made: Made,
 }
 
@@ -229,11 +239,10 @@ struct Member {
 
 impl Namespaces {
     /// Creates the bridge, and per broker and per region's clients a namespace with a veth
-    /// pair whose host end is on the bridge; with two regions or more, the qdiscs between
-    /// regions. `latency` is what they start with; when it is `None` (no latency asked for),
-    /// a kernel without netem is no error: the namespaces go without qdiscs, and
-    /// [`Namespaces::no_qdiscs`] says why. Everything made is removed again on a failure
-    /// half-way, and on drop.
+    /// pair whose host end is on the bridge; with two regions or more and `latency`, the
+    /// delayer between regions (and the bandwidth cap). Without `latency`, nothing is
+    /// delayed and [`Namespaces::set_extra_delay`] fails. Everything made is removed again
+    /// on a failure half-way, and on drop.
     pub fn create(brokers: u16, regions: u16, latency: Option<Latency>) -> Result<Namespaces> {
         let regions = regions.max(1);
         check_plan(brokers, regions)?;
@@ -243,8 +252,12 @@ impl Namespaces {
             brokers,
             regions,
             latency: None,
-            no_qdiscs: None,
-            made: Made { bridge: format!("rnbr{tag}"), namespaces: Vec::new(), host_links: Vec::new() },
+            made: Made {
+                bridge: format!("rnbr{tag}"),
+                namespaces: Vec::new(),
+                host_links: Vec::new(),
+                delayer: Arc::default(),
+            },
         };
         for m in n.members() {
             n.made.namespaces.push(m.namespace);
@@ -253,19 +266,9 @@ impl Namespaces {
         LIVE.lock().unwrap_or_else(|e| e.into_inner()).push(n.made.clone());
         // The bridge exists already (claim_tag made it): on an error, drop removes it all.
         n.try_create()?;
-        if regions >= 2 {
-            let wanted = latency.is_some();
-            let start = latency.unwrap_or_default();
-            match n.install_qdiscs(&start) {
-                Ok(()) => n.latency = Some(start),
-                Err(e) if wanted => return Err(e),
-                Err(e) => {
-                    for m in n.members() {
-                        let _ = tc(&["-n", &m.namespace, "qdisc", "del", "dev", &m.inner_link, "root"]);
-                    }
-                    n.no_qdiscs = Some(format!("{e:#}"));
-                }
-            }
+        if let Some(latency) = latency.filter(|_| regions >= 2) {
+            n.install_latency(&latency)?;
+            n.latency = Some(latency);
         }
         Ok(n)
     }
@@ -282,15 +285,9 @@ impl Namespaces {
         &self.made.bridge
     }
 
-    /// The latency between regions in force when the namespaces were made, if qdiscs are
-    /// installed.
+    /// The latency between regions the delayer started with, if there is one.
     pub fn latency(&self) -> Option<&Latency> {
         self.latency.as_ref()
-    }
-
-    /// Why there are several regions but no qdiscs between them (a kernel without netem).
-    pub fn no_qdiscs(&self) -> Option<&str> {
-        self.no_qdiscs.as_deref()
     }
 
     pub fn region_of(&self, broker: u16) -> u16 {
@@ -345,6 +342,11 @@ impl Namespaces {
         brokers.chain(clients).collect()
     }
 
+    /// The blocks of the regions other than `region`.
+    fn other_blocks(&self, region: u16) -> Vec<String> {
+        (0..self.regions).filter(|r| *r != region).map(|r| self.block(r)).collect()
+    }
+
     fn try_create(&self) -> Result<()> {
         let br = self.bridge();
         ip(&["addr", "add", &format!("10.231.{}.1/24", self.tag), "dev", br])?;
@@ -363,62 +365,65 @@ impl Namespaces {
         Ok(())
     }
 
-    /// netem's options for a one-way `delay`, with this run's jitter and rate.
-    fn netem(latency: &Latency, delay: Duration) -> Vec<String> {
-        let mut args = vec!["netem".to_string(), "delay".to_string(), format!("{}us", delay.as_micros())];
-        if !latency.jitter.is_zero() {
-            args.push(format!("{}us", latency.jitter.as_micros()));
-            args.extend(["distribution".to_string(), "normal".to_string()]);
-        }
+    /// The delayer in every namespace, for packets from other regions, then the bandwidth
+    /// cap if one is asked for.
+    fn install_latency(&self, latency: &Latency) -> Result<()> {
+        let targets: Vec<delay::Target> = self
+            .members()
+            .into_iter()
+            .map(|m| delay::Target { blocks: self.other_blocks(m.region), namespace: m.namespace })
+            .collect();
+        let d = delay::Delayer::start(&targets, latency.one_way(), latency.jitter)
+            .context("latency between regions (a userspace delayer on NFQUEUE)")?;
+        *self.made.delayer.lock().unwrap_or_else(|e| e.into_inner()) = Some(d);
         if let Some(rate) = &latency.rate {
-            args.extend(["rate".to_string(), rate.clone()]);
-        }
-        args.extend(["limit".to_string(), NETEM_LIMIT.to_string()]);
-        args
-    }
-
-    fn install_qdiscs(&self, latency: &Latency) -> Result<()> {
-        let netem = Self::netem(latency, latency.one_way());
-        for m in self.members() {
-            let (ns, dev) = (m.namespace.as_str(), m.inner_link.as_str());
-            let mut prio = vec!["-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "prio"];
-            prio.extend(["bands", "2", "priomap"]);
-            prio.extend(["0"; 16]);
-            tc(&prio)?;
-            let mut delayed = vec!["-n", ns, "qdisc", "add", "dev", dev, "parent", "1:2", "handle", "20:"];
-            delayed.extend(netem.iter().map(String::as_str));
-            tc(&delayed)?;
-            for other in (0..self.regions).filter(|r| *r != m.region) {
-                let block = self.block(other);
-                tc(&[
-                    "-n", ns, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-                    "match", "ip", "dst", &block, "flowid", "1:2",
-                ])?;
+            for m in self.members() {
+                self.cap(&m, rate).context("--inter-region-bandwidth (tc, HTB)")?;
             }
         }
         Ok(())
     }
 
-    /// Sets the one-way delay between regions to the base one plus `extra` (zero: back to
-    /// the base), on every namespace.
-    pub fn set_extra_delay(&self, extra: Duration) -> Result<()> {
-        let Some(base) = &self.latency else {
-            bail!("no qdiscs between regions{}", self.no_qdiscs.as_ref().map(|w| format!(": {w}")).unwrap_or_default());
-        };
-        let netem = Self::netem(base, base.one_way() + extra);
-        for m in self.members() {
-            let (ns, dev) = (m.namespace.as_str(), m.inner_link.as_str());
-            let mut change = vec!["-n", ns, "qdisc", "change", "dev", dev, "parent", "1:2"];
-            change.extend(["handle", "20:"]);
-            change.extend(netem.iter().map(String::as_str));
-            tc(&change)?;
+    /// On `m`'s side of its veth: an HTB qdisc whose unclassified traffic goes out at once
+    /// (`default 0`), one class at `rate`, and u32 filters sending packets for other
+    /// regions to it.
+    fn cap(&self, m: &Member, rate: &str) -> Result<()> {
+        let (ns, dev) = (m.namespace.as_str(), m.inner_link.as_str());
+        tc(&["-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "0"])?;
+        tc(&[
+            "-n", ns, "class", "add", "dev", dev, "parent", "1:", "classid", "1:2", "htb", "rate", rate, "ceil", rate,
+            "quantum", "65536",
+        ])?;
+        for block in self.other_blocks(m.region) {
+            tc(&[
+                "-n", ns, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match",
+                "ip", "dst", &block, "flowid", "1:2",
+            ])?;
         }
         Ok(())
+    }
+
+    /// Sets the one-way delay between regions to the base one plus `extra` (zero: back to
+    /// the base), for every packet sent from now on.
+    pub fn set_extra_delay(&self, extra: Duration) -> Result<()> {
+        match self.made.delayer.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(d) => {
+                d.set_extra(extra);
+                Ok(())
+            }
+            None => bail!("no latency between regions: none was asked for (--inter-region-latency)"),
+        }
     }
 
     /// Takes broker `i`'s link down (`up: false`) or brings it back.
     pub fn set_link(&self, i: u16, up: bool) -> Result<()> {
         let link = format!("rnh{}b{i}", self.tag);
+        ip(&["link", "set", &link, if up { "up" } else { "down" }])
+    }
+
+    /// Takes region `r`'s client namespace's link down (`up: false`) or brings it back.
+    pub fn set_client_link(&self, r: u16, up: bool) -> Result<()> {
+        let link = format!("rnh{}r{r}", self.tag);
         ip(&["link", "set", &link, if up { "up" } else { "down" }])
     }
 }
@@ -461,7 +466,7 @@ fn run(program: &str, args: &[&str]) -> Result<()> {
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let hint = if stderr.contains("qdisc kind is unknown") {
-            " (this kernel lacks the prio or netem qdisc: CONFIG_NET_SCH_PRIO, CONFIG_NET_SCH_NETEM)"
+            " (this kernel lacks the HTB qdisc: CONFIG_NET_SCH_HTB)"
         } else {
             ""
         };
@@ -502,8 +507,12 @@ mod tests {
             brokers: 9,
             regions: 3,
             latency: None,
-            no_qdiscs: None,
-            made: Made { bridge: "test-only".to_string(), namespaces: Vec::new(), host_links: Vec::new() },
+            made: Made {
+                bridge: "test-only".to_string(),
+                namespaces: Vec::new(),
+                host_links: Vec::new(),
+                delayer: Arc::default(),
+            },
         };
         let addrs: Vec<String> = (0..9).map(|i| n.address(i)).collect();
         assert_eq!(addrs[0], "10.231.57.32");
@@ -517,12 +526,12 @@ mod tests {
         for m in n.members() {
             assert!(m.host_link.len() <= 15 && m.inner_link.len() <= 15, "{}", m.host_link);
         }
+        assert_eq!(n.other_blocks(1), ["10.231.57.32/27", "10.231.57.96/27"]);
         // Nothing was made: dropping it must not touch the host.
         std::mem::forget(n);
         assert!(check_plan(9, 3).is_ok());
         assert!(check_plan(29, 1).is_err() && check_plan(7, 7).is_err());
         let l = Latency { round_trip: Duration::from_millis(25), jitter: Duration::from_millis(2), rate: None };
-        let netem = Namespaces::netem(&l, l.one_way()).join(" ");
-        assert_eq!(netem, "netem delay 12500us 2000us distribution normal limit 100000");
+        assert_eq!(l.describe(), "25 ms round trip (12.5 ms each way), jitter 2 ms");
     }
 }

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use clap::ValueEnum;
-use runnel_verify::{History, Report};
+use runnel_verify::{History, OpKind, Outcome, Report};
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -42,11 +42,40 @@ pub struct Summary {
     pub bytes_read_across_regions: u64,
     pub caught_up_after_heal_ms: Option<u64>,
     pub leaders_back_after_heal_ms: Option<u64>,
+    /// Before the cut: acks=all sends to partitions led in the producer's own region, and
+    /// to partitions led elsewhere: (median, 99th percentile) ms.
+    pub send_ms_leader_in_region: (u64, u64),
+    pub send_ms_leader_elsewhere: (u64, u64),
+}
+
+/// (median, 99th percentile) of `v`; (0, 0) when empty.
+fn p50_p99(mut v: Vec<u64>) -> (u64, u64) {
+    if v.is_empty() {
+        return (0, 0);
+    }
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
 }
 
 /// The figures of the first isolate-region fault of the run, if there was one.
-pub fn summarize(history: &History, report: &Report) -> Option<Summary> {
+/// `leader_regions`: each partition's leader's region as the schedule started.
+pub fn summarize(history: &History, report: &Report, leader_regions: &[Option<String>]) -> Option<Summary> {
     let f = report.faults.iter().find(|f| f.fault.starts_with("isolate-region"))?;
+    // Sends before the cut, by whether the partition's leader was in the producer's region
+    // ("producer-I-pP@REGION").
+    let (mut local, mut remote) = (Vec::new(), Vec::new());
+    for o in
+        history.ops.iter().filter(|o| o.kind == OpKind::Send && o.outcome == Outcome::Ok && o.start_ms < f.start_ms)
+    {
+        let Some((name, region)) = o.process.rsplit_once('@') else { continue };
+        let partition = name.rsplit_once("-p").and_then(|(_, p)| p.parse::<usize>().ok());
+        match partition.and_then(|p| leader_regions.get(p)).and_then(|r| r.as_deref()) {
+            Some(r) if r == region => local.push(o.latency_ms),
+            Some(_) => remote.push(o.latency_ms),
+            None => {}
+        }
+    }
     // "isolate-region r0 (brokers ...)": the region is the second word.
     let cut = f.fault.split_whitespace().nth(1).unwrap_or_default().to_string();
     let surviving = f.regions.iter().filter(|(r, _)| **r != cut);
@@ -60,6 +89,8 @@ pub fn summarize(history: &History, report: &Report) -> Option<Summary> {
         bytes_read_across_regions: cross,
         caught_up_after_heal_ms: f.recovery.and_then(|r| r.caught_up_ms),
         leaders_back_after_heal_ms: f.recovery.and_then(|r| r.leaders_back_ms),
+        send_ms_leader_in_region: p50_p99(local),
+        send_ms_leader_elsewhere: p50_p99(remote),
         region_cut: cut,
     })
 }
@@ -71,6 +102,11 @@ pub fn print(s: &Summary) {
         |v: &[(String, u64)]| v.iter().map(|(r, ms)| format!("{r} {}", secs(*ms))).collect::<Vec<_>>().join(", ");
     println!("region-loss drill, region {} cut off:", s.region_cut);
     println!("  RPO: {} acknowledged writes lost (of {} acknowledged sends)", s.rpo_lost_acknowledged, s.acknowledged);
+    let (l50, l99) = s.send_ms_leader_in_region;
+    let (r50, r99) = s.send_ms_leader_elsewhere;
+    println!(
+        "  acks=all sends before the cut: p50 {l50} ms, p99 {l99} ms to a leader in the producer's region; p50 {r50} ms, p99 {r99} ms to one elsewhere"
+    );
     println!("  RTO (longest stall of acknowledged sends) in the surviving regions: {}", each(&s.rto_ms));
     println!("  consumers in the surviving regions read again within: {}", each(&s.consumers_read_again_ms));
     println!(

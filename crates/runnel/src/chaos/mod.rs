@@ -64,10 +64,11 @@ pub enum Fault {
     /// Take the leader's network link down (needs network namespaces: root, iproute2).
     IsolateLeader,
     IsolateFollower,
-    /// Take down the links of every broker in the region of a partition leader.
+    /// Take down the links of every broker in the region of a partition leader, and of the
+    /// region's clients.
     IsolateRegion,
     /// Add --latency-ms each way to all traffic between regions, on top of
-    /// --inter-region-latency (tc netem in the network namespaces: needs root).
+    /// --inter-region-latency (a delayer on NFQUEUE in the network namespaces: needs root).
     RegionLatency,
     /// kill -9 a coordinator of the workload: with --transactional, in turn, the copier's
     /// transaction coordinator, its group's coordinator, and each producer's transaction
@@ -243,6 +244,8 @@ enum Applied {
     /// The disk fails: the broker stops by itself, or is healed through the setting.
     FailingDisk(u16, &'static str),
     Isolated(Vec<u16>),
+    /// A region cut off: its brokers, and its clients' namespace.
+    IsolatedRegion(u16, Vec<u16>),
     Latency,
 }
 
@@ -267,6 +270,8 @@ struct Chaos<C: Brokers> {
     latency_faults: usize,
     /// Brokers whose link is down, and how many faults in force hold it down.
     links_down: HashMap<u16, usize>,
+    /// Regions whose client namespace's link is down, and how many faults hold it down.
+    clients_down: HashMap<u16, usize>,
     /// Paused brokers, and how many faults in force hold them paused.
     paused: HashMap<u16, usize>,
     /// Brokers whose exit is the fault's expected effect.
@@ -395,8 +400,9 @@ impl<C: Brokers> Chaos<C> {
                 let members: Vec<u16> =
                     self.cluster.ids().into_iter().filter(|b| self.region_of(*b) == region).collect();
                 self.links(&members, false)?;
-                let what = format!("isolate-region r{region} (brokers {members:?}, leader {leader})");
-                return Ok((what, Applied::Isolated(members)));
+                self.client_link(region, false)?;
+                let what = format!("isolate-region r{region} (brokers {members:?}, leader {leader}, and its clients)");
+                return Ok((what, Applied::IsolatedRegion(region, members)));
             }
         };
         Ok((what, applied))
@@ -417,6 +423,22 @@ impl<C: Brokers> Chaos<C> {
             if !up {
                 count(&mut self.links_down, *b, true);
             }
+        }
+        Ok(())
+    }
+
+    /// The same for region `r`'s client namespace (when the workload's clients run there).
+    fn client_link(&mut self, r: u16, up: bool) -> Result<()> {
+        let Some(ns) = self.cluster.namespaces() else {
+            bail!("network faults need network namespaces");
+        };
+        if up && count(&mut self.clients_down, r, false) <= 1 {
+            ns.set_client_link(r, true)?;
+        } else if !up {
+            if !self.clients_down.contains_key(&r) {
+                ns.set_client_link(r, false)?;
+            }
+            count(&mut self.clients_down, r, true);
         }
         Ok(())
     }
@@ -462,6 +484,10 @@ impl<C: Brokers> Chaos<C> {
                 self.may_exit.retain(|x| *x != b);
             }
             Applied::Isolated(brokers) => self.links(&brokers, true)?,
+            Applied::IsolatedRegion(region, brokers) => {
+                self.links(&brokers, true)?;
+                self.client_link(region, true)?;
+            }
             Applied::Latency => {
                 self.latency_faults = self.latency_faults.saturating_sub(1);
                 if self.latency_faults == 0 {
@@ -510,7 +536,7 @@ impl<C: Brokers> Chaos<C> {
     /// Heals a fault in force and records its window on the timeline from `t0`.
     async fn heal_one(&mut self, f: InForce, t0: Instant, windows: &mut Vec<FaultWindow>) -> Result<()> {
         let cut = match &f.applied {
-            Applied::Isolated(brokers) => Some(brokers.clone()),
+            Applied::Isolated(brokers) | Applied::IsolatedRegion(_, brokers) => Some(brokers.clone()),
             _ => None,
         };
         let healed = self.heal(f.applied).await;
@@ -610,7 +636,7 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
         crate::netns::check_plan(a.brokers, a.net.plan_regions())?;
         if let Some(why) = crate::netns::unavailable() {
             bail!(
-                "{} need(s) network namespaces, which need root and iproute2 (ip, tc); here: {why}. runnel chaos does not run a different experiment without them",
+                "{} need(s) network namespaces, which need root, iproute2 and iptables-legacy; here: {why}. runnel chaos does not run a different experiment without them",
                 needs_netns.join(", ")
             );
         }
@@ -618,9 +644,6 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
         let latency = (a.net.shaped() || latency_fault).then(|| a.net.latency());
         let n = Namespaces::create(a.brokers, a.net.regions, latency)
             .with_context(|| format!("{}: making the network namespaces", needs_netns.join(", ")))?;
-        if let Some(why) = n.no_qdiscs() {
-            println!("runnel chaos: no qdiscs between regions ({why}); going on without them");
-        }
         Network::Namespaces(n)
     };
     let (data_dir, temporary) = match &a.data_dir {

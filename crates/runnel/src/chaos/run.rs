@@ -99,6 +99,7 @@ pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Pla
         latency_ms: a.latency_ms,
         latency_faults: 0,
         links_down: HashMap::new(),
+        clients_down: HashMap::new(),
         paused: HashMap::new(),
         may_exit: Vec::new(),
         unexpected_exits: Vec::new(),
@@ -115,6 +116,12 @@ pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Pla
         println!("{:>7.1}s the workload runs (topic created, every partition led): the schedule starts", secs(r));
     }
     let ready = ready.unwrap_or_else(Instant::now);
+    // Where each partition is led as the schedule starts: the drill's latency of writes to
+    // a leader in the producer's own region.
+    let first_leaders: Vec<i32> = match chaos.router.replicas().await {
+        Ok(parts) => parts.into_iter().map(|(leader, _)| leader).collect(),
+        Err(_) => Vec::new(),
+    };
     let mut in_force: Vec<(usize, InForce)> = Vec::new();
     let mut attempted = vec![false; schedule.len()];
     let mut windows = Vec::new();
@@ -196,7 +203,11 @@ pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Pla
     println!("faults injected: {} ({} skipped)", history.faults.len(), skipped.len());
     let checked = crate::verify::print_report(&history, &a.workload, &title).and_then(|report| {
         if a.drill.is_some() {
-            let summary = super::drill::summarize(&history, &report);
+            let leader_regions: Vec<Option<String>> = first_leaders
+                .iter()
+                .map(|l| u16::try_from(*l).ok().filter(|_| a.net.regions >= 2).map(|l| region_name(l % a.net.regions)))
+                .collect();
+            let summary = super::drill::summarize(&history, &report, &leader_regions);
             match &summary {
                 Some(s) => super::drill::print(s),
                 None => println!("region-loss drill: no region was cut off (see the faults above)"),
