@@ -16,7 +16,8 @@
 # Prints per system the median (and range) over the rounds of: acknowledged writes lost,
 # RTO per surviving region (worst of the two), consumers reading again, share of bytes read
 # across regions, replicas caught up and leaders back after the heal, and acks=all send
-# latency away from the fault.
+# latency (before the cut, to a leader in the producer's region and elsewhere; away from
+# the fault). SUMMARY_ONLY=1 prints the summary of the rounds already in OUT.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEERS="${PEERS_KAFKA:-$ROOT/../shared/peers/kafka}"
@@ -27,6 +28,7 @@ OUT="${OUT:-/tmp/runnel-region-drill}"
 RUNNEL="$ROOT/target/release/runnel"
 
 mkdir -p "$OUT"
+if [[ "${SUMMARY_ONLY:-0}" != 1 ]]; then
 "$PEERS/install.sh" >/dev/null
 (cd "$ROOT" && cargo build --release -q)
 
@@ -49,6 +51,7 @@ for r in $(seq "$ROUNDS"); do
   drill runnel "$r" --set leader.imbalance.check.interval.seconds=30
   drill kafka "$r" --set leader.imbalance.check.interval.seconds=30 --broker-command "$ROOT/bench/kafka-broker.sh"
 done
+fi
 
 python3 - "$OUT" "$ROUNDS" <<'PY'
 import json, statistics, sys, pathlib
@@ -76,6 +79,9 @@ for system in ("runnel", "kafka"):
     print("  " + show("bytes read across regions", med([100 * d["bytes_read_across_regions"] / max(d["bytes_read"], 1) for d, _ in rs]), "%"))
     print("  " + show("caught up after heal s", med([(d["caught_up_after_heal_ms"] or 0) / 1000 if d["caught_up_after_heal_ms"] is not None else None for d, _ in rs])))
     print("  " + show("leaders back after heal s", med([d["leaders_back_after_heal_ms"] / 1000 if d["leaders_back_after_heal_ms"] is not None else None for d, _ in rs])))
+    print("  " + show("send p50 ms before the cut, leader in the producer's region", med([d["send_ms_leader_in_region"][0] for d, _ in rs])))
+    print("  " + show("send p99 ms before the cut, leader in the producer's region", med([d["send_ms_leader_in_region"][1] for d, _ in rs])))
+    print("  " + show("send p50 ms before the cut, leader elsewhere", med([d["send_ms_leader_elsewhere"][0] for d, _ in rs])))
     print("  " + show("send p50 ms away from the fault", med([rep["baseline_send_ms"][0] for _, rep in rs])))
     print("  " + show("send p99 ms away from the fault", med([rep["baseline_send_ms"][1] for _, rep in rs])))
 PY

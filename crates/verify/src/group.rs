@@ -347,7 +347,7 @@ pub async fn member(
 ) -> MemberRun {
     let process = in_region(format!("group-{index}"), region.as_ref());
     let router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout)
-        .in_region(region.as_ref());
+        .in_region(region.as_ref(), &cfg.broker_regions);
     let mut m = Member {
         cfg: cfg.clone(),
         group,

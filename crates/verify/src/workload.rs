@@ -54,8 +54,8 @@ async fn produce(
 ) -> (Vec<Send>, Vec<Op>) {
     let process = in_region(format!("producer-{index}-p{partition}"), cfg.region_of(index));
     let client_id = format!("runnel-verify-{process}");
-    let mut router =
-        Router::new(&cfg.bootstrap, &cfg.topic, &client_id, cfg.request_timeout).in_region(cfg.region_of(index));
+    let mut router = Router::new(&cfg.bootstrap, &cfg.topic, &client_id, cfg.request_timeout)
+        .in_region(cfg.region_of(index), &cfg.broker_regions);
     let mut sends = Vec::new();
     let mut ops = Vec::new();
     let mut producer: Option<(i64, i16)> = None;
@@ -176,7 +176,7 @@ async fn consume(
     let process =
         if id == FINAL_READER { "final-reader".to_string() } else { in_region(format!("consumer-{id}"), region) };
     let mut router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout)
-        .in_region(region);
+        .in_region(region, &cfg.broker_regions);
     let mut polls = Vec::new();
     let mut ops = Vec::new();
     let mut position: BTreeMap<i32, i64> = partitions.iter().map(|p| (*p, 0)).collect();
