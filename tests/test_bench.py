@@ -141,3 +141,20 @@ def test_compare_two_brokers_and_size(tmp_path):
     s = json.loads(p.stdout)["output"]
     assert s["brokers"] == 12 and s["brokers_per_domain"] == 4
     assert abs(s["cost_per_hour"] - 6.0) < 1e-9
+
+
+def test_size_reports_the_traffic_between_regions():
+    """RF 3 over 3 regions at 100 MB/s with 2 groups per region: with leaders where the
+    writers are and reads from followers, only replication crosses (2 GB per GB produced);
+    with leaders spread and reads from leaders, 2/3 of writes and 2/3 of every group's
+    reads cross too (6.67 GB per GB)."""
+    p = bench("size", "--per-broker-mb-s", 60, "--target-mb-s", 100, "--record-bytes", 1000, "--regions", 3,
+              "--groups-per-region", 2, "--inter-region-gb-price", 0.02, "--json")
+    out = json.loads(p.stdout)
+    here, spread = out["between_regions"], out["between_regions_leaders_spread_reads_from_leaders"]
+    assert (here["produce_mb_s"], here["replication_mb_s"], here["consume_mb_s"]) == (0.0, 200.0, 0.0)
+    assert abs(here["cost_per_million_records"] - 0.04) < 1e-9
+    assert abs(spread["total_mb_s"] - 2000 / 3) < 1e-6 and abs(spread["gb_per_gb_produced"] - 20 / 3) < 1e-9
+    p = bench("size", "--per-broker-mb-s", 60, "--target-mb-s", 100, "--regions", 3, "--groups-per-region", 2,
+              "--inter-region-gb-price", 0.02)
+    assert "between regions: 200.0 MB/s" in p.stdout and "666.7 MB/s" in p.stdout, p.stdout

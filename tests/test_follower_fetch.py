@@ -67,28 +67,34 @@ def check_served(c, topic, leaders):
             assert not served_by_follower(c, other, topic), f"broker {other} served a consumer in zone dev-{READER}"
 
 
-def test_librdkafka_reads_from_the_replica_in_its_zone(cluster):
-    topic = unique_topic("ff-rdkafka")
-    leaders = fill(cluster, topic)
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique_topic("g"),
+def read_all_with_librdkafka(c, topic, until=lambda: True):
+    """Every record of `topic`, read by a librdkafka consumer in zone dev-READER, checked;
+    the consumer goes on fetching (bounded) until `until()` holds as well."""
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": unique_topic("g"),
                          "client.rack": f"dev-{READER}", "enable.auto.commit": False})
     got = {p: [] for p in range(PARTITIONS)}
+
+    def poll():
+        for m in consumer.consume(500, timeout=0.5):
+            if m.error() is None:
+                got[m.partition()].append(m.value().decode())
+        return all(len(v) == RECORDS for v in got.values()) and until()
+
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        wait_for(lambda: _poll(consumer, got) and all(len(v) == RECORDS for v in got.values()),
-                 "every record", 30, cluster.diagnostics, interval_s=0)
+        wait_for(poll, "every record", 30, c.diagnostics, interval_s=0)
     finally:
         consumer.close()
     for p in range(PARTITIONS):
         assert got[p] == expected(p), f"partition {p}"
+
+
+def test_librdkafka_reads_from_the_replica_in_its_zone(cluster):
+    topic = unique_topic("ff-rdkafka")
+    leaders = fill(cluster, topic)
+    away = {p for p, leader in leaders.items() if leader != READER}
+    read_all_with_librdkafka(cluster, topic, until=lambda: served_by_follower(cluster, READER, topic) >= away)
     check_served(cluster, topic, leaders)
-
-
-def _poll(consumer, got):
-    for m in consumer.consume(500, timeout=0.5):
-        if m.error() is None:
-            got[m.partition()].append(m.value().decode())
-    return True
 
 
 def test_java_console_consumer_reads_from_the_replica_in_its_zone(cluster, java_build):  # noqa: F811
@@ -128,17 +134,7 @@ def test_leader_selector_keeps_consumers_on_leaders(tmp_path):
     try:
         topic = unique_topic("ff-leader")
         fill(c, topic)
-        consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": unique_topic("g"),
-                             "client.rack": f"dev-{READER}", "enable.auto.commit": False})
-        got = {p: [] for p in range(PARTITIONS)}
-        try:
-            consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-            wait_for(lambda: _poll(consumer, got) and all(len(v) == RECORDS for v in got.values()),
-                     "every record", 30, c.diagnostics, interval_s=0)
-        finally:
-            consumer.close()
-        for p in range(PARTITIONS):
-            assert got[p] == expected(p)
+        read_all_with_librdkafka(c, topic)
         for b in range(3):
             assert not served_by_follower(c, b, topic), f"broker {b} served as a follower"
     finally:

@@ -69,6 +69,86 @@ pub fn size(i: &SizeInput) -> Result<SizeOutput, String> {
     })
 }
 
+/// A layout over regions and how it is used, for the traffic between regions.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrafficInput {
+    /// Produce load, MB/s (what producers send; each byte once).
+    pub target_mb_s: f64,
+    pub record_bytes: f64,
+    pub replication_factor: u32,
+    /// Regions the replicas spread over (one replica per region first).
+    pub regions: u32,
+    /// Consumer groups per region, each reading everything.
+    pub groups_per_region: u32,
+    /// Share of writes whose partition is led in the producer's own region: 1 with leaders
+    /// kept where the writers are (`leader.preference`), 1/regions with leaders spread.
+    pub local_leader_share: f64,
+    /// Consumers read from the replica in their region (KIP-392) rather than the leader.
+    pub follower_fetching: bool,
+    /// Price of one GB moved between regions (any currency).
+    pub gb_price: Option<f64>,
+}
+
+/// Bytes between regions, MB/s, and what they cost.
+#[derive(Debug, Clone, Serialize)]
+pub struct Traffic {
+    /// Producers to leaders in other regions.
+    pub produce_mb_s: f64,
+    /// Leaders to followers in other regions.
+    pub replication_mb_s: f64,
+    /// Consumers reading from brokers in other regions.
+    pub consume_mb_s: f64,
+    pub total_mb_s: f64,
+    /// GB between regions per GB produced.
+    pub gb_per_gb_produced: f64,
+    /// Data each region stores per day, GB (its replicas of everything).
+    pub stored_gb_per_day_per_region: f64,
+    pub cost_per_gb_produced: Option<f64>,
+    pub cost_per_million_records: Option<f64>,
+    pub cost_per_month: Option<f64>,
+}
+
+/// What a layout moves between regions: producers' writes to leaders elsewhere, the
+/// leaders' replication to followers in other regions, and consumers' reads from brokers in
+/// other regions. Replicas spread one per region first, so a leader's region holds
+/// ceil(rf / regions) of them.
+pub fn inter_region(i: &TrafficInput) -> Result<Traffic, String> {
+    if !(i.target_mb_s > 0.0 && i.record_bytes > 0.0) || i.regions == 0 || i.replication_factor == 0 {
+        return Err("load, record size, regions and replication factor must be positive".into());
+    }
+    if !(0.0..=1.0).contains(&i.local_leader_share) {
+        return Err("the share of local leaders must be in [0, 1]".into());
+    }
+    let (r, rf) = (i.regions, i.replication_factor);
+    let produce = i.target_mb_s * (1.0 - i.local_leader_share) * f64::from(u32::from(r > 1));
+    let replicas_elsewhere = if r > 1 { rf - rf.div_ceil(r) } else { 0 };
+    let replication = i.target_mb_s * f64::from(replicas_elsewhere);
+    // A region with a replica serves its consumers locally when they fetch from followers;
+    // reading from leaders, a group reads locally only what is led in its region.
+    let regions_with_replica = rf.min(r);
+    let groups = f64::from(i.groups_per_region);
+    let consume = if i.follower_fetching {
+        i.target_mb_s * groups * f64::from(r - regions_with_replica)
+    } else {
+        i.target_mb_s * groups * f64::from(r - 1)
+    };
+    let total = produce + replication + consume;
+    let per_gb = total / i.target_mb_s;
+    let cost_per_gb = i.gb_price.map(|p| p * per_gb);
+    let records_per_gb = 1e9 / i.record_bytes;
+    Ok(Traffic {
+        produce_mb_s: produce,
+        replication_mb_s: replication,
+        consume_mb_s: consume,
+        total_mb_s: total,
+        gb_per_gb_produced: per_gb,
+        stored_gb_per_day_per_region: i.target_mb_s * f64::from(rf) / f64::from(r) * 86_400.0 / 1e3,
+        cost_per_gb_produced: cost_per_gb,
+        cost_per_million_records: cost_per_gb.map(|c| c * 1e6 / records_per_gb),
+        cost_per_month: i.gb_price.map(|p| p * total / 1e3 * 86_400.0 * 30.0),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +175,41 @@ mod tests {
         // 500 MB/s of 1 kB records = 1.8e9 records/hour.
         let per_million = o.cost_per_million_records.expect("priced");
         assert!((per_million - 6.0 / 1800.0).abs() < 1e-12);
+    }
+
+    fn layout() -> TrafficInput {
+        TrafficInput {
+            target_mb_s: 100.0,
+            record_bytes: 1000.0,
+            replication_factor: 3,
+            regions: 3,
+            groups_per_region: 1,
+            local_leader_share: 1.0,
+            follower_fetching: true,
+            gb_price: Some(0.02),
+        }
+    }
+
+    #[test]
+    fn leaders_near_writers_and_reads_from_followers_leave_only_replication() {
+        let t = inter_region(&layout()).expect("traffic");
+        assert_eq!((t.produce_mb_s, t.replication_mb_s, t.consume_mb_s), (0.0, 200.0, 0.0));
+        assert!((t.gb_per_gb_produced - 2.0).abs() < 1e-12);
+        // 2 GB between regions per GB produced at 0.02 a GB; a million 1 kB records is 1 GB.
+        assert!((t.cost_per_million_records.expect("priced") - 0.04).abs() < 1e-12);
+        assert!((t.stored_gb_per_day_per_region - 8640.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn leaders_spread_and_reads_from_leaders_cost_more() {
+        let kafka = TrafficInput { local_leader_share: 1.0 / 3.0, follower_fetching: false, ..layout() };
+        let t = inter_region(&kafka).expect("traffic");
+        // 2/3 of writes cross, replication as before, and each group reads 2/3 from afar
+        // (3 groups x 100 MB/s x 2/3 = 200 MB/s).
+        assert!((t.produce_mb_s - 200.0 / 3.0).abs() < 1e-9);
+        assert_eq!((t.replication_mb_s, t.consume_mb_s), (200.0, 200.0));
+        let one_region = inter_region(&TrafficInput { regions: 1, ..kafka }).expect("traffic");
+        assert_eq!(one_region.total_mb_s, 0.0);
     }
 
     #[test]

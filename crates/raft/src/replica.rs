@@ -130,6 +130,14 @@ pub struct Replica {
     /// Ticks still to pass before this replica's election clock starts (see
     /// [`Replica::hold_elections`]).
     held_ticks: usize,
+    /// Ticks so far, and when each member of the group was last heard from (in ticks):
+    /// which followers are alive, for choosing a replica consumers may read from. (raft-rs's
+    /// own `recent_active` is reset at every quorum check, so it reads false for a moment
+    /// even for a healthy follower.)
+    ticks: u64,
+    heard: std::collections::HashMap<u64, u64>,
+    /// A member not heard from for longer than this (twice the election timeout) is silent.
+    silent_after_ticks: u64,
 }
 
 impl Replica {
@@ -176,6 +184,9 @@ impl Replica {
             led_term: 0,
             log_start_floor: 0,
             held_ticks: 0,
+            ticks: 0,
+            heard: std::collections::HashMap::new(),
+            silent_after_ticks: 2 * cfg.election_tick as u64,
         })
     }
 
@@ -262,6 +273,7 @@ impl Replica {
     }
 
     pub fn tick(&mut self) -> bool {
+        self.ticks += 1;
         if self.held_ticks > 0 {
             self.held_ticks -= 1;
             if self.node.raft.leader_id == raft::INVALID_ID {
@@ -277,6 +289,9 @@ impl Replica {
     pub fn step(&mut self, m: Message) -> raft::Result<()> {
         if let Err(why) = self.admissible(&m) {
             return Err(raft::Error::ConfigInvalid(format!("{:?} from {} refused: {why}", m.get_msg_type(), m.from)));
+        }
+        if self.node.raft.prs().get(m.from).is_some() {
+            self.heard.insert(m.from, self.ticks);
         }
         self.node.step(m)
     }
@@ -359,20 +374,24 @@ impl Replica {
                 .is_some_and(|p| p.recent_active && p.matched > 0 && p.matched + lag >= raft.raft_log.last_index())
     }
 
-    /// Leader only: for each voter that answered recently (the leader itself included),
-    /// the offset one past the entries it has acknowledged. A voter that is far behind (its
-    /// acknowledged entries no longer tracked one by one in memory) is left out, so this
-    /// never reads the disk.
+    /// Leader only: for each voter heard from within twice the election timeout (the
+    /// leader itself included), the offset one past the entries it has acknowledged. A
+    /// voter that is far behind (its acknowledged entries no longer tracked one by one in
+    /// memory) is left out, so this never reads the disk.
     pub fn voter_ends(&self) -> Vec<(u64, i64)> {
         let raft = &self.node.raft;
         if !self.is_leader() {
             return Vec::new();
         }
         let store = self.node.store();
+        let me = self.id();
+        let alive = |id: u64| {
+            id == me || self.heard.get(&id).is_some_and(|t| self.ticks.saturating_sub(*t) <= self.silent_after_ticks)
+        };
         raft.prs()
             .iter()
-            .filter(|(id, p)| raft.prs().conf().voters().contains(**id) && p.recent_active)
-            .filter(|(id, p)| p.matched > 0 || **id == self.id())
+            .filter(|(id, _)| raft.prs().conf().voters().contains(**id) && alive(**id))
+            .filter(|(id, p)| p.matched > 0 || **id == me)
             .filter_map(|(id, p)| {
                 let matched = if *id == self.id() { store.last() } else { p.matched };
                 store.end_offset_in_memory(matched).map(|end| (*id, end))

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use runnel_bench::scenario::{scenario, NAMES};
-use runnel_bench::size::{size, SizeInput};
+use runnel_bench::size::{inter_region, size, SizeInput, Traffic, TrafficInput};
 use runnel_bench::Workload;
 
 #[derive(Args)]
@@ -84,6 +84,23 @@ enum BenchCommand {
         /// Price of one broker per hour (any currency).
         #[arg(long)]
         broker_hour_price: Option<f64>,
+        /// Regions the failure domains span: above 1, the traffic between regions is
+        /// reported too (replicas one per region first).
+        #[arg(long, default_value_t = 1)]
+        regions: u32,
+        /// Consumer groups per region, each reading everything.
+        #[arg(long, default_value_t = 1)]
+        groups_per_region: u32,
+        /// Share of writes led in the producer's own region: 1 with leader.preference
+        /// keeping leaders where the writers are, 1/regions with leaders spread.
+        #[arg(long, default_value_t = 1.0)]
+        local_leader_share: f64,
+        /// Consumers read from leaders (no fetch from follower).
+        #[arg(long)]
+        no_follower_fetching: bool,
+        /// Price of one GB between regions (any currency).
+        #[arg(long)]
+        inter_region_gb_price: Option<f64>,
         #[arg(long)]
         json: bool,
     },
@@ -291,6 +308,16 @@ fn write_out(path: &PathBuf, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+fn print_traffic(what: &str, t: &Traffic, record_bytes: f64) {
+    println!(
+        "{what}: {:.1} MB/s ({:.1} writes to leaders elsewhere, {:.1} replication, {:.1} reads), {:.2} GB per GB produced; each region stores {:.0} GB a day",
+        t.total_mb_s, t.produce_mb_s, t.replication_mb_s, t.consume_mb_s, t.gb_per_gb_produced, t.stored_gb_per_day_per_region
+    );
+    if let (Some(g), Some(m), Some(month)) = (t.cost_per_gb_produced, t.cost_per_million_records, t.cost_per_month) {
+        println!("  cost {g:.4} per GB produced, {m:.6} per million {record_bytes}-byte records, {month:.0} a month");
+    }
+}
+
 pub async fn main(args: BenchArgs) -> Result<()> {
     match args.command {
         None => {
@@ -345,8 +372,35 @@ pub async fn main(args: BenchArgs) -> Result<()> {
             domains,
             headroom,
             broker_hour_price,
+            regions,
+            groups_per_region,
+            local_leader_share,
+            no_follower_fetching,
+            inter_region_gb_price,
             json,
         }) => {
+            let layout = TrafficInput {
+                target_mb_s,
+                record_bytes,
+                replication_factor,
+                regions,
+                groups_per_region,
+                local_leader_share,
+                follower_fetching: !no_follower_fetching,
+                gb_price: inter_region_gb_price,
+            };
+            // The same layout as a stretched Kafka cluster runs by default: leaders spread
+            // over the regions, consumers reading from leaders.
+            let kafka = TrafficInput {
+                local_leader_share: 1.0 / f64::from(regions.max(1)),
+                follower_fetching: false,
+                ..layout.clone()
+            };
+            let traffic = if regions > 1 {
+                Some((inter_region(&layout).map_err(|e| anyhow!(e))?, inter_region(&kafka).map_err(|e| anyhow!(e))?))
+            } else {
+                None
+            };
             let per_broker_mb_s = match (per_broker_mb_s, from_report) {
                 (Some(v), _) => v,
                 (None, Some(path)) => {
@@ -368,7 +422,12 @@ pub async fn main(args: BenchArgs) -> Result<()> {
             };
             let out = size(&input).map_err(|e| anyhow!(e))?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "input": input, "output": out }))?);
+                let (between, kafka_default) = traffic.unzip();
+                let all = serde_json::json!({
+                    "input": input, "output": out, "layout": layout,
+                    "between_regions": between, "between_regions_leaders_spread_reads_from_leaders": kafka_default,
+                });
+                println!("{}", serde_json::to_string_pretty(&all)?);
             } else {
                 println!(
                     "{} brokers ({} per failure domain x {domains}) for {target_mb_s} MB/s at {per_broker_mb_s:.1} MB/s per broker, rf {replication_factor}, {:.0}% headroom",
@@ -383,6 +442,10 @@ pub async fn main(args: BenchArgs) -> Result<()> {
                 );
                 if let (Some(h), Some(m)) = (out.cost_per_hour, out.cost_per_million_records) {
                     println!("cost {h:.2} per hour, {m:.6} per million {record_bytes}-byte records");
+                }
+                if let Some((t, k)) = &traffic {
+                    print_traffic("between regions", t, record_bytes);
+                    print_traffic("leaders spread, reads from leaders (a stretched Kafka's defaults)", k, record_bytes);
                 }
             }
             Ok(())
