@@ -17,7 +17,7 @@ use runnel_storage::{AbortedTxn, CleanStats, Log, ProducerError, ReadError, Read
 use runnel_wire::{BatchHeader, TxnEnd};
 use tokio::sync::oneshot;
 
-use crate::replica_selector::ClientPlace;
+use crate::replica_selector::{ClientPlace, LazyPlace};
 
 /// A hosted partition: its replica, its Raft group id and the driver that runs it.
 #[derive(Clone)]
@@ -334,14 +334,18 @@ impl Partition {
     }
 
     /// Leader only: the replica a consumer at `place` reading from `fetch_offset` should
-    /// read from instead of this leader (KIP-392's `preferred_read_replica`), if any.
-    pub fn preferred_read_replica(&self, place: &ClientPlace, fetch_offset: i64) -> Option<i32> {
+    /// read from instead of this leader (KIP-392's `preferred_read_replica`), if any. The
+    /// place is resolved only on a leader, after the replica's lock is released.
+    pub fn preferred_read_replica<F>(&self, place: &LazyPlace<F>, fetch_offset: i64) -> Option<i32>
+    where
+        F: Fn() -> Option<ClientPlace>,
+    {
         let (leader, ends): (i32, Vec<(i32, i64)>) = {
             let r = self.lock().filter(|r| r.is_leader())?;
             let ends = r.voter_ends().into_iter().map(|(id, end)| (runnel_controller::broker_of(id), end));
             (runnel_controller::broker_of(r.id()), ends.collect())
         };
-        place.preferred(leader, &ends, fetch_offset)
+        place.get()?.preferred(leader, &ends, fetch_offset)
     }
 
     /// Offsets below this are stable: every transaction there has ended and its marker is

@@ -75,6 +75,24 @@ impl ClientPlace {
     }
 }
 
+/// A consumer's place, resolved the first time a leader needs it. Most fetches of a
+/// consumer with a rack go to followers once it has been redirected, and a follower never
+/// needs it: resolving it eagerly would copy the broker list on every fetch.
+pub struct LazyPlace<F> {
+    resolve: F,
+    place: std::sync::OnceLock<Option<ClientPlace>>,
+}
+
+impl<F: Fn() -> Option<ClientPlace>> LazyPlace<F> {
+    pub fn new(resolve: F) -> LazyPlace<F> {
+        LazyPlace { resolve, place: std::sync::OnceLock::new() }
+    }
+
+    pub fn get(&self) -> Option<&ClientPlace> {
+        self.place.get_or_init(&self.resolve).as_ref()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -192,7 +192,9 @@ struct Made {
 
 impl Made {
     fn remove(&self) {
-        drop(self.delayer.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let delayer = self.delayer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // Stopped outside the lock: it runs iptables and joins its threads.
+        drop(delayer);
         // Deleting the host end of a veth deletes both ends; the namespace may still hold a
         // broker that is exiting, which keeps it alive (not its links) until it is gone.
         for l in &self.host_links {

@@ -23,7 +23,7 @@ use crate::ctx::{Ctx, Reply};
 use crate::errors;
 use crate::fetch_session::{PartKey, PartState, SessionError};
 use crate::partition::Isolation;
-use crate::replica_selector::ClientPlace;
+use crate::replica_selector::{ClientPlace, LazyPlace};
 
 struct Wanted {
     parts: Vec<(PartKey, PartState)>,
@@ -76,7 +76,7 @@ fn read_all(
     denied: &HashSet<&str>,
     max_bytes: usize,
     isolation: Isolation,
-    place: Option<&ClientPlace>,
+    place: Option<&LazyPlace<impl Fn() -> Option<ClientPlace>>>,
     v: i16,
 ) -> (Vec<Read>, usize) {
     let mut total = 0usize;
@@ -226,12 +226,12 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
             .map(|(k, _)| k.topic.as_str())
             .filter(|t| !((v >= 13 && t.is_empty()) || access.topic(Operation::Read, t)))
             .collect();
-        let place = if v >= 11 && !r.rack_id.is_empty() {
-            let selector = b.config.settings.get("replica.selector.class");
-            ClientPlace::resolve(selector, &r.rack_id, b.controller().live_brokers())
-        } else {
-            None
-        };
+        let place = (v >= 11 && !r.rack_id.is_empty()).then(|| {
+            LazyPlace::new(|| {
+                let selector = b.config.settings.get("replica.selector.class");
+                ClientPlace::resolve(selector, &r.rack_id, b.controller().live_brokers())
+            })
+        });
         let reads = loop {
             let notified = b.data_arrived.notified();
             tokio::pin!(notified);
