@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One Apache Kafka broker for `runnel chaos --broker-command bench/kafka-broker.sh`: runnel
 # chaos starts it where it would start a Runnel broker (its network namespace, ports and
-# region) and passes those in the environment (RUNNEL_BROKER_*, see docs/chaos.md). Every
-# broker is a KRaft broker and controller (combined mode, all of them voters, as every
-# Runnel broker is a voter of its metadata quorum), laid out as a stretched Kafka cluster
-# is: broker.rack = its region, min.insync.replicas=2, RackAwareReplicaSelector so
+# region) and passes those in the environment (RUNNEL_BROKER_*, see docs/chaos.md). A
+# broker among RUNNEL_CONTROLLER_VOTERS is a KRaft broker and controller (combined mode),
+# the others brokers only, as Runnel's voters and observers are; laid out as a stretched
+# Kafka cluster is: broker.rack = its region, min.insync.replicas=2, RackAwareReplicaSelector so
 # consumers with client.rack read from their region's replica. Formats its log dir on the
 # first start and execs the JVM (so the pid chaos signals is Kafka's).
 #
@@ -21,11 +21,17 @@ DATA="$RUNNEL_BROKER_DATA_DIR"
 mkdir -p "$DATA"
 CFG="$DATA/server.properties"
 RF=$(( ${RUNNEL_BROKERS:-3} < 3 ? ${RUNNEL_BROKERS:-3} : 3 ))
+ROLES=broker
+LISTENERS=PLAINTEXT://$RUNNEL_BROKER_HOST:$RUNNEL_BROKER_PORT
+if [[ ",$RUNNEL_CONTROLLER_VOTERS" == *",$RUNNEL_BROKER_ID@"* ]]; then
+  ROLES=broker,controller
+  LISTENERS="$LISTENERS,CONTROLLER://$RUNNEL_BROKER_HOST:$RUNNEL_BROKER_CONTROLLER_PORT"
+fi
 cat > "$CFG" <<PROPS
-process.roles=broker,controller
+process.roles=$ROLES
 node.id=$RUNNEL_BROKER_ID
 controller.quorum.voters=$RUNNEL_CONTROLLER_VOTERS
-listeners=PLAINTEXT://$RUNNEL_BROKER_HOST:$RUNNEL_BROKER_PORT,CONTROLLER://$RUNNEL_BROKER_HOST:$RUNNEL_BROKER_CONTROLLER_PORT
+listeners=$LISTENERS
 advertised.listeners=PLAINTEXT://$RUNNEL_BROKER_HOST:$RUNNEL_BROKER_PORT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER

@@ -29,7 +29,7 @@ class DevCluster:
     """`runnel dev --brokers 3`; follows its stdout for each broker's current pid (dev starts
     a broker that died again and prints the new pid)."""
 
-    def __init__(self, tmp_path, settings=(), brokers=BROKERS):
+    def __init__(self, tmp_path, settings=(), brokers=BROKERS, args=()):
         self.brokers = brokers
         self.port = cluster_port(brokers)
         self.data_dir = tmp_path / "cluster"
@@ -37,7 +37,7 @@ class DevCluster:
         sets = [arg for s in settings for arg in ("--set", s)]
         self.proc = subprocess.Popen(
             [RUNNEL_BIN, "dev", "--brokers", str(brokers), "--port", str(self.port), "--data-dir", str(self.data_dir)]
-            + sets, stdout=subprocess.PIPE, stderr=self.log, text=True)
+            + sets + list(args), stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.pids = {}
         self.lock = threading.Lock()
         threading.Thread(target=self._follow, daemon=True).start()

@@ -103,6 +103,7 @@ impl Broker {
                 .iter()
                 .map(|l| Endpoint { name: l.name.clone(), host: l.advertised_host.clone(), port: l.advertised_port })
                 .collect(),
+            raft: links.raft_address.clone(),
         };
         let controller = Controller::start(
             ControllerConfig {

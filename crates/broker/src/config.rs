@@ -431,6 +431,8 @@ pub struct BrokerConfig {
     pub node_id: i32,
     /// The client listeners; the first is the one other brokers' records name first.
     pub listeners: Vec<Listener>,
+    /// The `listeners` entry of the internal listener, if any.
+    pub raft_listener: Option<RaftListener>,
     pub internal: InternalListener,
     pub data_dir: PathBuf,
     pub settings: Settings,
@@ -518,13 +520,39 @@ fn parse_internal(settings: &Settings) -> Result<InternalListener> {
     Ok(InternalListener { name, protocol })
 }
 
-fn parse_listeners(settings: &Settings) -> Result<Vec<Listener>> {
+/// This broker's own address for Raft and controller traffic, from the `listeners` entry
+/// named by `controller.listener.names` (and its `advertised.listeners` entry, if any).
+/// A voter listens at its `controller.quorum.voters` address; a broker that is not a voter
+/// (a metadata observer) listens here, and registers the advertised address so that its
+/// peers can reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftListener {
+    pub listen: String,
+    pub advertised: String,
+}
+
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// The client listeners, and the internal one when `listeners` names it.
+fn parse_listeners(settings: &Settings, internal: &str) -> Result<(Vec<Listener>, Option<RaftListener>)> {
     let map = protocol_map(settings)?;
     let mut listeners: Vec<Listener> = Vec::new();
+    let mut raft: Option<RaftListener> = None;
     for e in entries(settings.get("listeners")) {
         let (name, host, port) = parse_listener(e)?;
-        if listeners.iter().any(|l| l.name == name) {
+        if listeners.iter().any(|l| l.name == name) || (name == internal && raft.is_some()) {
             bail!("listeners: the name {name} is used twice");
+        }
+        if name == internal {
+            let advertised = if host == "0.0.0.0" || host == "::" { "127.0.0.1" } else { host.as_str() };
+            raft = Some(RaftListener { listen: host_port(&host, port), advertised: host_port(advertised, port) });
+            continue;
         }
         let protocol = match map.get(&name).map(String::as_str) {
             Some("PLAINTEXT") => SecurityProtocol::Plaintext,
@@ -550,13 +578,18 @@ fn parse_listeners(settings: &Settings) -> Result<Vec<Listener>> {
     }
     for e in entries(settings.get("advertised.listeners")) {
         let (name, host, port) = parse_listener(e)?;
+        if name == internal {
+            let r = raft.as_mut().ok_or_else(|| anyhow!("advertised.listeners: {name} is not one of the listeners"))?;
+            r.advertised = host_port(&host, port);
+            continue;
+        }
         let l = listeners
             .iter_mut()
             .find(|l| l.name == name)
             .ok_or_else(|| anyhow!("advertised.listeners: {name} is not one of the listeners"))?;
         (l.advertised_host, l.advertised_port) = (host, port);
     }
-    Ok(listeners)
+    Ok((listeners, raft))
 }
 
 impl BrokerConfig {
@@ -582,11 +615,12 @@ impl BrokerConfig {
         }
         runnel_controller::leader_preference::parse(settings.get("leader.preference"))
             .map_err(|e| anyhow!("setting leader.preference: {e}"))?;
-        let listeners = parse_listeners(&settings)?;
         let internal = parse_internal(&settings)?;
+        let (listeners, raft_listener) = parse_listeners(&settings, &internal.name)?;
         Ok(BrokerConfig {
             node_id: settings.i64("node.id") as i32,
             listeners,
+            raft_listener,
             internal,
             data_dir: PathBuf::from(settings.get("log.dirs").split(',').next().unwrap_or("./data")),
             settings,
@@ -666,5 +700,42 @@ mod tests {
             assert!(BrokerConfig::from_settings(s).is_err(), "{bad} is refused");
         }
         assert!(Settings::from_properties("listener.name.ssl.no.such=1").is_err());
+    }
+
+    /// The internal listener's `listeners` entry is this broker's Raft address (an
+    /// observer's), not a client listener; `advertised.listeners` may name it too.
+    #[test]
+    fn the_controller_listener_is_the_raft_address() {
+        let config = |props: &str| BrokerConfig::from_settings(Settings::from_properties(props).expect("parses"));
+        let c = config(
+            "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://:10092
+",
+        )
+        .expect("valid");
+        assert_eq!(c.listeners.len(), 1);
+        let own = c.raft_listener.expect("a Raft listener");
+        assert_eq!((own.listen.as_str(), own.advertised.as_str()), ("0.0.0.0:10092", "127.0.0.1:10092"));
+        let c = config(
+            "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://[::1]:10092
+             advertised.listeners=CONTROLLER://broker-4.example:10092
+",
+        )
+        .expect("valid");
+        let own = c.raft_listener.expect("a Raft listener");
+        assert_eq!((own.listen.as_str(), own.advertised.as_str()), ("[::1]:10092", "broker-4.example:10092"));
+        assert!(config(
+            "listeners=PLAINTEXT://127.0.0.1:9092
+"
+        )
+        .expect("valid")
+        .raft_listener
+        .is_none());
+        for bad in [
+            "listeners=CONTROLLER://:10092",
+            "listeners=PLAINTEXT://:1,CONTROLLER://:2,CONTROLLER://:3",
+            "listeners=PLAINTEXT://:1\nadvertised.listeners=CONTROLLER://h:2",
+        ] {
+            assert!(config(bad).is_err(), "{bad} is refused");
+        }
     }
 }

@@ -65,6 +65,8 @@ pub struct ControllerLinks {
     pub inbox: mpsc::Receiver<(u64, Vec<u8>)>,
     pub meta_ready: Arc<Notify>,
     pub txn_inbox: mpsc::Receiver<(u64, Vec<u8>)>,
+    /// Where peers reach this broker's Raft listener (empty for a cluster of one).
+    pub raft_address: String,
 }
 
 /// The driver's hooks: they only route (no locks beyond the replica the driver holds).
@@ -138,7 +140,9 @@ fn peer_tls(config: &BrokerConfig) -> Result<Option<PeerTls>> {
 
 impl ReplicaManager {
     /// Starts the Raft driver: listening for peers on this broker's address among
-    /// `voters` (none for a cluster of one, which has no peers) and dialling the others.
+    /// `voters`, or (a broker that is not a voter: a metadata observer) on its internal
+    /// listener in `listeners`, and dialling the voters; brokers that register later are
+    /// added as they do. A cluster of one (no voters) has no peers.
     pub async fn start(
         config: &BrokerConfig,
         voters: &[(i32, String)],
@@ -146,14 +150,19 @@ impl ReplicaManager {
         data_arrived: Arc<Notify>,
     ) -> Result<(Arc<ReplicaManager>, ControllerLinks)> {
         let node_id = config.node_id;
-        let listen = if voters.is_empty() {
-            None
-        } else {
-            let Some((_, listen)) = voters.iter().find(|(id, _)| *id == node_id) else {
-                bail!("node.id {node_id} is not among controller.quorum.voters");
-            };
-            Some(listen.as_str())
+        let voter = voters.iter().find(|(id, _)| *id == node_id).map(|(_, a)| a.clone());
+        let (listen, raft_address) = match (&config.raft_listener, voter) {
+            _ if voters.is_empty() => (None, String::new()),
+            (Some(own), Some(voter)) => (Some(own.listen.clone()), voter),
+            (None, Some(voter)) => (Some(voter.clone()), voter),
+            (Some(own), None) => (Some(own.listen.clone()), own.advertised.clone()),
+            (None, None) => bail!(
+                "node.id {node_id} is not among controller.quorum.voters, and listeners has no {} listener: \
+                 a broker that is not a voter (a metadata observer) needs one for Raft traffic",
+                config.internal.name
+            ),
         };
+        let listen = listen.as_deref();
         let peers: HashMap<u64, String> =
             voters.iter().filter(|(id, _)| *id != node_id).map(|(id, a)| (raft_id(*id), a.clone())).collect();
         let (controller_tx, controller_rx) = mpsc::channel(INBOX_MAX);
@@ -182,7 +191,7 @@ impl ReplicaManager {
             hints: RwLock::new(HashMap::new()),
         });
         tokio::spawn(peer_loop(manager.clone(), peers_rx));
-        Ok((manager, ControllerLinks { inbox: controller_rx, meta_ready, txn_inbox: txn_rx }))
+        Ok((manager, ControllerLinks { inbox: controller_rx, meta_ready, txn_inbox: txn_rx, raft_address }))
     }
 
     pub fn driver(&self) -> &Arc<Driver> {

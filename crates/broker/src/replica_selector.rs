@@ -98,14 +98,7 @@ mod tests {
     use super::*;
 
     fn broker(id: i32, loc: &str) -> BrokerInfo {
-        BrokerInfo {
-            id,
-            host: "h".into(),
-            port: 1,
-            location: parse_location(loc).expect("location"),
-            incarnation: 0,
-            endpoints: vec![],
-        }
+        BrokerInfo::located(id, loc).expect("location")
     }
 
     fn cluster() -> Vec<BrokerInfo> {

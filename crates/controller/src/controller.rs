@@ -32,6 +32,8 @@ use crate::records::{
 const META_DIR: &str = "__cluster_metadata-0";
 /// How long a metadata change may take to commit and apply before the request fails.
 const APPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a call waits for a controller to be elected before it fails.
+const CONTROLLER_WAIT: Duration = Duration::from_secs(5);
 /// First byte of what the controller sends over the Raft transport: the broker's hooks
 /// hand such messages to [`Controller::inbox`].
 pub const CONTROLLER_CHANNEL: u8 = b'C';
@@ -57,6 +59,9 @@ pub struct Controller {
     pub node_id: i32,
     /// A cluster of one: no `controller.quorum.voters`, this broker is the only voter.
     pub single: bool,
+    /// The metadata group's voters (`controller.quorum.voters`; this broker alone in a
+    /// cluster of one). Every other broker is an observer.
+    pub voters: Vec<i32>,
     pub me: BrokerInfo,
     pub cluster_id: String,
     pub(crate) meta: SharedReplica,
@@ -77,7 +82,9 @@ pub struct Controller {
     meta_applied: AtomicU64,
     /// Calls forwarded to the controller, waiting for its reply.
     forwarded: Mutex<HashMap<u64, oneshot::Sender<Outcome>>>,
-    next_req: AtomicU64,
+    /// DescribeQuorum asked of the controller, waiting for its answer.
+    pub(crate) quorum_asked: Mutex<HashMap<u64, oneshot::Sender<Option<crate::records::QuorumState>>>>,
+    pub(crate) next_req: AtomicU64,
     /// Controller only: when each broker was last heard from (heartbeat or registration).
     pub(crate) heard: Mutex<HashMap<i32, Instant>>,
 }
@@ -119,6 +126,7 @@ impl Controller {
         let c = Arc::new(Controller {
             node_id: cfg.node_id,
             single,
+            voters: if single { vec![cfg.node_id] } else { cfg.voters.iter().map(|(id, _)| *id).collect() },
             me: cfg.me,
             cluster_id,
             meta: meta.clone(),
@@ -132,6 +140,7 @@ impl Controller {
             applied: Notify::new(),
             meta_applied: AtomicU64::new(0),
             forwarded: Mutex::new(HashMap::new()),
+            quorum_asked: Mutex::new(HashMap::new()),
             next_req: AtomicU64::new(0),
             heard: Mutex::new(HashMap::new()),
         });
@@ -219,20 +228,27 @@ impl Controller {
         self.until_applied(applied, "metadata change not applied in time").await
     }
 
-    /// Decides a call here when this broker is the controller, else forwards it.
+    /// Decides a call here when this broker is the controller, else forwards it. While no
+    /// controller is known (an election under way), waits up to `CONTROLLER_WAIT` for one,
+    /// as Kafka's brokers hold forwarded requests, rather than fail at once.
     pub(crate) async fn run(&self, call: Call) -> Outcome {
-        if self.is_controller() {
-            self.decide(call).await
-        } else {
-            self.forward(call).await
+        let deadline = tokio::time::Instant::now() + CONTROLLER_WAIT;
+        loop {
+            if self.is_controller() {
+                return self.decide(call).await;
+            }
+            if let Some(controller) = self.controller() {
+                return self.forward(controller, call).await;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err((ResponseError::NotController, "no controller is elected yet".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     /// Sends a call to the controller and waits (bounded) for its answer.
-    async fn forward(&self, call: Call) -> Outcome {
-        let Some(controller) = self.controller() else {
-            return Err((ResponseError::NotController, "no controller is elected yet".into()));
-        };
+    async fn forward(&self, controller: i32, call: Call) -> Outcome {
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.forwarded.lock_or_stop().insert(req, tx);
@@ -503,6 +519,10 @@ impl Controller {
     }
 
     fn apply(&self, rec: Record) {
+        if let Record::RegisterBroker(info) = &rec {
+            // Every broker can reach every other one, voter or not, from now on.
+            self.driver.add_peer(raft_id(info.id), &info.raft);
+        }
         // This task is the image's one writer, so the image cannot change between the two.
         let effect = self.read().effect_of(&rec, self.node_id);
         if let Some(effect) = effect {
@@ -545,6 +565,7 @@ impl Controller {
             }
             Message::Register(_) => {}
             Message::Heartbeat { id } => self.heard(id),
+            msg @ (Message::DescribeQuorum { .. } | Message::Quorum { .. }) => self.on_quorum_message(from, msg),
         }
     }
 }

@@ -20,7 +20,8 @@
 //! - `decide`: the controller's checks and the record each call commits.
 //! - `placement`: replicas over nested failure domains; `leader_preference`: where a
 //!   topic's leaders should be.
-//! - `sessions`: registration, heartbeats and fencing.
+//! - `sessions`: registration, heartbeats, fencing, and observers joining the metadata
+//!   group as learners; `quorum`: the quorum as DescribeQuorum shows it.
 
 mod controller;
 mod decide;
@@ -28,6 +29,7 @@ mod host;
 mod image;
 pub mod leader_preference;
 mod placement;
+mod quorum;
 mod records;
 mod sessions;
 
@@ -36,5 +38,5 @@ pub use host::{Effect, Host, Limits};
 pub use placement::{place, placement_risk};
 pub use records::{
     broker_of, parse_location, parse_voters, raft_group, raft_id, send_on_channel, BrokerInfo, Endpoint, Moving,
-    RaftGroupId, TopicConfigChange, META_GROUP,
+    QuorumMember, QuorumState, RaftGroupId, TopicConfigChange, META_GROUP,
 };

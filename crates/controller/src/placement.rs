@@ -127,17 +127,9 @@ pub(crate) fn check_assignment(a: &[Vec<i32>], brokers: &[BrokerInfo]) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::parse_location;
 
     fn b(id: i32, loc: &str) -> BrokerInfo {
-        BrokerInfo {
-            id,
-            host: "h".into(),
-            port: 1,
-            location: parse_location(loc).expect("location"),
-            incarnation: 0,
-            endpoints: vec![],
-        }
+        BrokerInfo::located(id, loc).expect("location")
     }
 
     #[test]

@@ -62,6 +62,10 @@ pub struct BrokerInfo {
     /// the first one's).
     #[serde(default)]
     pub endpoints: Vec<Endpoint>,
+    /// Where peers reach its Raft listener (`host:port`; empty in a cluster of one and in
+    /// registrations from before brokers outside the voters could join).
+    #[serde(default)]
+    pub raft: String,
 }
 
 /// A listener's advertised address.
@@ -73,6 +77,20 @@ pub struct Endpoint {
 }
 
 impl BrokerInfo {
+    /// A broker known only by its id and location (`region=..,zone=..`), as placement and
+    /// replica selection see it.
+    pub fn located(id: i32, location: &str) -> Result<BrokerInfo> {
+        Ok(BrokerInfo {
+            id,
+            host: String::new(),
+            port: 0,
+            location: parse_location(location)?,
+            incarnation: 0,
+            endpoints: vec![],
+            raft: String::new(),
+        })
+    }
+
     /// Where a client that connected through listener `name` reaches this broker: the
     /// advertised address of its listener of that name, None when it has none (Kafka
     /// leaves such a broker out of the answer). A broker registered before listeners were
@@ -222,6 +240,35 @@ pub(crate) enum Message {
         req: u64,
         error: Option<(i16, String)>,
     },
+    /// DescribeQuorum, asked of the metadata leader, which answers with `Quorum` (no state:
+    /// it no longer leads).
+    DescribeQuorum {
+        req: u64,
+    },
+    Quorum {
+        req: u64,
+        state: Option<QuorumState>,
+    },
+}
+
+/// The metadata quorum as its leader sees it (DescribeQuorum; offsets count entries).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct QuorumState {
+    pub leader: i32,
+    pub epoch: i32,
+    pub high_watermark: i64,
+    pub voters: Vec<QuorumMember>,
+    pub observers: Vec<QuorumMember>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct QuorumMember {
+    pub id: i32,
+    pub log_end_offset: i64,
+    /// Wall-clock milliseconds when the leader last heard from it, and when it last had
+    /// every committed entry; -1 when not since the leader was elected.
+    pub last_fetch_ms: i64,
+    pub last_caught_up_ms: i64,
 }
 
 fn yes() -> bool {
@@ -330,14 +377,7 @@ mod tests {
     use super::*;
 
     fn b(id: i32, loc: &str) -> BrokerInfo {
-        BrokerInfo {
-            id,
-            host: "h".into(),
-            port: 1,
-            location: parse_location(loc).expect("location"),
-            incarnation: 0,
-            endpoints: vec![],
-        }
+        BrokerInfo::located(id, loc).expect("location")
     }
 
     #[test]

@@ -2,13 +2,21 @@
 //! through it) and heartbeats to the controller every `broker.heartbeat.interval.ms`; the
 //! controller fences a broker it has not heard from within `broker.session.timeout.ms` (no
 //! new replicas, not offered to clients) and unfences it when it is heard from again.
+//!
+//! A broker outside `controller.quorum.voters` (an observer) does not know the controller
+//! until the metadata log reaches it, so it registers through every voter. The controller
+//! then adds it to the metadata group as a learner: it replicates the log and votes on
+//! nothing, so the quorum stays the voters, wherever the other brokers are.
 
 use runnel_sync::LockExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use runnel_raft::driver::lock;
+use runnel_raft::ConfChangeType;
+
 use crate::controller::Controller;
-use crate::records::{BrokerInfo, Message, Record};
+use crate::records::{raft_id, BrokerInfo, Message, Record, META_GROUP};
 
 impl Controller {
     /// Starts this broker's registration and heartbeats, and (while it is the controller)
@@ -25,6 +33,29 @@ impl Controller {
             return;
         }
         self.propose_now(&[Record::RegisterBroker(info)]);
+    }
+
+    /// Controller: adds one registered broker that is neither voter nor learner of the
+    /// metadata group to it as a learner (one configuration change at a time, as Raft
+    /// allows; the next is proposed once it is applied).
+    fn admit_observers(&self) {
+        let registered: Vec<u64> = self.read().brokers.keys().map(|id| raft_id(*id)).collect();
+        let mut meta = lock(&self.meta);
+        if !meta.is_leader() || meta.has_pending_conf() {
+            return;
+        }
+        let (voters, learners, joint) = meta.membership();
+        if joint {
+            return;
+        }
+        let Some(new) = registered.into_iter().find(|id| !voters.contains(id) && !learners.contains(id)) else {
+            return;
+        };
+        if meta.propose_membership(&[(ConfChangeType::AddLearnerNode, new)]).is_ok() {
+            drop(meta);
+            tracing::info!(broker = crate::records::broker_of(new), "metadata observer added");
+            self.driver.kick(META_GROUP);
+        }
     }
 
     pub(crate) fn heard(&self, id: i32) {
@@ -66,6 +97,12 @@ async fn register_loop(c: Arc<Controller>) {
             c.register(c.me.clone());
         } else if let Some(controller) = c.controller() {
             c.send(controller, &Message::Register(c.me.clone()));
+        } else {
+            // Not heard from a leader yet (an observer hears from none before it is added):
+            // through every voter, of which the controller acts.
+            for voter in c.voters.iter().filter(|v| **v != c.node_id) {
+                c.send(*voter, &Message::Register(c.me.clone()));
+            }
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -95,5 +132,6 @@ async fn fence_loop(c: Arc<Controller>) {
         }
         let since = *since.get_or_insert_with(Instant::now);
         c.check_sessions(since, session);
+        c.admit_observers();
     }
 }

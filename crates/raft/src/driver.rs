@@ -264,6 +264,14 @@ impl Driver {
         self.transport.send(FORWARD_GROUP, m);
     }
 
+    /// Messages to the broker with Raft id `id` go to `addr` from now on (a broker that
+    /// registered after this one started: a metadata observer, say).
+    pub fn add_peer(&self, id: u64, addr: &str) {
+        if id != self.id && !addr.is_empty() {
+            self.transport.add_peer(id, addr);
+        }
+    }
+
     fn send(&self, group: u64, msgs: Vec<Message>) {
         for m in msgs {
             self.transport.send(group, m);

@@ -21,6 +21,6 @@ pub mod transport;
 pub use driver::{Disk, Driver, Fatal, Hooks, Host, SharedReplica, SyncPolicy};
 pub use raft::eraftpb::{ConfChangeType, Message};
 pub use raft::StateRole;
-pub use replica::{Collected, Durability, ProposeError, Proposed, Replica, ReplicaConfig};
+pub use replica::{Collected, Durability, Member, ProposeError, Proposed, Replica, ReplicaConfig};
 pub use store::RaftLog;
 pub use transport::{Envelope, PeerLinks, PeerTls, SocketBuffers, TcpTransport, Transport};

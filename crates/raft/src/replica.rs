@@ -24,6 +24,9 @@ use tokio::sync::oneshot;
 
 use crate::store::RaftLog;
 
+mod members;
+pub use members::Member;
+
 /// Timing and identity of a replica. Ticks are driven by the caller (100 ms in a broker).
 #[derive(Debug, Clone)]
 pub struct ReplicaConfig {
@@ -136,6 +139,8 @@ pub struct Replica {
     /// even for a healthy follower.)
     ticks: u64,
     heard: std::collections::HashMap<u64, u64>,
+    /// Leader: when each member last had every committed entry (in ticks).
+    caught_up_at: std::collections::HashMap<u64, u64>,
     /// A member not heard from for longer than this (twice the election timeout) is silent.
     silent_after_ticks: u64,
 }
@@ -186,6 +191,7 @@ impl Replica {
             held_ticks: 0,
             ticks: 0,
             heard: std::collections::HashMap::new(),
+            caught_up_at: std::collections::HashMap::new(),
             silent_after_ticks: 2 * cfg.election_tick as u64,
         })
     }
@@ -290,10 +296,16 @@ impl Replica {
         if let Err(why) = self.admissible(&m) {
             return Err(raft::Error::ConfigInvalid(format!("{:?} from {} refused: {why}", m.get_msg_type(), m.from)));
         }
-        if self.node.raft.prs().get(m.from).is_some() {
-            self.heard.insert(m.from, self.ticks);
+        let from = m.from;
+        if self.node.raft.prs().get(from).is_some() {
+            self.heard.insert(from, self.ticks);
         }
-        self.node.step(m)
+        self.node.step(m)?;
+        let raft = &self.node.raft;
+        if self.is_leader() && raft.prs().get(from).is_some_and(|p| p.matched >= raft.raft_log.committed) {
+            self.caught_up_at.insert(from, self.ticks);
+        }
+        Ok(())
     }
 
     /// Why raft-rs must not be handed `m`, if it must not. Peers exchange only these
@@ -350,64 +362,6 @@ impl Replica {
 
     pub fn campaign(&mut self) -> raft::Result<()> {
         self.node.campaign()
-    }
-
-    /// Leader only: `peer` is a voter that answered recently and lacks at most `lag` of the
-    /// leader's entries (with 0: a leadership transfer to it completes at once; with a few,
-    /// after one round of appends, while proposals wait).
-    pub fn has_everything(&self, peer: u64, lag: u64) -> bool {
-        let raft = &self.node.raft;
-        self.is_leader()
-            && raft.prs().conf().voters().contains(peer)
-            && raft.prs().get(peer).is_some_and(|p| p.recent_active && p.matched + lag >= raft.raft_log.last_index())
-    }
-
-    /// Leader only: `peer` (voter or learner) has acknowledged entries, answered recently,
-    /// and is within `lag` entries of the leader's log. (A replica just added counts as
-    /// recently active and has matched nothing: it is not caught up until it answers.)
-    pub fn caught_up(&self, peer: u64, lag: u64) -> bool {
-        let raft = &self.node.raft;
-        self.is_leader()
-            && raft
-                .prs()
-                .get(peer)
-                .is_some_and(|p| p.recent_active && p.matched > 0 && p.matched + lag >= raft.raft_log.last_index())
-    }
-
-    /// Leader only: for each voter heard from within twice the election timeout (the
-    /// leader itself included), the offset one past the entries it has acknowledged. A
-    /// voter that is far behind (its acknowledged entries no longer tracked one by one in
-    /// memory) is left out, so this never reads the disk.
-    pub fn voter_ends(&self) -> Vec<(u64, i64)> {
-        let raft = &self.node.raft;
-        if !self.is_leader() {
-            return Vec::new();
-        }
-        let store = self.node.store();
-        let me = self.id();
-        let alive = |id: u64| {
-            id == me || self.heard.get(&id).is_some_and(|t| self.ticks.saturating_sub(*t) <= self.silent_after_ticks)
-        };
-        raft.prs()
-            .iter()
-            .filter(|(id, _)| raft.prs().conf().voters().contains(**id) && alive(**id))
-            .filter(|(id, p)| p.matched > 0 || **id == me)
-            .filter_map(|(id, p)| {
-                let matched = if *id == self.id() { store.last() } else { p.matched };
-                store.end_offset_in_memory(matched).map(|end| (*id, end))
-            })
-            .collect()
-    }
-
-    /// The group's configuration as applied: (voters, learners, joint).
-    pub fn membership(&self) -> (Vec<u64>, Vec<u64>, bool) {
-        let conf = self.node.store().conf_state();
-        (conf.voters.clone(), conf.learners.clone(), !conf.voters_outgoing.is_empty())
-    }
-
-    /// A configuration change was proposed and is not applied yet.
-    pub fn has_pending_conf(&self) -> bool {
-        self.node.raft.has_pending_conf()
     }
 
     /// Leader only: proposes one configuration change made of `changes`. Several changes

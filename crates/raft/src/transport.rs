@@ -23,6 +23,7 @@ use bytes::{Buf, BufMut, BytesMut};
 use protobuf::Message as _;
 use raft::eraftpb::Message;
 use runnel_security::{ClientTls, ServerTls, TlsAcceptor, TlsConnector};
+use runnel_sync::RwLockExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tracing::{debug, warn};
@@ -177,10 +178,22 @@ pub struct PeerLinks {
 /// Whoever builds a transport also feeds the driver's inbound queue with what arrives.
 pub trait Transport: Send + Sync {
     fn send(&self, group: u64, msg: Message);
+
+    /// From now on, messages to Raft id `id` go to `addr` (a broker that registered after
+    /// this one started, or moved). Transports whose peers are fixed ignore it.
+    fn add_peer(&self, _id: u64, _addr: &str) {}
+}
+
+/// One peer's queue and the address its writer dials.
+struct Peer {
+    addr: String,
+    tx: Sender,
 }
 
 pub struct TcpTransport {
-    peers: HashMap<u64, Sender>,
+    /// Read on every send, written when a peer is added: no other lock is taken under it.
+    peers: std::sync::RwLock<HashMap<u64, Peer>>,
+    links: PeerLinks,
     /// Keeps the driver's inbound queue open when nothing listens (a cluster of one).
     _inbound: Sender,
 }
@@ -194,28 +207,44 @@ impl TcpTransport {
         inbound: Sender,
         links: PeerLinks,
     ) -> io::Result<TcpTransport> {
-        let PeerLinks { tls, buffers } = links;
         if let Some(listen) = listen {
             let mut addrs = tokio::net::lookup_host(listen).await?;
             let addr = addrs.next().ok_or_else(|| io::Error::other(format!("{listen}: no address")))?;
-            let listener = buffers.listen(addr)?;
-            tokio::spawn(accept_loop(listener, inbound.clone(), tls.as_ref().map(|t| t.server.clone())));
+            let listener = links.buffers.listen(addr)?;
+            tokio::spawn(accept_loop(listener, inbound.clone(), links.tls.as_ref().map(|t| t.server.clone())));
         }
-        let mut senders = HashMap::new();
+        let transport = TcpTransport { peers: std::sync::RwLock::new(HashMap::new()), links, _inbound: inbound };
         for (id, addr) in peers {
-            let (tx, rx) = queue::channel(PEER_QUEUE_MAX, PEER_QUEUE_BYTES_MAX);
-            tokio::spawn(peer_writer(addr, rx, tls.as_ref().map(|t| t.client.clone()), buffers));
-            senders.insert(id, tx);
+            transport.add_peer(id, &addr);
         }
-        Ok(TcpTransport { peers: senders, _inbound: inbound })
+        Ok(transport)
+    }
+
+    /// A queue to `addr` and the writer task that drains it.
+    fn peer(&self, addr: &str) -> Peer {
+        let (tx, rx) = queue::channel(PEER_QUEUE_MAX, PEER_QUEUE_BYTES_MAX);
+        let tls = self.links.tls.as_ref().map(|t| t.client.clone());
+        tokio::spawn(peer_writer(addr.to_string(), rx, tls, self.links.buffers));
+        Peer { addr: addr.to_string(), tx }
     }
 }
 
 impl Transport for TcpTransport {
     fn send(&self, group: u64, msg: Message) {
-        if let Some(tx) = self.peers.get(&msg.to) {
-            tx.try_send((group, msg));
+        if let Some(p) = self.peers.read_or_stop().get(&msg.to) {
+            p.tx.try_send((group, msg));
         }
+    }
+
+    /// A new peer gets a writer; a peer at a new address gets a new one, and the old
+    /// writer ends once its queue's sender is dropped.
+    fn add_peer(&self, id: u64, addr: &str) {
+        if self.peers.read_or_stop().get(&id).is_some_and(|p| p.addr == addr) {
+            return;
+        }
+        let peer = self.peer(addr);
+        let old = self.peers.write_or_stop().insert(id, peer);
+        drop(old);
     }
 }
 

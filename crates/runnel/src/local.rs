@@ -46,6 +46,16 @@ pub fn locations(brokers: u16, regions: u16, zone_prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Voters of a local cluster's metadata quorum when not given: every broker up to 3, then
+/// 3 (a fourth voter would not let the quorum lose a second one), and 5 from 5 brokers on.
+pub fn default_voters(brokers: u16) -> u16 {
+    match brokers {
+        0..=3 => brokers,
+        4 => 3,
+        _ => 5,
+    }
+}
+
 pub struct LocalCluster {
     exe: PathBuf,
     port: u16,
@@ -54,6 +64,8 @@ pub struct LocalCluster {
     /// broker → `broker.location` (`region=...,zone=...`)
     locations: Vec<String>,
     network: Network,
+    /// Brokers 0..voters are the metadata quorum's voters; the others are observers.
+    voters: u16,
     children: Vec<Option<Child>>,
     /// Where each broker's output goes (inherited when `None`).
     log_dir: Option<PathBuf>,
@@ -85,11 +97,24 @@ impl LocalCluster {
             overrides,
             locations,
             network,
+            voters: default_voters(brokers),
             children: (0..brokers).map(|_| None).collect(),
             log_dir: None,
             protocol: "PLAINTEXT",
             broker_command: None,
         })
+    }
+
+    /// Makes brokers 0..n the metadata quorum's voters (None: [`default_voters`]). Broker
+    /// i is in region i mod regions, so the voters are one per region first.
+    pub fn set_controller_voters(&mut self, n: Option<u16>) -> Result<()> {
+        let brokers = self.brokers();
+        let n = n.unwrap_or_else(|| default_voters(brokers));
+        if n == 0 || n > brokers {
+            bail!("--controller-voters {n}: expected 1 to {brokers} (the brokers)");
+        }
+        self.voters = n;
+        Ok(())
     }
 
     /// Brokers listen with TLS (the settings for it come as overrides).
@@ -102,7 +127,8 @@ impl LocalCluster {
     /// `RUNNEL_BROKER_ID`, `RUNNEL_BROKER_HOST` and `RUNNEL_BROKER_PORT` (the client
     /// listener), `RUNNEL_BROKER_CONTROLLER_PORT` (port + 1000 + id), `RUNNEL_BROKER_REGION`
     /// and `RUNNEL_BROKER_LOCATION`, `RUNNEL_BROKER_DATA_DIR`, `RUNNEL_BROKERS` (how many)
-    /// and `RUNNEL_CONTROLLER_VOTERS` (`id@host:controller-port,...` of all of them), and
+    /// and `RUNNEL_CONTROLLER_VOTERS` (`id@host:controller-port,...` of the metadata
+    /// quorum's voters; a broker not among them is an observer), and
     /// the `--set` settings as `key=value` lines in `RUNNEL_BROKER_SETTINGS`.
     /// `bench/kafka-broker.sh` starts Apache Kafka this way (docs/chaos.md).
     pub fn use_broker_command(&mut self, program: PathBuf) {
@@ -167,15 +193,20 @@ impl LocalCluster {
         format!("{}:{}", self.host(i), self.port + 1000 + i)
     }
 
-    /// `runnel dev`'s arguments for broker `i`.
+    /// `runnel dev`'s arguments for broker `i`. A broker that is not a voter (an observer)
+    /// lists its Raft address as its CONTROLLER listener.
     fn runnel_args(&self, cmd: &mut Command, i: u16, voters: &[String], location: &str) {
         let n = self.brokers();
+        let mut listeners = format!("{}://{}", self.protocol, self.address(i));
+        if i >= self.voters {
+            listeners.push_str(&format!(",CONTROLLER://{}", self.raft_address(i)));
+        }
         cmd.arg("dev")
             .arg("--port")
             .arg((self.port + i).to_string())
             .arg("--data-dir")
             .arg(self.data_dir.join(format!("broker-{i}")))
-            .args(["--set", &format!("listeners={}://{}", self.protocol, self.address(i))])
+            .args(["--set", &format!("listeners={listeners}")])
             .args(["--set", &format!("node.id={i}")])
             .args(["--set", &format!("controller.quorum.voters={}", voters.join(","))])
             .args(["--set", &format!("default.replication.factor={}", n.min(3))])
@@ -188,7 +219,7 @@ impl LocalCluster {
 
     fn command(&self, i: u16) -> Result<Command> {
         let n = self.brokers();
-        let voters: Vec<String> = (0..n).map(|j| format!("{j}@{}", self.raft_address(j))).collect();
+        let voters: Vec<String> = (0..self.voters).map(|j| format!("{j}@{}", self.raft_address(j))).collect();
         // RUNNEL_BROKER_WRAPPER names a program each broker is started through (it gets the
         // broker's command line and should exec it, keeping the pid the faults signal): a
         // heap profiler for one broker, say. docs/chaos.md.

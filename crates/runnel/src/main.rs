@@ -162,6 +162,7 @@ async fn dev_cluster(
     settings.extend(overrides);
     let locations = local::locations(brokers, net.regions, "dev");
     let mut cluster = local::LocalCluster::new(port, brokers, &data_dir, settings, locations, network)?;
+    cluster.set_controller_voters(net.controller_voters)?;
     if tls {
         cluster.use_tls();
     }
@@ -245,7 +246,7 @@ fn main() {
     let runtime = || tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime");
     let result = match cli.command {
         Command::Dev { port, brokers, data_dir, settings, tls, net }
-            if brokers > 1 || net.regions > 0 || net.netns || net.shaped() =>
+            if brokers > 1 || net.regions > 0 || net.netns || net.shaped() || net.controller_voters.is_some() =>
         {
             runtime().and_then(|rt| rt.block_on(dev_cluster(port, brokers, data_dir, settings, tls, net)))
         }

@@ -58,6 +58,11 @@ pub struct RegionArgs {
     /// Run every broker in a network namespace of its own (root), even without latency.
     #[arg(long)]
     pub netns: bool,
+    /// Voters of the metadata quorum: brokers 0..N, one per region first (broker i is in
+    /// region i mod REGIONS); the other brokers follow the metadata log as observers.
+    /// Default: every broker up to 3, then 3, and 5 from 5 brokers on.
+    #[arg(long, value_name = "N")]
+    pub controller_voters: Option<u16>,
 }
 
 impl RegionArgs {

@@ -664,7 +664,7 @@ mod tests {
     }
 
     fn fault(text: &str, start_ms: u64, end_ms: u64) -> FaultWindow {
-        FaultWindow { fault: text.into(), start_ms, end_ms, recovery: None }
+        FaultWindow { fault: text.into(), start_ms, end_ms, recovery: None, metadata_write_ms: None }
     }
 
     /// Ten seconds of work: 100 ok sends, 20 ok polls, 5 ok commits, 3 unknown sends and 2

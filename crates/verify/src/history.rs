@@ -97,6 +97,10 @@ pub struct FaultWindow {
     /// After a fault that cut brokers off: how the cluster came back, measured from the heal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<Recovery>,
+    /// While the fault held (a drill's region cut): how soon after it started a metadata
+    /// change committed through the brokers outside it, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata_write_ms: Option<u64>,
 }
 
 /// How a cluster came back after brokers were cut off and let back in, in milliseconds from

@@ -37,6 +37,9 @@ pub struct FaultImpact {
     /// After brokers were cut off: how the cluster came back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery: Option<Recovery>,
+    /// While it held (a drill's region cut): how soon a metadata change committed, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata_write_ms: Option<u64>,
 }
 
 /// What a fault cost the clients of one region.
@@ -149,6 +152,7 @@ pub fn impact(h: &History) -> Vec<FaultImpact> {
                 failed: during().filter(|o| o.outcome == Outcome::Failed).count(),
                 regions: by_region,
                 recovery: f.recovery,
+                metadata_write_ms: f.metadata_write_ms,
             }
         })
         .collect()
@@ -182,6 +186,7 @@ mod tests {
             start_ms: 5000,
             end_ms: 8000,
             recovery: None,
+            metadata_write_ms: None,
         });
         // A second fault soon after: the 2 s stall of stream c is its own, not the first's.
         h.ops.push(send("c", 17_900, 1, Outcome::Ok));
@@ -191,6 +196,7 @@ mod tests {
             start_ms: 18_500,
             end_ms: 19_000,
             recovery: None,
+            metadata_write_ms: None,
         });
         let [i, second] = &impact(&h)[..] else { panic!("two faults, two impacts") };
         assert_eq!((second.longest_stall_ms, second.stalled_stream.as_str()), (2000, "c"));

@@ -3,8 +3,9 @@
 //! producers and a consumer group in every region keep going, then let back in. Summed up
 //! in the figures operators ask for: RPO (acknowledged writes lost), RTO per surviving
 //! region (longest stall of acknowledged sends), how soon consumers there read again,
-//! bytes read across regions, and after the heal how soon the cut-off replicas caught up
-//! and leadership was back on the preferred leaders.
+//! bytes read across regions, whether metadata stayed writable (a topic created through
+//! the surviving regions during the cut), and after the heal how soon the cut-off replicas
+//! caught up and leadership was back on the preferred leaders.
 
 use std::time::Duration;
 
@@ -40,6 +41,9 @@ pub struct Summary {
     pub consumers_read_again_ms: Vec<(String, u64)>,
     pub bytes_read: u64,
     pub bytes_read_across_regions: u64,
+    /// How soon after the cut a metadata change (a topic created) committed through the
+    /// surviving regions; None: not while the region was cut off.
+    pub metadata_written_during_cut_ms: Option<u64>,
     pub caught_up_after_heal_ms: Option<u64>,
     pub leaders_back_after_heal_ms: Option<u64>,
     /// Before the cut: acks=all sends to partitions led in the producer's own region, and
@@ -87,6 +91,7 @@ pub fn summarize(history: &History, report: &Report, leader_regions: &[Option<St
         consumers_read_again_ms: surviving.map(|(r, i)| (r.clone(), i.longest_read_gap_ms)).collect(),
         bytes_read: all,
         bytes_read_across_regions: cross,
+        metadata_written_during_cut_ms: f.metadata_write_ms,
         caught_up_after_heal_ms: f.recovery.and_then(|r| r.caught_up_ms),
         leaders_back_after_heal_ms: f.recovery.and_then(|r| r.leaders_back_ms),
         send_ms_leader_in_region: p50_p99(local),
@@ -109,6 +114,13 @@ pub fn print(s: &Summary) {
     );
     println!("  RTO (longest stall of acknowledged sends) in the surviving regions: {}", each(&s.rto_ms));
     println!("  consumers in the surviving regions read again within: {}", each(&s.consumers_read_again_ms));
+    match s.metadata_written_during_cut_ms {
+        Some(ms) => println!(
+            "  metadata stayed writable: a topic created through the surviving regions {} after the cut",
+            secs(ms)
+        ),
+        None => println!("  metadata NOT writable while the region was cut off (no topic could be created)"),
+    }
     println!(
         "  bytes read by consumers: {}, from brokers in another region: {} ({:.1}%)",
         s.bytes_read,

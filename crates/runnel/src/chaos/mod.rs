@@ -539,6 +539,16 @@ impl<C: Brokers> Chaos<C> {
             Applied::Isolated(brokers) | Applied::IsolatedRegion(_, brokers) => Some(brokers.clone()),
             _ => None,
         };
+        // Taken before the heal: a write that commits only once the region is back does
+        // not count.
+        let metadata_write_ms = match f.metadata {
+            Some(probe) if probe.is_finished() => probe.await.ok().flatten(),
+            Some(probe) => {
+                probe.abort();
+                None
+            }
+            None => None,
+        };
         let healed = self.heal(f.applied).await;
         let end = Instant::now();
         if let Some(cut) = cut {
@@ -552,6 +562,7 @@ impl<C: Brokers> Chaos<C> {
             start_ms: f.since.saturating_duration_since(t0).as_millis() as u64,
             end_ms: end.saturating_duration_since(t0).as_millis() as u64,
             recovery: None,
+            metadata_write_ms,
         });
         healed.with_context(|| format!("healing {}", f.what))?;
         println!("{:>7.1}s {} healed", end.saturating_duration_since(t0).as_secs_f64(), f.what);
@@ -655,6 +666,7 @@ pub async fn main(a: ChaosArgs) -> Result<()> {
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
     let locations = locations(a.brokers, a.net.regions, "chaos");
     let mut cluster = LocalCluster::new(a.port, a.brokers, &data_dir, a.settings.clone(), locations, network)?;
+    cluster.set_controller_voters(a.net.controller_voters)?;
     cluster.log_to(&logs);
     if let Some(program) = &a.broker_command {
         cluster.use_broker_command(std::fs::canonicalize(program).with_context(|| format!("{}", program.display()))?);

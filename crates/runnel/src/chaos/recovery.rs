@@ -3,7 +3,8 @@
 //! until every partition was led by its preferred leader again. Asked of the cluster
 //! itself, so it measures Apache Kafka (`--attach`) the same way: each replica's high
 //! watermark as a fetch from it reports (Fetch v11+ reads from followers, KIP-392), and
-//! the leaders Metadata names.
+//! the leaders Metadata names. And while a region is cut off: whether metadata stays
+//! writable (a topic created through a broker outside it).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -91,4 +92,32 @@ pub async fn watch(bootstrap: String, topic: String, cut: Vec<u16>, healed: Inst
         tokio::time::sleep(POLL).await;
     }
     out
+}
+
+/// While a region is cut off: how soon after `since` a metadata change commits through the
+/// brokers outside it (`outside`, asked in turn): a one-partition topic created, with
+/// replication factor 1 so that placement never refuses it. None when none did before
+/// `deadline`. Kafka's metadata quorum is asked the same way.
+pub async fn metadata_write(outside: Vec<String>, since: Instant, deadline: Instant) -> Option<u64> {
+    let topic = format!("runnel-chaos-metadata-{}-{}", std::process::id(), since.elapsed().as_nanos());
+    for addr in outside.iter().cycle() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let attempt = async {
+            let c = runnel_client::Cluster::connect(addr, "runnel-chaos-metadata").await?;
+            c.create_topic(&topic, 1, 1, &Default::default()).await
+        };
+        match tokio::time::timeout(left, attempt).await {
+            Ok(Ok(())) => return Some(since.elapsed().as_millis() as u64),
+            // An earlier attempt committed, and its answer was lost.
+            Ok(Err(e)) if format!("{e:#}").contains("TopicAlreadyExists") => {
+                return Some(since.elapsed().as_millis() as u64)
+            }
+            Ok(Err(_)) => tokio::time::sleep(POLL).await,
+            Err(_) => return None,
+        }
+    }
+    None
 }

@@ -42,6 +42,8 @@ pub(super) struct InForce {
     pub(super) what: String,
     pub(super) applied: Applied,
     pub(super) since: Instant,
+    /// A drill's region cut: the probe of whether metadata stays writable meanwhile.
+    pub(super) metadata: Option<tokio::task::JoinHandle<Option<u64>>>,
 }
 
 pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Planned>, rng: Rng) -> Result<()> {
@@ -140,7 +142,18 @@ pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Pla
                 match chaos.apply_retrying(p.fault, &workload).await {
                     Ok((what, applied)) => {
                         println!("{:>7.1}s {what} for {:.1}s", secs(started), p.hold.as_secs_f64());
-                        in_force.push((i, InForce { what, applied, since: started }));
+                        let metadata = match &applied {
+                            Applied::IsolatedRegion(_, cut) if a.drill.is_some() => {
+                                let outside: Vec<String> = (chaos.cluster.ids().into_iter())
+                                    .filter(|b| !cut.contains(b))
+                                    .map(|b| chaos.cluster.address(b))
+                                    .collect();
+                                let probe = super::recovery::metadata_write(outside, started, started + p.hold);
+                                Some(tokio::spawn(probe))
+                            }
+                            _ => None,
+                        };
+                        in_force.push((i, InForce { what, applied, since: started, metadata }));
                     }
                     Err(e) => {
                         println!("{:>7.1}s {} skipped: {e:#}", secs(started), p.fault.name());
