@@ -38,6 +38,7 @@ def test_region_loss_drill_over_latency_loses_nothing(tmp_path):
     assert d["rpo_lost_acknowledged"] == 0 and d["acknowledged"] > 0, d
     surviving = {r for r, _ in d["rto_ms"]}
     assert len(surviving) == 2 and d["region_cut"] not in surviving, d
+    assert {r for r, _ in d["groups_committed_again_ms"]} == surviving, d
     # Nine brokers: five metadata voters, two, two and one per region, so a majority
     # survives any region's loss and a topic can be created during the cut.
     assert d["metadata_written_during_cut_ms"] is not None, f"metadata was not writable during the cut: {d}"

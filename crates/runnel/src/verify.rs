@@ -196,9 +196,10 @@ pub fn print_report(history: &History, a: &VerifyArgs, title: &str) -> Result<ru
         for (region, r) in &f.regions {
             println!(
                 "          clients in {region}: acknowledged sends stalled {:.2} s at most; \
-                 consumers read again within {:.2} s",
+                 consumers read again within {:.2} s; group members committed again within {:.2} s",
                 r.longest_stall_ms as f64 / 1000.0,
-                r.longest_read_gap_ms as f64 / 1000.0
+                r.longest_read_gap_ms as f64 / 1000.0,
+                r.longest_commit_gap_ms as f64 / 1000.0
             );
         }
     }

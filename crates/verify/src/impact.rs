@@ -51,6 +51,9 @@ pub struct RegionImpact {
     /// The longest time one of the region's consumers (assigned or in its group) went
     /// without a successful fetch: how long until it read again.
     pub longest_read_gap_ms: u64,
+    /// The longest time one of the region's group members went without committing its
+    /// offsets: its group coordinator's failover and the rebalance, as the group sees them.
+    pub longest_commit_gap_ms: u64,
 }
 
 /// The longest gap between consecutive times of one stream that began before `to` and
@@ -112,6 +115,7 @@ pub fn impact(h: &History) -> Vec<FaultImpact> {
     // Per send stream, the times its acknowledgements arrived; per reader, its fetches.
     let acks = successes(h, OpKind::Send);
     let reads = successes(h, OpKind::Poll);
+    let commits = successes(h, OpKind::Commit);
     let regions: std::collections::BTreeSet<&str> = h.ops.iter().filter_map(|o| region_of(&o.process)).collect();
     h.faults
         .iter()
@@ -128,6 +132,7 @@ pub fn impact(h: &History) -> Vec<FaultImpact> {
                     let impact = RegionImpact {
                         longest_stall_ms: longest_gap(of_region(&acks, r), from, to, next).0,
                         longest_read_gap_ms: longest_gap(of_region(&reads, r), from, to, next).0,
+                        longest_commit_gap_ms: longest_gap(of_region(&commits, r), from, to, next).0,
                     };
                     (r.to_string(), impact)
                 })
@@ -204,5 +209,49 @@ mod tests {
         assert_eq!((i.slowest_send_ms, i.unknown, i.failed), (1500, 0, 0));
         assert_eq!((i.p50_send_ms, i.p99_send_ms), (1, 1500));
         assert_eq!(baseline(&h), (1, 1), "the quiet sends, before 5 s and after 18 s");
+    }
+
+    /// Per region: the longest gaps between its producers' acknowledgements, its consumers'
+    /// fetches and its group members' commits around a fault; other regions' do not count.
+    #[test]
+    fn each_region_gets_its_own_stall_read_gap_and_commit_gap() {
+        let op = |kind, process: &str, start_ms| Op {
+            kind,
+            process: process.into(),
+            start_ms,
+            latency_ms: 0,
+            outcome: Outcome::Ok,
+        };
+        let mut h = History::default();
+        for t in (0..20_000).step_by(500) {
+            for (process, kind, hole) in [
+                ("producer-0@r0", OpKind::Send, 6000..8000),
+                ("consumer-0@r0", OpKind::Poll, 6000..9000),
+                ("group-0@r0", OpKind::Commit, 6000..10_000),
+                ("producer-1@r1", OpKind::Send, 0..0),
+                ("consumer-1@r1", OpKind::Poll, 0..0),
+                ("group-1@r1", OpKind::Commit, 5000..5500),
+            ] {
+                if !hole.contains(&t) {
+                    h.ops.push(op(kind, process, t));
+                }
+            }
+        }
+        h.faults.push(FaultWindow {
+            fault: "isolate-region r2".into(),
+            start_ms: 6000,
+            end_ms: 12_000,
+            recovery: None,
+            metadata_write_ms: None,
+        });
+        let [i] = &impact(&h)[..] else { panic!("one fault, one impact") };
+        let r0 = &i.regions["r0"];
+        assert_eq!((r0.longest_stall_ms, r0.longest_read_gap_ms, r0.longest_commit_gap_ms), (2500, 3500, 4500));
+        let r1 = &i.regions["r1"];
+        assert_eq!(
+            (r1.longest_stall_ms, r1.longest_read_gap_ms, r1.longest_commit_gap_ms),
+            (500, 500, 500),
+            "r1's one long commit gap (4.5 s to 5.5 s) ended before the fault"
+        );
     }
 }

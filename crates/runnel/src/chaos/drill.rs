@@ -39,6 +39,9 @@ pub struct Summary {
     /// Per surviving region: the longest time one of its consumers went without a
     /// successful fetch, ms.
     pub consumers_read_again_ms: Vec<(String, u64)>,
+    /// Per surviving region: the longest time one of its group members went without
+    /// committing offsets (coordinator failover and rebalance), ms.
+    pub groups_committed_again_ms: Vec<(String, u64)>,
     pub bytes_read: u64,
     pub bytes_read_across_regions: u64,
     /// How soon after the cut a metadata change (a topic created) committed through the
@@ -88,7 +91,8 @@ pub fn summarize(history: &History, report: &Report, leader_regions: &[Option<St
         rpo_lost_acknowledged: report.counts.get("lost").copied().unwrap_or(0),
         acknowledged: report.sends_ok,
         rto_ms: surviving.clone().map(|(r, i)| (r.clone(), i.longest_stall_ms)).collect(),
-        consumers_read_again_ms: surviving.map(|(r, i)| (r.clone(), i.longest_read_gap_ms)).collect(),
+        consumers_read_again_ms: surviving.clone().map(|(r, i)| (r.clone(), i.longest_read_gap_ms)).collect(),
+        groups_committed_again_ms: surviving.map(|(r, i)| (r.clone(), i.longest_commit_gap_ms)).collect(),
         bytes_read: all,
         bytes_read_across_regions: cross,
         metadata_written_during_cut_ms: f.metadata_write_ms,
@@ -114,6 +118,10 @@ pub fn print(s: &Summary) {
     );
     println!("  RTO (longest stall of acknowledged sends) in the surviving regions: {}", each(&s.rto_ms));
     println!("  consumers in the surviving regions read again within: {}", each(&s.consumers_read_again_ms));
+    println!(
+        "  consumer groups in the surviving regions committed offsets again within (coordinator failover, rebalance): {}",
+        each(&s.groups_committed_again_ms)
+    );
     match s.metadata_written_during_cut_ms {
         Some(ms) => println!(
             "  metadata stayed writable: a topic created through the surviving regions {} after the cut",
