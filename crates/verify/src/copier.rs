@@ -162,8 +162,8 @@ pub(crate) async fn run(
     t0: Instant,
     deadline: Instant,
 ) -> (Vec<Send>, Vec<Op>, Vec<TxnRecord>, CopierRecord) {
-    let process = "copier".to_string();
-    let p = Producer::new(cfg.clone(), &process, format!("{}-copier", cfg.topic), true);
+    let process = crate::history::in_region("copier".to_string(), cfg.region_of(index));
+    let p = Producer::new(cfg.clone(), index, &process, format!("{}-copier", cfg.topic), true);
     let group = format!("{}-copier", cfg.topic);
     let mut c = Copier {
         p,

@@ -69,9 +69,12 @@ fn retriable_txn(code: i16) -> bool {
 }
 
 impl Producer {
-    /// A transactional producer with its own router (`process` names its connections).
-    pub(crate) fn new(cfg: Arc<VerifyConfig>, process: &str, txn_id: String, tv2: bool) -> Producer {
-        let router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout);
+    /// A transactional producer with its own router (`process` names its connections),
+    /// as client `index` placed in its region (its namespace, `client.rack`, its region's
+    /// brokers asked first), like the other clients.
+    pub(crate) fn new(cfg: Arc<VerifyConfig>, index: usize, process: &str, txn_id: String, tv2: bool) -> Producer {
+        let router = Router::new(&cfg.bootstrap, &cfg.topic, &format!("runnel-verify-{process}"), cfg.request_timeout)
+            .in_region(cfg.region_of(index), &cfg.broker_regions);
         Producer { cfg, router, txn_id, coordinator: None, id: None, sequences: HashMap::new(), tv2 }
     }
 
@@ -311,8 +314,8 @@ pub(crate) async fn produce(
     t0: Instant,
     deadline: Instant,
 ) -> (Vec<Send>, Vec<Op>, Vec<TxnRecord>) {
-    let process = format!("txn-producer-{index}");
-    let mut p = Producer::new(cfg.clone(), &process, format!("{}-txn-{index}", cfg.topic), index % 2 == 1);
+    let process = crate::history::in_region(format!("txn-producer-{index}"), cfg.region_of(index));
+    let mut p = Producer::new(cfg.clone(), index, &process, format!("{}-txn-{index}", cfg.topic), index % 2 == 1);
     let (mut sends, mut ops, mut txns) = (Vec::new(), Vec::new(), Vec::new());
     let rate = cfg.rate.max(0.01);
     let start = Instant::now();
