@@ -14,8 +14,8 @@
 #        PEERS_KAFKA (default ../shared/peers/kafka)
 #
 # Prints per system the median (and range) over the rounds of: acknowledged writes lost,
-# RTO per surviving region (worst of the two), consumers reading again, share of bytes read
-# across regions, replicas caught up and leaders back after the heal, and acks=all send
+# RTO per surviving region (worst of the two), consumers reading again, group members
+# committing again, whether metadata stayed writable, share of bytes read across regions, replicas caught up and leaders back after the heal, and acks=all send
 # latency (before the cut, to a leader in the producer's region and elsewhere; away from
 # the fault). SUMMARY_ONLY=1 prints the summary of the rounds already in OUT.
 set -euo pipefail
@@ -42,7 +42,7 @@ drill() {  # drill SYSTEM ROUND [extra args...]
     --drill-json "$dir/drill.json" --chart "$dir/chart.svg" "$@" > "$dir/out.txt" 2>&1 \
     || echo "$system round $round: runnel chaos exited $? (see $dir/out.txt)" >&2
   rm -rf "$dir/data"
-  grep -E "RPO|RTO|read again|bytes read|after the heal|anomal" "$dir/out.txt" | sed "s/^/  $system $round: /" || true
+  grep -E "RPO|RTO|read again|committed offsets again|metadata|bytes read|after the heal|anomal" "$dir/out.txt" | sed "s/^/  $system $round: /" || true
 }
 
 for r in $(seq "$ROUNDS"); do
@@ -76,6 +76,9 @@ for system in ("runnel", "kafka"):
     print(f"{system} ({len(rs)} rounds): acknowledged writes lost {lost}")
     print("  " + show("RTO s (worst surviving region)", med([max(ms for _, ms in d["rto_ms"]) / 1000 for d, _ in rs])))
     print("  " + show("consumers read again s (worst surviving region)", med([max(ms for _, ms in d["consumers_read_again_ms"]) / 1000 for d, _ in rs])))
+    print("  " + show("group members committed again s (worst surviving region)", med([max(ms for _, ms in d.get("groups_committed_again_ms") or [("", None)]) / 1000 if d.get("groups_committed_again_ms") else None for d, _ in rs])))
+    writable = [d.get("metadata_written_during_cut_ms") for d, _ in rs]
+    print(f"  metadata writable during the cut: {sum(w is not None for w in writable)} of {len(rs)} rounds; " + show("topic created after the cut s", med([w / 1000 if w is not None else None for w in writable])))
     print("  " + show("bytes read across regions", med([100 * d["bytes_read_across_regions"] / max(d["bytes_read"], 1) for d, _ in rs]), "%"))
     print("  " + show("caught up after heal s", med([(d["caught_up_after_heal_ms"] or 0) / 1000 if d["caught_up_after_heal_ms"] is not None else None for d, _ in rs])))
     print("  " + show("leaders back after heal s", med([d["leaders_back_after_heal_ms"] / 1000 if d["leaders_back_after_heal_ms"] is not None else None for d, _ in rs])))

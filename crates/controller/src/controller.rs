@@ -247,18 +247,38 @@ impl Controller {
         }
     }
 
-    /// Sends a call to the controller and waits (bounded) for its answer.
+    /// Sends a call to the controller and waits (bounded) for its answer. If another broker
+    /// becomes the controller meanwhile (the one asked was cut off, say), the call goes to
+    /// it too (or is decided here, when this broker is the one), as Kafka's brokers resend
+    /// forwarded requests, and the first answer counts.
     async fn forward(&self, controller: i32, call: Call) -> Outcome {
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
         self.forwarded.lock_or_stop().insert(req, tx);
-        self.send(controller, &Message::Call { req, call });
-        let answer = tokio::time::timeout(APPLY_TIMEOUT, rx).await;
+        self.send(controller, &Message::Call { req, call: call.clone() });
+        let deadline = tokio::time::sleep(APPLY_TIMEOUT);
+        tokio::pin!(deadline);
+        let mut asked = controller;
+        let mut check = tokio::time::interval(Duration::from_millis(100));
+        let answer = loop {
+            tokio::select! {
+                answer = &mut rx => break answer.ok(),
+                _ = &mut deadline => break None,
+                _ = check.tick() => match self.controller() {
+                    Some(now) if now == self.node_id => {
+                        self.forwarded.lock_or_stop().remove(&req);
+                        return self.decide(call).await;
+                    }
+                    Some(now) if now != asked => {
+                        asked = now;
+                        self.send(now, &Message::Call { req, call: call.clone() });
+                    }
+                    _ => {}
+                },
+            }
+        };
         self.forwarded.lock_or_stop().remove(&req);
-        match answer {
-            Ok(Ok(outcome)) => outcome,
-            _ => Err((ResponseError::RequestTimedOut, "the controller did not answer in time".into())),
-        }
+        answer.unwrap_or_else(|| Err((ResponseError::RequestTimedOut, "the controller did not answer in time".into())))
     }
 
     /// A newly elected controller first applies what earlier controllers committed, so that
