@@ -76,6 +76,13 @@ class DevCluster:
             [t] = kw.decode_metadata_v1(r)["topics"]
             return {p["partition_index"]: (p["leader_id"], p["replicas"]) for p in t["partitions"] or []}
 
+    def isr_seen_by(self, broker, topic):
+        """{partition: sorted ISR} as the given broker's Metadata (v1) names them."""
+        with kw.Conn(f"127.0.0.1:{self.port + broker}") as conn:
+            r = conn.request(kw.metadata_v1_request([topic], conn.next_correlation_id()))
+            [t] = kw.decode_metadata_v1(r)["topics"]
+            return {p["partition_index"]: sorted(p["isr"]) for p in t["partitions"] or []}
+
     def leaders_seen_by(self, broker, topic):
         return {p: leader for p, (leader, _) in self.seen_by(broker, topic).items()}
 
@@ -271,6 +278,39 @@ def test_follower_paused_producers_keep_being_acknowledged(cluster):
     # The leader and the other follower are a majority: acks go on.
     acks_go_on_while_paused(cluster, writer, follower, 1000, 30, "acks while a follower is paused")
     finish(cluster, topic, writer, 5000)
+
+
+def test_isr_leaves_out_a_paused_follower_until_it_is_back(cluster, java_build):  # noqa: F811
+    """Metadata's ISR (the replicas heard from within twice the election timeout and
+    caught up within replica.lag.time.max.ms), as every broker answers it: all three
+    replicas; without a paused follower while a producer writes, and kafka-topics
+    --describe --under-replicated-partitions lists the partitions it follows; all three
+    again once it is back and caught up."""
+    from test_kafka_tools import TOPICS, Tools
+
+    c = cluster
+    topic, writer = writing(c, "isr", 4000, 500)
+    full = {0: [0, 1, 2]}
+    for b in range(BROKERS):
+        wait_for(lambda: c.isr_seen_by(b, topic) == full, f"the full ISR from broker {b}", 30, c.diagnostics)
+    leader = c.known_leader(topic)
+    follower = next(b for b in range(BROKERS) if b != leader)
+    without = {0: sorted(set(range(BROKERS)) - {follower})}
+    tools = Tools(java_build / "lib", c)
+    os.kill(c.pid(follower), signal.SIGSTOP)
+    try:
+        others = [b for b in range(BROKERS) if b != follower]
+        for b in others:
+            wait_for(lambda: c.isr_seen_by(b, topic) == without, f"broker {b} to leave {follower} out of the ISR",
+                     30, c.diagnostics)
+        out = tools.run(TOPICS, "--describe", "--under-replicated-partitions", "--topic", topic).stdout
+        isr = re.search(r"Partition: 0\s.*Isr: ([\d,]+)", out)
+        assert isr and sorted(map(int, isr.group(1).split(","))) == without[0], out
+    finally:
+        os.kill(c.pid(follower), signal.SIGCONT)
+    for b in range(BROKERS):
+        wait_for(lambda: c.isr_seen_by(b, topic) == full, f"the full ISR again from broker {b}", 30, c.diagnostics)
+    finish(c, topic, writer, 4000)
 
 
 def test_leader_paused_then_resumed_loses_nothing(cluster):

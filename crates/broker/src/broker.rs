@@ -201,6 +201,20 @@ impl Broker {
         p.leader()
     }
 
+    /// The partition's in-sync replicas (Kafka's ISR): its replicas heard from recently
+    /// and caught up within `replica.lag.time.max.ms`, as its leader sees them (here, or
+    /// as the leader last announced for its current epoch). Its replicas when neither is
+    /// known (a broker that just started).
+    pub fn partition_isr(&self, p: &Partition) -> Vec<i32> {
+        let lag = crate::replica_manager::isr_lag_ticks(&self.catalog.settings());
+        if let Some(isr) = p.in_sync(lag) {
+            return isr;
+        }
+        let (_, epoch) = self.partition_leader(p);
+        let group = self.controller.group_of(&p.topic, p.index);
+        group.and_then(|g| self.replicas.isr_hint(g, epoch)).unwrap_or_else(|| p.replicas.clone())
+    }
+
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
     }

@@ -115,6 +115,10 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // The most partition replicas the controller places on one broker (KIP-578's name):
     // CreateTopics and CreatePartitions past it are refused with INVALID_PARTITIONS.
     ("max.broker.partitions", Kind::Int, "100000"),
+    // A follower not caught up with its leader for this long, or not heard from for twice
+    // the election timeout, is out of the partition's in-sync replicas (Metadata's ISR;
+    // under Raft it decides nothing: a majority of the replicas commits).
+    ("replica.lag.time.max.ms", Kind::Long, "30000"),
     // Failure domains, outermost first: region=us-east1,zone=us-east1-b,rack=r7.
     ("broker.location", Kind::Str, ""),
     ("log.dirs", Kind::Str, "./data"),

@@ -226,6 +226,12 @@ impl Partition {
         }
     }
 
+    /// Leader only: the replicas in sync (Metadata's `isr_nodes`), by broker id.
+    pub fn in_sync(&self, lag_ticks: u64) -> Option<Vec<i32>> {
+        let r = self.lock()?;
+        r.is_leader().then(|| r.in_sync(lag_ticks).into_iter().map(runnel_controller::broker_of).collect())
+    }
+
     /// OffsetForLeaderEpoch: the largest epoch at most `epoch` and the offset where it
     /// ended (the start of the next epoch, or the log end); (-1, -1) when there is none.
     pub fn epoch_end_offset(&self, epoch: i32) -> (i32, i64) {

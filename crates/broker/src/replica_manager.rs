@@ -45,9 +45,19 @@ enum PeerMessage {
     /// ElectLeaders: hand these groups (group, preferred broker) to their preferred leaders,
     /// where the receiver leads them and the preferred replica has caught up.
     Elect { groups: Vec<(RaftGroupId, i32)> },
-    /// The sender leads these Raft groups (group, term), which the receiver does not host.
-    Leaders { leads: Vec<(RaftGroupId, u64)> },
+    /// The sender leads these Raft groups (group, term), which the receiver does not host;
+    /// and of the groups it leads, those whose in-sync replicas changed (all of them now and
+    /// then): (group, term, in-sync brokers).
+    Leaders {
+        leads: Vec<(RaftGroupId, u64)>,
+        #[serde(default)]
+        isr: Vec<(RaftGroupId, u64, Vec<i32>)>,
+    },
 }
+
+/// Every this many announcements, a leader sends every group's in-sync replicas, changed or
+/// not (a broker that restarted learns them within this many half seconds).
+const ISR_REFRESH_ROUNDS: u32 = 20;
 
 pub struct ReplicaManager {
     node_id: i32,
@@ -57,6 +67,9 @@ pub struct ReplicaManager {
     /// Leaders of partitions this broker does not host, as their leaders announce them:
     /// group -> (broker, term).
     hints: RwLock<HashMap<RaftGroupId, (i32, u64)>>,
+    /// In-sync replicas of groups led elsewhere, as their leaders announce them:
+    /// group -> (term, brokers).
+    isr_hints: RwLock<HashMap<RaftGroupId, (u64, Vec<i32>)>>,
 }
 
 /// What the driver's hooks hand on: the controller's inbox and the metadata group's
@@ -189,6 +202,7 @@ impl ReplicaManager {
             catalog,
             driver,
             hints: RwLock::new(HashMap::new()),
+            isr_hints: RwLock::new(HashMap::new()),
         });
         tokio::spawn(peer_loop(manager.clone(), peers_rx));
         Ok((manager, ControllerLinks { inbox: controller_rx, meta_ready, txn_inbox: txn_rx, raft_address }))
@@ -202,6 +216,13 @@ impl ReplicaManager {
     pub fn leader_hint(&self, group: RaftGroupId) -> Option<(i32, i32)> {
         let hints = self.hints.read_or_stop();
         hints.get(&group).map(|(b, term)| (*b, *term as i32))
+    }
+
+    /// The in-sync replicas of a group led elsewhere, as its leader announced them in
+    /// `term` (the leader epoch the caller knows); None when not announced for that term.
+    pub fn isr_hint(&self, group: RaftGroupId, term: i32) -> Option<Vec<i32>> {
+        let hints = self.isr_hints.read_or_stop();
+        hints.get(&group).filter(|(t, _)| *t as i32 == term).map(|(_, isr)| isr.clone())
     }
 
     /// Asks the broker that leads `group` to hand it to `preferred` (ElectLeaders).
@@ -245,12 +266,20 @@ impl ReplicaManager {
 
     fn on_message(&self, from: u64, msg: PeerMessage) {
         match msg {
-            PeerMessage::Leaders { leads } => {
-                let mut hints = self.hints.write_or_stop();
-                for (group, term) in leads {
-                    let h = hints.entry(group).or_insert((broker_of(from), term));
-                    if term >= h.1 {
-                        *h = (broker_of(from), term);
+            PeerMessage::Leaders { leads, isr } => {
+                {
+                    let mut hints = self.hints.write_or_stop();
+                    for (group, term) in leads {
+                        let h = hints.entry(group).or_insert((broker_of(from), term));
+                        if term >= h.1 {
+                            *h = (broker_of(from), term);
+                        }
+                    }
+                }
+                let mut hints = self.isr_hints.write_or_stop();
+                for (group, term, brokers) in isr {
+                    if hints.get(&group).is_none_or(|(t, _)| term >= *t) {
+                        hints.insert(group, (term, brokers));
                     }
                 }
             }
@@ -417,6 +446,12 @@ impl ReplicaManager {
                 hints.remove(&raft_group(seq, p as i32));
             }
         }
+        {
+            let mut hints = self.isr_hints.write_or_stop();
+            for p in 0..partitions {
+                hints.remove(&raft_group(seq, p as i32));
+            }
+        }
         for p in 0..partitions {
             self.driver.remove_group(raft_group(seq, p as i32));
         }
@@ -521,30 +556,56 @@ async fn peer_loop(manager: Arc<ReplicaManager>, mut inbox: mpsc::Receiver<(u64,
 
 /// Every half second, tells each broker which partitions it does not host this broker
 /// leads, so that its Metadata answers name their leaders (with RF below the number of
-/// brokers). Terms order announcements from successive leaders.
+/// brokers), and every broker the in-sync replicas of the partitions it leads where they
+/// changed (every `ISR_REFRESH_ROUNDS`, all of them). Terms order announcements from
+/// successive leaders.
 pub async fn announce_leaders(manager: Arc<ReplicaManager>, controller: Arc<Controller>) {
+    // What was last announced per group led here, and how many rounds since all were.
+    let mut announced: HashMap<RaftGroupId, (u64, Vec<i32>)> = HashMap::new();
+    let mut round: u32 = 0;
     loop {
         tokio::time::sleep(ANNOUNCE_INTERVAL).await;
+        round = round.wrapping_add(1);
+        let refresh = round.is_multiple_of(ISR_REFRESH_ROUNDS);
+        let lag_ticks = isr_lag_ticks(&manager.catalog.settings());
         let peers: Vec<i32> =
             controller.brokers().into_iter().map(|b| b.id).filter(|id| *id != manager.node_id).collect();
-        let mut out: HashMap<i32, Vec<(RaftGroupId, u64)>> = HashMap::new();
+        let mut leads: HashMap<i32, Vec<(RaftGroupId, u64)>> = HashMap::new();
+        let mut isr: Vec<(RaftGroupId, u64, Vec<i32>)> = Vec::new();
+        let mut led = std::collections::HashSet::new();
         for t in manager.catalog.topics_snapshot() {
             for p in &t.partitions {
                 let Some((replica, group)) = p.replica() else { continue };
-                let term = {
+                let (term, in_sync) = {
                     let r = lock(replica);
                     if !r.is_leader() {
                         continue;
                     }
-                    r.term()
+                    (r.term(), r.in_sync(lag_ticks))
                 };
+                led.insert(group);
+                let in_sync: Vec<i32> = in_sync.into_iter().map(broker_of).collect();
+                if refresh || announced.get(&group) != Some(&(term, in_sync.clone())) {
+                    announced.insert(group, (term, in_sync.clone()));
+                    isr.push((group, term, in_sync));
+                }
                 for peer in peers.iter().filter(|id| !p.replicas.contains(id)) {
-                    out.entry(*peer).or_default().push((group, term));
+                    leads.entry(*peer).or_default().push((group, term));
                 }
             }
         }
-        for (peer, leads) in out {
-            manager.send(peer, &PeerMessage::Leaders { leads });
+        announced.retain(|group, _| led.contains(group));
+        for peer in peers {
+            let leads = leads.remove(&peer).unwrap_or_default();
+            if !leads.is_empty() || !isr.is_empty() {
+                manager.send(peer, &PeerMessage::Leaders { leads, isr: isr.clone() });
+            }
         }
     }
+}
+
+/// `replica.lag.time.max.ms` in Raft ticks: a replica not caught up for longer is out of
+/// sync.
+pub fn isr_lag_ticks(settings: &crate::config::Settings) -> u64 {
+    settings.i64("replica.lag.time.max.ms").max(0) as u64 / runnel_raft::driver::TICK.as_millis() as u64
 }

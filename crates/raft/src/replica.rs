@@ -139,8 +139,12 @@ pub struct Replica {
     /// even for a healthy follower.)
     ticks: u64,
     heard: std::collections::HashMap<u64, u64>,
-    /// Leader: when each member last had every committed entry (in ticks).
-    caught_up_at: std::collections::HashMap<u64, u64>,
+    /// Leader: per member, when it was last caught up (in ticks), and the commit index
+    /// as of its previous answer. A member is caught up when it has everything committed,
+    /// or everything that was committed when it last answered (as Kafka's followers are
+    /// when they fetch past the log end of their previous fetch): under steady writes a
+    /// follower one round behind the quorum still counts.
+    catch_up: std::collections::HashMap<u64, (u64, u64)>,
     /// A member not heard from for longer than this (twice the election timeout) is silent.
     silent_after_ticks: u64,
 }
@@ -191,7 +195,7 @@ impl Replica {
             held_ticks: 0,
             ticks: 0,
             heard: std::collections::HashMap::new(),
-            caught_up_at: std::collections::HashMap::new(),
+            catch_up: std::collections::HashMap::new(),
             silent_after_ticks: 2 * cfg.election_tick as u64,
         })
     }
@@ -302,8 +306,13 @@ impl Replica {
         }
         self.node.step(m)?;
         let raft = &self.node.raft;
-        if self.is_leader() && raft.prs().get(from).is_some_and(|p| p.matched >= raft.raft_log.committed) {
-            self.caught_up_at.insert(from, self.ticks);
+        if let (true, Some(p)) = (self.is_leader(), raft.prs().get(from)) {
+            let committed = raft.raft_log.committed;
+            let (mut at, target) = self.catch_up.get(&from).copied().unwrap_or((u64::MAX, committed));
+            if p.matched >= committed.min(target) {
+                at = self.ticks;
+            }
+            self.catch_up.insert(from, (at, committed));
         }
         Ok(())
     }

@@ -24,15 +24,16 @@ pub fn topic_entry(b: &Broker, t: &Topic, v: i16) -> MetadataResponseTopic {
         .iter()
         .map(|p| {
             let (leader, epoch) = b.partition_leader(p);
-            let replicas: Vec<BrokerId> = if p.replicas.is_empty() {
-                vec![BrokerId(me)]
+            let (replicas, isr): (Vec<BrokerId>, Vec<BrokerId>) = if p.replicas.is_empty() {
+                (vec![BrokerId(me)], vec![BrokerId(me)])
             } else {
-                p.replicas.iter().map(|r| BrokerId(*r)).collect()
+                let isr = b.partition_isr(p).into_iter().map(BrokerId).collect();
+                (p.replicas.iter().map(|r| BrokerId(*r)).collect(), isr)
             };
             let mut e = MetadataResponsePartition::default()
                 .with_partition_index(p.index)
                 .with_leader_id(BrokerId(leader))
-                .with_isr_nodes(replicas.clone())
+                .with_isr_nodes(isr)
                 .with_replica_nodes(replicas);
             if leader < 0 {
                 e.error_code = ResponseError::LeaderNotAvailable.code();

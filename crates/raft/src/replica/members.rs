@@ -43,7 +43,7 @@ impl Replica {
                     voter,
                     matched: raft.prs().get(id).map_or(0, |p| p.matched),
                     heard_ticks_ago: ago(self.heard.get(&id)),
-                    caught_up_ticks_ago: ago(self.caught_up_at.get(&id)),
+                    caught_up_ticks_ago: ago(self.catch_up.get(&id).map(|(at, _)| at).filter(|at| **at != u64::MAX)),
                 }
             })
             .collect()
@@ -105,5 +105,33 @@ impl Replica {
     /// A configuration change was proposed and is not applied yet.
     pub fn has_pending_conf(&self) -> bool {
         self.node.raft.has_pending_conf()
+    }
+
+    /// Leader only: the voters in sync, Kafka's ISR: this replica, and every voter heard
+    /// from within twice the election timeout that was caught up within `lag_ticks`
+    /// (`replica.lag.time.max.ms`). Empty elsewhere.
+    pub fn in_sync(&self, lag_ticks: u64) -> Vec<u64> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        let me = self.id();
+        let within =
+            |at: Option<&u64>, ticks: u64| at.is_some_and(|t| *t != u64::MAX && self.ticks.saturating_sub(*t) <= ticks);
+        let mut ids: Vec<u64> = self
+            .node
+            .raft
+            .prs()
+            .conf()
+            .voters()
+            .ids()
+            .iter()
+            .filter(|id| {
+                *id == me
+                    || (within(self.heard.get(id), self.silent_after_ticks)
+                        && within(self.catch_up.get(id).map(|(at, _)| at), lag_ticks))
+            })
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 }

@@ -17,6 +17,8 @@ use runnel_verify::Recovery;
 
 /// How often the cluster is asked.
 const POLL: Duration = Duration::from_millis(250);
+/// The longest one attempt to create the metadata probe's topic may take.
+const METADATA_ATTEMPT_MAX: Duration = Duration::from_secs(5);
 
 /// The high watermark `broker` reports for `partition`, if it answers.
 async fn high_watermark(router: &mut Router, addr: &str, topic: &str, partition: i32) -> Option<i64> {
@@ -109,14 +111,16 @@ pub async fn metadata_write(outside: Vec<String>, since: Instant, deadline: Inst
             let c = runnel_client::Cluster::connect(addr, "runnel-chaos-metadata").await?;
             c.create_topic(&topic, 1, 1, &Default::default()).await
         };
-        match tokio::time::timeout(left, attempt).await {
+        // Each attempt bounded as a client's request is: one that hangs (on a broker whose
+        // controller was cut off, say) is given up and made again.
+        match tokio::time::timeout(left.min(METADATA_ATTEMPT_MAX), attempt).await {
             Ok(Ok(())) => return Some(since.elapsed().as_millis() as u64),
             // An earlier attempt committed, and its answer was lost.
             Ok(Err(e)) if format!("{e:#}").contains("TopicAlreadyExists") => {
                 return Some(since.elapsed().as_millis() as u64)
             }
             Ok(Err(_)) => tokio::time::sleep(POLL).await,
-            Err(_) => return None,
+            Err(_) => {}
         }
     }
     None
