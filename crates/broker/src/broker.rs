@@ -204,10 +204,9 @@ impl Broker {
     /// The partition's in-sync replicas (Kafka's ISR): its replicas heard from recently
     /// and caught up within `replica.lag.time.max.ms`, as its leader sees them (here, or
     /// as the leader last announced for its current epoch). Its replicas when neither is
-    /// known (a broker that just started).
-    pub fn partition_isr(&self, p: &Partition) -> Vec<i32> {
-        let lag = crate::replica_manager::isr_lag_ticks(&self.catalog.settings());
-        if let Some(isr) = p.in_sync(lag) {
+    /// known (a broker that just started). `lag_ticks`: [`crate::replica_manager::isr_lag_ticks`].
+    pub fn partition_isr(&self, p: &Partition, lag_ticks: u64) -> Vec<i32> {
+        if let Some(isr) = p.in_sync(lag_ticks) {
             return isr;
         }
         let (_, epoch) = self.partition_leader(p);

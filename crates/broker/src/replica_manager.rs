@@ -64,12 +64,33 @@ pub struct ReplicaManager {
     data_dir: PathBuf,
     catalog: Arc<Catalog>,
     driver: Arc<Driver>,
-    /// Leaders of partitions this broker does not host, as their leaders announce them:
-    /// group -> (broker, term).
-    hints: RwLock<HashMap<RaftGroupId, (i32, u64)>>,
-    /// In-sync replicas of groups led elsewhere, as their leaders announce them:
-    /// group -> (term, brokers).
-    isr_hints: RwLock<HashMap<RaftGroupId, (u64, Vec<i32>)>>,
+    /// What leaders elsewhere announce of their groups (the leaders of partitions this
+    /// broker does not host, and in-sync replicas).
+    hints: RwLock<HashMap<RaftGroupId, Hint>>,
+}
+
+/// A group's leader as it announced itself, its term, and its in-sync replicas when it
+/// announced them in that term.
+struct Hint {
+    leader: i32,
+    term: u64,
+    isr: Option<Vec<i32>>,
+}
+
+impl Hint {
+    /// Takes in an announcement: a later term replaces what is known, the same term adds
+    /// to it, an earlier one is stale.
+    fn note(hints: &mut HashMap<RaftGroupId, Hint>, group: RaftGroupId, leader: i32, term: u64, isr: Option<Vec<i32>>) {
+        let h = hints.entry(group).or_insert(Hint { leader, term, isr: None });
+        if term > h.term {
+            *h = Hint { leader, term, isr };
+        } else if term == h.term {
+            h.leader = leader;
+            if isr.is_some() {
+                h.isr = isr;
+            }
+        }
+    }
 }
 
 /// What the driver's hooks hand on: the controller's inbox and the metadata group's
@@ -202,7 +223,6 @@ impl ReplicaManager {
             catalog,
             driver,
             hints: RwLock::new(HashMap::new()),
-            isr_hints: RwLock::new(HashMap::new()),
         });
         tokio::spawn(peer_loop(manager.clone(), peers_rx));
         Ok((manager, ControllerLinks { inbox: controller_rx, meta_ready, txn_inbox: txn_rx, raft_address }))
@@ -215,14 +235,14 @@ impl ReplicaManager {
     /// (leader, epoch) of a group this broker does not host, as its leader announced.
     pub fn leader_hint(&self, group: RaftGroupId) -> Option<(i32, i32)> {
         let hints = self.hints.read_or_stop();
-        hints.get(&group).map(|(b, term)| (*b, *term as i32))
+        hints.get(&group).map(|h| (h.leader, h.term as i32))
     }
 
     /// The in-sync replicas of a group led elsewhere, as its leader announced them in
     /// `term` (the leader epoch the caller knows); None when not announced for that term.
     pub fn isr_hint(&self, group: RaftGroupId, term: i32) -> Option<Vec<i32>> {
-        let hints = self.isr_hints.read_or_stop();
-        hints.get(&group).filter(|(t, _)| *t as i32 == term).map(|(_, isr)| isr.clone())
+        let hints = self.hints.read_or_stop();
+        hints.get(&group).filter(|h| h.term as i32 == term).and_then(|h| h.isr.clone())
     }
 
     /// Asks the broker that leads `group` to hand it to `preferred` (ElectLeaders).
@@ -267,20 +287,13 @@ impl ReplicaManager {
     fn on_message(&self, from: u64, msg: PeerMessage) {
         match msg {
             PeerMessage::Leaders { leads, isr } => {
-                {
-                    let mut hints = self.hints.write_or_stop();
-                    for (group, term) in leads {
-                        let h = hints.entry(group).or_insert((broker_of(from), term));
-                        if term >= h.1 {
-                            *h = (broker_of(from), term);
-                        }
-                    }
+                let leader = broker_of(from);
+                let mut hints = self.hints.write_or_stop();
+                for (group, term) in leads {
+                    Hint::note(&mut hints, group, leader, term, None);
                 }
-                let mut hints = self.isr_hints.write_or_stop();
                 for (group, term, brokers) in isr {
-                    if hints.get(&group).is_none_or(|(t, _)| term >= *t) {
-                        hints.insert(group, (term, brokers));
-                    }
+                    Hint::note(&mut hints, group, leader, term, Some(brokers));
                 }
             }
             PeerMessage::Elect { groups } => {
@@ -446,12 +459,6 @@ impl ReplicaManager {
                 hints.remove(&raft_group(seq, p as i32));
             }
         }
-        {
-            let mut hints = self.isr_hints.write_or_stop();
-            for p in 0..partitions {
-                hints.remove(&raft_group(seq, p as i32));
-            }
-        }
         for p in 0..partitions {
             self.driver.remove_group(raft_group(seq, p as i32));
         }
@@ -585,7 +592,7 @@ pub async fn announce_leaders(manager: Arc<ReplicaManager>, controller: Arc<Cont
                 };
                 led.insert(group);
                 let in_sync: Vec<i32> = in_sync.into_iter().map(broker_of).collect();
-                if refresh || announced.get(&group) != Some(&(term, in_sync.clone())) {
+                if refresh || announced.get(&group).is_none_or(|(t, s)| *t != term || *s != in_sync) {
                     announced.insert(group, (term, in_sync.clone()));
                     isr.push((group, term, in_sync));
                 }

@@ -19,6 +19,7 @@ use crate::ctx::{now, Ctx, Reply};
 
 pub fn topic_entry(b: &Broker, t: &Topic, v: i16) -> MetadataResponseTopic {
     let me = b.node_id();
+    let lag_ticks = crate::replica_manager::isr_lag_ticks(&b.catalog.settings());
     let partitions = t
         .partitions
         .iter()
@@ -27,7 +28,7 @@ pub fn topic_entry(b: &Broker, t: &Topic, v: i16) -> MetadataResponseTopic {
             let (replicas, isr): (Vec<BrokerId>, Vec<BrokerId>) = if p.replicas.is_empty() {
                 (vec![BrokerId(me)], vec![BrokerId(me)])
             } else {
-                let isr = b.partition_isr(p).into_iter().map(BrokerId).collect();
+                let isr = b.partition_isr(p, lag_ticks).into_iter().map(BrokerId).collect();
                 (p.replicas.iter().map(|r| BrokerId(*r)).collect(), isr)
             };
             let mut e = MetadataResponsePartition::default()
