@@ -7,15 +7,20 @@
 //! alive and has every entry (a Raft leadership transfer: the transferee campaigns at once,
 //! and the old leader refuses new writes only for the moment the transfer takes).
 //!
+//! A broker that comes back (unfenced after a pause or a network cut, or registered again
+//! after a restart) need not wait for the next periodic check: for a while after any broker
+//! returns, every broker checks each second, so leadership goes back as soon as the returning
+//! replica has caught up.
+//!
 //! A topic with a `leader.preference` (failure domains in order, see
 //! `runnel_controller::leader_preference`) ranks its replicas by it instead: leadership
 //! goes to the best-ranked replica that is alive and caught up, so it stays in the first
 //! listed domain while a replica there is healthy, falls back to the next, and comes back
 //! once the better one returns.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Weak;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use runnel_controller::leader_preference;
 use tracing::info;
@@ -23,21 +28,38 @@ use tracing::info;
 use crate::broker::Broker;
 use crate::topic_config;
 
+/// How often brokers check while one has just come back, and for how long after.
+const RETURN_PASS: Duration = Duration::from_secs(1);
+const RETURN_WINDOW: Duration = Duration::from_secs(30);
+
 /// Runs while the broker does; the transfer itself is `ReplicaManager::elect_here`.
 pub async fn elect_preferred_leaders(broker: Weak<Broker>) {
+    let mut live: BTreeSet<i32> = BTreeSet::new();
+    let mut returned_until: Option<Instant> = None;
+    let mut next_check: Option<Instant> = None;
     loop {
-        let (enabled, interval) = match broker.upgrade() {
-            Some(b) => {
-                let s = b.catalog.settings();
-                (s.bool("auto.leader.rebalance.enable"), s.i64("leader.imbalance.check.interval.seconds").max(1))
-            }
-            None => return,
+        tokio::time::sleep(RETURN_PASS).await;
+        let Some(b) = broker.upgrade() else { return };
+        let (enabled, interval) = {
+            let s = b.catalog.settings();
+            (s.bool("auto.leader.rebalance.enable"), s.i64("leader.imbalance.check.interval.seconds").max(1))
         };
-        tokio::time::sleep(Duration::from_secs(interval as u64)).await;
-        if !enabled {
+        let now = Instant::now();
+        let now_live: BTreeSet<i32> = b.controller().live_brokers().into_iter().map(|info| info.id).collect();
+        if !live.is_empty() && !now_live.is_subset(&live) {
+            returned_until = Some(now + RETURN_WINDOW);
+        }
+        live = now_live;
+        let period = Duration::from_secs(interval as u64);
+        let due = *next_check.get_or_insert(now + period);
+        let periodic = now >= due;
+        if periodic {
+            next_check = Some(now + period);
+        }
+        let returning = returned_until.is_some_and(|until| now < until);
+        if !enabled || !(periodic || returning) {
             continue;
         }
-        let Some(b) = broker.upgrade() else { return };
         let moved = rebalance(&b);
         if moved > 0 {
             info!(partitions = moved, "handing partitions back to their preferred leaders");

@@ -121,16 +121,30 @@ async fn heartbeat_loop(c: Arc<Controller>) {
 
 /// On the controller: fences brokers that stopped heartbeating and unfences those that
 /// came back.
+///
+/// A controller that was not running itself (the process paused or starved for a while)
+/// cannot tell which brokers were silent: the heartbeats it missed were sent. So a pass that
+/// comes much later than due counts as a new start, and every broker gets a full session
+/// again, as when this broker became the controller.
 async fn fence_loop(c: Arc<Controller>) {
+    const PASS: Duration = Duration::from_millis(200);
     let mut since: Option<Instant> = None;
+    let mut last_pass = Instant::now();
     loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(PASS).await;
         let session = c.host.limits().session_timeout.max(Duration::from_millis(1));
+        let now = Instant::now();
+        let stalled = now.duration_since(last_pass) > PASS + session / 2;
+        last_pass = now;
         if !c.is_controller() {
             since = None;
             continue;
         }
-        let since = *since.get_or_insert_with(Instant::now);
+        if stalled {
+            tracing::info!("controller was not running for a while: every broker gets a full session");
+            since = Some(now);
+        }
+        let since = *since.get_or_insert(now);
         c.check_sessions(since, session);
         c.admit_observers();
     }
