@@ -29,9 +29,9 @@ class DevCluster:
     """`runnel dev --brokers 3`; follows its stdout for each broker's current pid (dev starts
     a broker that died again and prints the new pid)."""
 
-    def __init__(self, tmp_path, settings=(), brokers=BROKERS, args=()):
+    def __init__(self, tmp_path, settings=(), brokers=BROKERS, args=(), port=None):
         self.brokers = brokers
-        self.port = cluster_port(brokers)
+        self.port = port or cluster_port(brokers)
         self.data_dir = tmp_path / "cluster"
         self.log = open(tmp_path / "cluster.log", "w")
         sets = [arg for s in settings for arg in ("--set", s)]

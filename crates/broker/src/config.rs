@@ -40,6 +40,8 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // listener.security.protocol.map (the names PLAINTEXT and SSL map to themselves).
     ("listeners", Kind::List, "PLAINTEXT://127.0.0.1:9092"),
     ("advertised.listeners", Kind::List, ""),
+    // http://host:port,...: the admin listener (Prometheus /metrics); none by default.
+    ("admin.listeners", Kind::List, ""),
     (
         "listener.security.protocol.map",
         Kind::List,

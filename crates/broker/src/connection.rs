@@ -127,6 +127,7 @@ async fn serve_halves<R, W>(
     let inflight_max = broker.config.settings.usize("queued.max.requests.per.connection").max(1);
     let (tx, rx) = mpsc::channel::<Queued>(inflight_max);
     let registered = broker.requests.register(peer);
+    let _counted = runnel_metrics::get().connection(&entry.name);
     let writer =
         tokio::spawn(runnel_sync::restartable("client connection", write_loop(wr, rx, registered.connection.clone())));
     let request_bytes_max = broker.config.settings.i64("socket.request.max.bytes");
@@ -309,9 +310,15 @@ fn decode(broker: &Arc<Broker>, mut frame: Bytes, session: &Session) -> Result<F
     if frame.has_remaining() {
         debug!(?key, version, trailing = frame.remaining(), "request has trailing bytes");
     }
+    let api = runnel_metrics::get().api(raw_key, || format!("{key:?}"));
+    api.requests.inc();
+    let started = std::time::Instant::now();
     let reply: Reply = dispatch::dispatch(broker, &header, request, session);
     Ok(Box::pin(async move {
-        let resp = reply.await?;
+        let resp = reply.await;
+        api.time.observe(started.elapsed().as_secs_f64());
+        let resp = resp?;
+        crate::metrics::count_errors(api, &resp);
         encode_response(key, version, correlation_id, &resp)
     }))
 }

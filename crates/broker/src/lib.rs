@@ -28,6 +28,7 @@ mod fetch_session;
 mod handlers;
 mod inflight;
 mod memory;
+pub mod metrics;
 pub mod offsets_log;
 pub mod partition;
 mod preferred_leader;

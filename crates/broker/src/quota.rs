@@ -70,7 +70,10 @@ impl Quotas {
         }
         let rate = sensors.entry((key, sensor)).or_default();
         rate.record(w, now_ms, value);
-        cap(key, w, rate.throttle_ms(w, now_ms, bound))
+        let throttle_ms = cap(key, w, rate.throttle_ms(w, now_ms, bound));
+        drop(sensors);
+        runnel_metrics::get().throttled(key, std::time::Duration::from_millis(throttle_ms.max(0) as u64));
+        throttle_ms
     }
 
     /// The throttle `client` is under for `key` now, without recording anything.

@@ -462,6 +462,7 @@ impl ReplicaManager {
         for p in 0..partitions {
             self.driver.remove_group(raft_group(seq, p as i32));
         }
+        runnel_metrics::get().forget_topic(name);
         let Some(topic) = self.catalog.topic(name).filter(|t| t.id == id) else { return };
         for p in &topic.partitions {
             if let Err(e) = p.close() {

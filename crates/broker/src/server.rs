@@ -27,6 +27,16 @@ pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
 
 /// Runs a broker until `stop` resolves. Returns once every log is closed.
 pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = ()>) -> Result<()> {
+    run_with(config, stop, |_| {}).await
+}
+
+/// [`run`], calling `on_started` with the broker once it has started (before it serves
+/// clients): the admin listener is served from there.
+pub async fn run_with(
+    config: BrokerConfig,
+    stop: impl std::future::Future<Output = ()>,
+    on_started: impl FnOnce(&Arc<Broker>),
+) -> Result<()> {
     let started = std::time::Instant::now();
     let mut listeners = Vec::new();
     // SCRAM logins look credentials up in the metadata image, once the broker runs.
@@ -89,6 +99,8 @@ pub async fn run(config: BrokerConfig, stop: impl std::future::Future<Output = (
     tokio::spawn(crate::coordinators::follow_leaders(weak, Kind::Transactions));
     crate::watchdog::start(&broker);
     crate::memory::start(&broker);
+    crate::metrics::install(&broker);
+    on_started(&broker);
     let connections_max = broker.config.settings.usize("max.connections").max(1);
     let permits = Arc::new(Semaphore::new(connections_max));
     let per_ip = Arc::new(PerIp::from_settings(&broker.config.settings)?);

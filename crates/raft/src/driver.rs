@@ -92,7 +92,13 @@ pub struct BlockingPoolDisk;
 impl Disk for BlockingPoolDisk {
     fn sync(&self, files: Vec<Arc<File>>, syncfs: bool) -> SyncFuture {
         Box::pin(async move {
-            match tokio::task::spawn_blocking(move || runnel_storage::sync_files(&files, syncfs)).await {
+            let sync = move || {
+                let started = std::time::Instant::now();
+                let synced = runnel_storage::sync_files(&files, syncfs);
+                runnel_metrics::get().flush_time.observe(started.elapsed().as_secs_f64());
+                synced
+            };
+            match tokio::task::spawn_blocking(sync).await {
                 Ok(synced) => synced,
                 // The runtime is shutting down and dropped the sync before it ran: nothing
                 // was synced, so nothing is acknowledged, and the driver's task is dropped

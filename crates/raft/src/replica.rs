@@ -626,6 +626,7 @@ impl Replica {
             if ss.raft_state != StateRole::Leader {
                 self.fail_waiters();
             } else {
+                runnel_metrics::get().elections.inc();
                 self.led_from = self.node.raft.raft_log.last_index();
                 self.led_term = self.term();
             }

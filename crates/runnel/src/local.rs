@@ -213,7 +213,10 @@ impl LocalCluster {
             .args(["--set", &format!("offsets.topic.replication.factor={}", n.min(3))])
             .args(["--set", &format!("broker.location={location}")]);
         for o in &self.overrides {
-            cmd.args(["--set", o]);
+            match o.strip_prefix("admin.listeners=") {
+                Some(admin) => cmd.args(["--set", &format!("admin.listeners={}", admin_listeners_of(admin, i))]),
+                None => cmd.args(["--set", o]),
+            };
         }
     }
 
@@ -436,5 +439,33 @@ impl Drop for LocalCluster {
         for child in self.children.iter_mut().flatten() {
             let _ = child.start_kill();
         }
+    }
+}
+
+/// `admin.listeners` for broker `i` of a local cluster: each entry's port plus `i`, as the
+/// client ports are, so `--set admin.listeners=http://127.0.0.1:9644` gives broker 0 9644,
+/// broker 1 9645, and so on.
+fn admin_listeners_of(setting: &str, i: u16) -> String {
+    let shift = |entry: &str| -> String {
+        match entry.trim().rsplit_once(':') {
+            Some((head, port)) => match port.trim_end_matches('/').parse::<u16>() {
+                Ok(p) => format!("{head}:{}", p.saturating_add(i)),
+                Err(_) => entry.trim().to_string(),
+            },
+            None => entry.trim().to_string(),
+        }
+    };
+    setting.split(',').filter(|e| !e.trim().is_empty()).map(shift).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn each_broker_gets_its_own_admin_port() {
+        assert_eq!(super::admin_listeners_of("http://127.0.0.1:9644", 0), "http://127.0.0.1:9644");
+        assert_eq!(
+            super::admin_listeners_of("http://127.0.0.1:9644, http://[::1]:9700/", 2),
+            "http://127.0.0.1:9646,http://[::1]:9702"
+        );
     }
 }

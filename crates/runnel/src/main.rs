@@ -257,7 +257,11 @@ fn main() {
         command => config(command).and_then(|config| {
             raise_open_files_limit();
             runnel_sync::install_panic_hook();
-            runtime()?.block_on(server::run(config, stop_signal()))
+            runtime()?.block_on(async {
+                // Bound before the broker starts, so a port in use stops it at once.
+                let admin = runnel_admin::bind(config.settings.get("admin.listeners")).await?;
+                server::run_with(config, stop_signal(), |broker| runnel_admin::serve(admin, broker)).await
+            })
         }),
     };
     if let Err(e) = result {

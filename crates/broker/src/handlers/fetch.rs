@@ -241,10 +241,14 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
             if total >= r.min_bytes.max(0) as usize || errors || Instant::now() >= deadline || b.is_shutting_down() {
                 break reads;
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            let waiting = runnel_metrics::get().delayed(runnel_metrics::Delayed::Fetch);
+            let woken = tokio::time::timeout_at(deadline, notified).await;
+            drop(waiting);
+            if woken.is_err() {
                 break read_all(&b, &resolved.parts, &denied, max_bytes, isolation, place.as_ref(), v).0;
             }
         };
+        count(&reads);
         let mut sent = Vec::new();
         let mut topics: Vec<FetchableTopicResponse> = Vec::new();
         for rd in reads {
@@ -291,4 +295,36 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
         }
         Some(resp.into())
     })
+}
+
+/// Counts what a fetch sent, per topic (Kafka's BrokerTopicMetrics): bytes out, the
+/// partitions asked for, and those answered with an error. Topics that do not exist here
+/// (or may not be read) are not counted, so a client cannot add series by naming topics.
+fn count(reads: &[Read]) {
+    let metrics = runnel_metrics::get();
+    let mut last: Option<(&str, std::sync::Arc<runnel_metrics::TopicHandles>)> = None;
+    for rd in reads {
+        let code = rd.data.error_code;
+        let unknown = [
+            ResponseError::UnknownTopicOrPartition.code(),
+            ResponseError::UnknownTopicId.code(),
+            ResponseError::TopicAuthorizationFailed.code(),
+        ];
+        if rd.key.topic.is_empty() || unknown.contains(&code) {
+            continue;
+        }
+        let m = match &last {
+            Some((name, m)) if *name == rd.key.topic => m.clone(),
+            _ => {
+                let m = metrics.topic(&rd.key.topic);
+                last = Some((rd.key.topic.as_str(), m.clone()));
+                m
+            }
+        };
+        m.fetch_requests.inc();
+        if code != 0 {
+            m.failed_fetch_requests.inc();
+        }
+        m.bytes_out.inc_by(rd.data.records.as_ref().map_or(0, |r| r.len()) as u64);
+    }
 }

@@ -279,10 +279,19 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refuse
                 let batches = validate(records, rules, transactional, now_ms)?;
                 let refs: Vec<(&[u8], BatchHeader)> = batches.iter().map(|(bytes, h)| (bytes.as_ref(), *h)).collect();
                 let appended = part.append(&refs, acks).map_err(|e| (errors::partition(&e), e.to_string()))?;
-                Ok((appended, rules.log_append_time))
+                let records: i64 = refs.iter().map(|(_, h)| h.records_count.max(0) as i64).sum();
+                Ok((appended, rules.log_append_time, records))
             })();
+            let counted = topic.as_ref().map(|t| runnel_metrics::get().topic(&t.name));
+            if let Some(m) = &counted {
+                m.produce_requests.inc();
+            }
             match outcome {
-                Ok((appended, log_append_time)) => {
+                Ok((appended, log_append_time, records)) => {
+                    if let Some(m) = &counted {
+                        m.bytes_in.inc_by(p.records.as_ref().map_or(0, |r| r.len()) as u64);
+                        m.messages_in.inc_by(records as u64);
+                    }
                     res.base_offset = appended.base_offset;
                     res.log_append_time_ms = if log_append_time { now_ms } else { -1 };
                     if v >= 5 {
@@ -291,6 +300,9 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refuse
                     waits.push((responses.len(), parts.len(), appended));
                 }
                 Err((code, msg)) => {
+                    if let Some(m) = &counted {
+                        m.failed_produce_requests.inc();
+                    }
                     res.error_code = code.code();
                     if v >= 8 {
                         res.error_message = Some(str_bytes(&msg));
@@ -319,6 +331,8 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refuse
     ctx.mute.set(throttle_ms);
     let mute = ctx.mute.clone();
     let timeout = Duration::from_millis(r.timeout_ms.max(0) as u64);
+    let waiting = (acks == Some(Acks::All) && !waits.is_empty())
+        .then(|| runnel_metrics::get().delayed(runnel_metrics::Delayed::Produce));
     Box::pin(async move {
         let deadline = tokio::time::Instant::now() + timeout;
         for (ti, pi, appended) in waits {
@@ -329,6 +343,7 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refuse
                 pr.base_offset = -1;
             }
         }
+        drop(waiting);
         if acks == Some(Acks::None) {
             return None;
         }
