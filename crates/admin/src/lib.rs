@@ -1,13 +1,18 @@
 //! The admin listener (`admin.listeners`, e.g. `http://127.0.0.1:9644`): HTTP, apart from
 //! the Kafka listeners, loopback unless configured otherwise. It serves `/metrics`, the
-//! broker's metrics in the Prometheus text format (`docs/metrics.md`).
+//! broker's metrics in the Prometheus text format (`docs/metrics.md`), and the admin API
+//! (`docs/admin.md`): `/health`, `/ready`, `/v1/brokers`, `/v1/partitions`.
+
+mod api;
 
 use std::sync::{Arc, Weak};
 
 use anyhow::{bail, Context, Result};
+use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::Json;
 use axum::Router;
 use runnel_broker::broker::Broker;
 use std::pin::Pin;
@@ -52,7 +57,7 @@ pub fn serve(listeners: Vec<TcpListener>, broker: &Arc<Broker>) {
     for listener in listeners {
         let app = router(weak.clone());
         if let Ok(addr) = listener.local_addr() {
-            tracing::info!(%addr, "admin listener: /metrics");
+            tracing::info!(%addr, "admin listener: /metrics, /health, /ready, /v1/brokers, /v1/partitions");
         }
         let bounded = Bounded { listener, permits: Arc::new(Semaphore::new(CONNECTIONS_MAX)) };
         tokio::spawn(async move {
@@ -127,8 +132,51 @@ impl AsyncWrite for Counted {
     }
 }
 
-fn router(_broker: Weak<Broker>) -> Router {
-    Router::new().route("/metrics", get(metrics))
+fn router(broker: Weak<Broker>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .route("/v1/brokers", get(brokers))
+        .route("/v1/partitions", get(partitions))
+        .with_state(broker)
+}
+
+type Shared = State<Weak<Broker>>;
+
+fn gone() -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, "the broker has stopped\n").into_response()
+}
+
+/// Live: the process answers and its broker has not stopped.
+async fn health(State(b): Shared) -> Response {
+    match b.upgrade() {
+        Some(_) => (StatusCode::OK, "ok\n").into_response(),
+        None => gone(),
+    }
+}
+
+/// Ready (200) or not (503), with what it waits for.
+async fn ready(State(b): Shared) -> Response {
+    let Some(b) = b.upgrade() else { return gone() };
+    let r = api::readiness(&b);
+    let status = if r.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(r)).into_response()
+}
+
+async fn brokers(State(b): Shared) -> Response {
+    let Some(b) = b.upgrade() else { return gone() };
+    Json(api::brokers(&b)).into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct PartitionsQuery {
+    topic: Option<String>,
+}
+
+async fn partitions(State(b): Shared, Query(q): Query<PartitionsQuery>) -> Response {
+    let Some(b) = b.upgrade() else { return gone() };
+    Json(api::partitions(&b, q.topic.as_deref())).into_response()
 }
 
 async fn metrics() -> impl IntoResponse {

@@ -26,6 +26,9 @@ pub struct Broker {
     /// Consumer groups and committed offsets, kept in `__consumer_offsets`.
     pub group_coordinator: Coordinator,
     pub shutting_down: AtomicBool,
+    /// Serving clients: started (metadata replayed to its registration, its groups loaded)
+    /// and not shutting down.
+    pub serving: AtomicBool,
     /// The metadata quorum as this broker follows it (and leads it, when it is the
     /// controller); a broker without `controller.quorum.voters` is a cluster of one.
     pub controller: Arc<Controller>,
@@ -140,6 +143,7 @@ impl Broker {
             data_arrived,
             fetch_sessions: sessions,
             shutting_down: AtomicBool::new(false),
+            serving: AtomicBool::new(false),
             controller: controller.clone(),
             replicas: replicas.clone(),
             offsets_creating: Arc::new(AtomicBool::new(false)),

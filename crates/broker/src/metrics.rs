@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::ResponseKind;
-use runnel_metrics::{ApiHandles, Metrics};
+use runnel_metrics::{ApiHandles, LagLabels, Metrics};
 use runnel_raft::driver::lock;
 
 use crate::broker::Broker;
@@ -87,6 +87,7 @@ pub fn install(broker: &Arc<Broker>) {
     runnel_metrics::get().on_scrape(move |m| {
         if let Some(b) = weak.upgrade() {
             state_gauges(&b, m);
+            group_lag(&b, m);
         }
     });
 }
@@ -120,6 +121,30 @@ fn state_gauges(b: &Broker, m: &Metrics) {
     m.offline.set(offline);
     m.commit_lag.set(commit_lag);
     m.active_controller.set(i64::from(b.controller().is_controller()));
+}
+
+/// Each group coordinated here: per partition it committed an offset for, the records
+/// between that offset and the partition's high watermark, for partitions with a replica
+/// on this broker (a follower's high watermark is the commit it has heard of). Series of
+/// groups, offsets or partitions that went are dropped.
+fn group_lag(b: &Broker, m: &Metrics) {
+    let mut lags = Vec::new();
+    for g in b.group_coordinator.list() {
+        let Ok(offsets) = b.group_coordinator.fetch(&g.group_id, None) else { continue };
+        for ((topic, partition), committed) in offsets {
+            let Some(committed) = committed else { continue };
+            let Some(t) = b.catalog.topic(&topic) else { continue };
+            let Some(p) = t.partitions.get(partition.max(0) as usize).filter(|p| p.replica().is_some()) else {
+                continue;
+            };
+            let lag = (p.high_watermark() - committed.offset).max(0);
+            lags.push((LagLabels { group: g.group_id.clone(), topic, partition: partition.to_string() }, lag));
+        }
+    }
+    m.group_lag.clear();
+    for (labels, lag) in lags {
+        m.group_lag.get_or_create(&labels).set(lag);
+    }
 }
 
 #[cfg(test)]

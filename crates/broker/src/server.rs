@@ -158,6 +158,7 @@ pub async fn run_with(
         ready_ms = started.elapsed().as_millis() as u64,
         "runnel broker ready"
     );
+    broker.serving.store(!stopped, Ordering::Release);
     while !stopped {
         tokio::select! {
             _ = &mut stop => stopped = true,
@@ -185,6 +186,7 @@ pub async fn run_with(
     }
     info!("shutting down: draining connections");
     broker.shutting_down.store(true, Ordering::Release);
+    broker.serving.store(false, Ordering::Release);
     // Long-polling fetches answer now instead of waiting out their max_wait_ms.
     broker.data_arrived.notify_waiters();
     drop(listeners);

@@ -180,6 +180,10 @@ impl Metrics {
             topics: RwLock::new(HashMap::new()),
             hooks: Mutex::new(Vec::new()),
         };
+        // Series for every quota, so that "never throttled" shows as 0.
+        for quota in ["producer_byte_rate", "consumer_byte_rate", "request_percentage"] {
+            let _ = m.throttle_time.get_or_create(&QuotaLabel { quota: quota.to_string() });
+        }
         let mut m = m;
         m.delayed = [Delayed::Produce, Delayed::Fetch]
             .map(|op| purgatory.get_or_create(&DelayedLabel { delayedoperation: format!("{op:?}") }).clone());
@@ -274,7 +278,7 @@ impl Metrics {
         );
         r.register(
             "kafka_consumergroup_lag",
-            "Records between a group's committed offset and the partition's high watermark, for groups coordinated here",
+            "Records between a group's committed offset and the partition's high watermark (groups coordinated here, partitions with a replica here)",
             self.group_lag.clone(),
         );
         r.register(
