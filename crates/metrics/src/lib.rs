@@ -151,6 +151,8 @@ impl Drop for Held {
 impl Metrics {
     fn new() -> Metrics {
         let purgatory: Family<DelayedLabel, Gauge> = Family::default();
+        let delayed = [Delayed::Produce, Delayed::Fetch]
+            .map(|op| purgatory.get_or_create(&DelayedLabel { delayedoperation: format!("{op:?}") }).clone());
         let m = Metrics {
             registry: Registry::default(),
             requests: Family::default(),
@@ -164,7 +166,7 @@ impl Metrics {
             fetch_requests: Family::default(),
             failed_fetch_requests: Family::default(),
             connections: Family::default(),
-            purgatory: purgatory.clone(),
+            purgatory,
             partitions: Gauge::default(),
             leaders: Gauge::default(),
             under_replicated: Gauge::default(),
@@ -176,7 +178,7 @@ impl Metrics {
             flush_time: seconds_histogram(),
             throttle_time: Family::default(),
             apis: [const { OnceLock::new() }; API_KEYS],
-            delayed: [Gauge::default(), Gauge::default()],
+            delayed,
             topics: RwLock::new(HashMap::new()),
             hooks: Mutex::new(Vec::new()),
         };
@@ -184,9 +186,6 @@ impl Metrics {
         for quota in ["producer_byte_rate", "consumer_byte_rate", "request_percentage"] {
             let _ = m.throttle_time.get_or_create(&QuotaLabel { quota: quota.to_string() });
         }
-        let mut m = m;
-        m.delayed = [Delayed::Produce, Delayed::Fetch]
-            .map(|op| purgatory.get_or_create(&DelayedLabel { delayedoperation: format!("{op:?}") }).clone());
         m.register()
     }
 
@@ -364,7 +363,9 @@ impl Metrics {
 
     /// A client connection on `listener`, counted while the guard lives.
     pub fn connection(&self, listener: &str) -> Held {
-        self.held(&self.connections, ListenerLabel { listener: listener.to_string() })
+        let g = self.connections.get_or_create(&ListenerLabel { listener: listener.to_string() }).clone();
+        g.inc();
+        Held(g)
     }
 
     /// A produce waiting for its commit, or a fetch for data, while the guard lives.
@@ -372,12 +373,6 @@ impl Metrics {
         let g = &self.delayed[operation as usize];
         g.inc();
         Held(g.clone())
-    }
-
-    fn held(&self, family: &Family<ListenerLabel, Gauge>, label: ListenerLabel) -> Held {
-        let g = family.get_or_create(&label).clone();
-        g.inc();
-        Held(g)
     }
 
     /// Registers a hook run before each scrape, to set the gauges it owns.

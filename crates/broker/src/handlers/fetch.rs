@@ -302,14 +302,14 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
 /// (or may not be read) are not counted, so a client cannot add series by naming topics.
 fn count(reads: &[Read]) {
     let metrics = runnel_metrics::get();
+    let unknown = [
+        ResponseError::UnknownTopicOrPartition.code(),
+        ResponseError::UnknownTopicId.code(),
+        ResponseError::TopicAuthorizationFailed.code(),
+    ];
     let mut last: Option<(&str, std::sync::Arc<runnel_metrics::TopicHandles>)> = None;
     for rd in reads {
         let code = rd.data.error_code;
-        let unknown = [
-            ResponseError::UnknownTopicOrPartition.code(),
-            ResponseError::UnknownTopicId.code(),
-            ResponseError::TopicAuthorizationFailed.code(),
-        ];
         if rd.key.topic.is_empty() || unknown.contains(&code) {
             continue;
         }

@@ -231,6 +231,8 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refuse
             Some(t) => ctx.access.topic(Operation::Write, &t.name),
             None => v >= 13 || ctx.access.topic(Operation::Write, &t.name.0),
         };
+        // This topic's counters, looked up once (only for a topic that exists).
+        let counted = topic.as_ref().map(|t| runnel_metrics::get().topic(&t.name));
         let mut parts = Vec::with_capacity(t.partition_data.len());
         for p in t.partition_data {
             let mut res = PartitionProduceResponse::default().with_index(p.index).with_base_offset(-1);
@@ -282,7 +284,6 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refuse
                 let records: i64 = refs.iter().map(|(_, h)| h.records_count.max(0) as i64).sum();
                 Ok((appended, rules.log_append_time, records))
             })();
-            let counted = topic.as_ref().map(|t| runnel_metrics::get().topic(&t.name));
             if let Some(m) = &counted {
                 m.produce_requests.inc();
             }
