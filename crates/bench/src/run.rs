@@ -118,16 +118,21 @@ async fn measure(cluster: &mut Cluster, w: Arc<Workload>, progress: bool) -> Res
     let produce_elapsed = t0.elapsed();
     let mut end = cluster.end_offsets(&layout).await?;
     if w.acks == 0 {
-        // Unanswered requests may still be in the brokers' hands: the end offsets are
-        // read again until they hold still for 200 ms (5 s at most).
-        let settle = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < settle {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        // Unanswered requests may still be in the brokers' hands (read, appended, or
+        // appended and not yet fsynced, which is when the end offset moves): the end
+        // offsets are read again until they account for every record sent, or hold still
+        // for a second (a request refused or lost), 10 s at most.
+        let settle = Instant::now() + Duration::from_secs(10);
+        let mut still_since = Instant::now();
+        while Instant::now() < settle && stored_since(&start, &end) < produce.records {
+            tokio::time::sleep(Duration::from_millis(100)).await;
             let again = cluster.end_offsets(&layout).await?;
-            if again == end {
+            if again != end {
+                still_since = Instant::now();
+                end = again;
+            } else if still_since.elapsed() >= Duration::from_secs(1) {
                 break;
             }
-            end = again;
         }
     }
     let _ = end_tx.send(Some(end.clone()));
@@ -139,7 +144,7 @@ async fn measure(cluster: &mut Cluster, w: Arc<Workload>, progress: bool) -> Res
         t.abort();
         eprintln!();
     }
-    let stored: u64 = end.iter().zip(&start).map(|(e, s)| (e - s).max(0) as u64).sum();
+    let stored = stored_since(&start, &end);
     Ok(Report::build(
         &cluster.bootstrap,
         &w,
@@ -149,4 +154,9 @@ async fn measure(cluster: &mut Cluster, w: Arc<Workload>, progress: bool) -> Res
         (w.consumers > 0).then_some(e2e),
         stored,
     ))
+}
+
+/// Records stored between two readings of the end offsets.
+fn stored_since(start: &[i64], end: &[i64]) -> u64 {
+    end.iter().zip(start).map(|(e, s)| (e - s).max(0) as u64).sum()
 }
