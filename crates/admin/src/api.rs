@@ -18,6 +18,8 @@ pub struct BrokerView {
     pub location: BTreeMap<String, String>,
     pub fenced: bool,
     pub controller: bool,
+    /// `maintenance` or `shutdown` while its leaderships are drained away, else null.
+    pub draining: Option<&'static str>,
 }
 
 /// A partition as `/v1/partitions` lists it.
@@ -51,6 +53,7 @@ pub fn brokers(b: &Broker) -> Vec<BrokerView> {
     let controller = b.controller();
     let live: BTreeSet<i32> = controller.live_brokers().into_iter().map(|i| i.id).collect();
     let active = controller.controller();
+    let draining = controller.draining();
     let mut out: Vec<BrokerView> = controller
         .brokers()
         .into_iter()
@@ -61,6 +64,7 @@ pub fn brokers(b: &Broker) -> Vec<BrokerView> {
             location: i.location.into_iter().collect(),
             fenced: !live.contains(&i.id),
             controller: active == Some(i.id),
+            draining: draining.get(&i.id).map(|d| crate::ops::drain_name(*d)),
         })
         .collect();
     out.sort_by_key(|v| v.id);

@@ -1,17 +1,21 @@
 //! The admin listener (`admin.listeners`, e.g. `http://127.0.0.1:9644`): HTTP, apart from
 //! the Kafka listeners, loopback unless configured otherwise. It serves `/metrics`, the
 //! broker's metrics in the Prometheus text format (`docs/metrics.md`), and the admin API
-//! (`docs/admin.md`): `/health`, `/ready`, `/v1/brokers`, `/v1/partitions`.
+//! (`docs/admin.md`): `/health`, `/ready`, `/v1/brokers`, `/v1/partitions`, a broker's
+//! drain (maintenance mode), a partition's leader, the log filter.
 
 mod api;
+mod ops;
+
+pub use ops::LogFilter;
 
 use std::sync::{Arc, Weak};
 
 use anyhow::{bail, Context, Result};
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Json;
 use axum::Router;
 use runnel_broker::broker::Broker;
@@ -51,13 +55,14 @@ pub async fn bind(setting: &str) -> Result<Vec<TcpListener>> {
 /// Open connections per admin listener at most; more wait to be accepted.
 pub const CONNECTIONS_MAX: usize = 64;
 
-/// Serves the bound listeners while the broker runs.
-pub fn serve(listeners: Vec<TcpListener>, broker: &Arc<Broker>) {
-    let weak: Weak<Broker> = Arc::downgrade(broker);
+/// Serves the bound listeners while the broker runs; `log` changes the process's log
+/// filter (none: `/v1/log-level` is not offered).
+pub fn serve(listeners: Vec<TcpListener>, broker: &Arc<Broker>, log: Option<LogFilter>) {
+    let state = Shared { broker: Arc::downgrade(broker), log };
     for listener in listeners {
-        let app = router(weak.clone());
+        let app = router(state.clone());
         if let Ok(addr) = listener.local_addr() {
-            tracing::info!(%addr, "admin listener: /metrics, /health, /ready, /v1/brokers, /v1/partitions");
+            tracing::info!(%addr, "admin listener: /metrics, /health, /ready, /v1/...");
         }
         let bounded = Bounded { listener, permits: Arc::new(Semaphore::new(CONNECTIONS_MAX)) };
         tokio::spawn(async move {
@@ -132,41 +137,120 @@ impl AsyncWrite for Counted {
     }
 }
 
-fn router(broker: Weak<Broker>) -> Router {
+fn router(state: Shared) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/v1/brokers", get(brokers))
+        .route("/v1/brokers/{id}/drain", get(drain_status).post(drain).delete(undrain))
         .route("/v1/partitions", get(partitions))
-        .with_state(broker)
+        .route("/v1/partitions/{topic}/{partition}/leader", post(transfer_leader))
+        .route("/v1/log-level", get(log_level).put(set_log_level))
+        .with_state(state)
 }
 
-type Shared = State<Weak<Broker>>;
-
-fn gone() -> Response {
-    (StatusCode::SERVICE_UNAVAILABLE, "the broker has stopped\n").into_response()
+#[derive(Clone)]
+struct Shared {
+    broker: Weak<Broker>,
+    log: Option<LogFilter>,
 }
 
-/// Live: the process answers and its broker has not stopped.
-async fn health(State(b): Shared) -> Response {
-    match b.upgrade() {
-        Some(_) => (StatusCode::OK, "ok\n").into_response(),
-        None => gone(),
+/// A handler's answer; the error side is the answer of a broker that has stopped.
+type Answer = Result<Response, Gone>;
+
+/// The broker has stopped: 503.
+struct Gone;
+
+impl IntoResponse for Gone {
+    fn into_response(self) -> Response {
+        (StatusCode::SERVICE_UNAVAILABLE, "the broker has stopped\n").into_response()
     }
 }
 
-/// Ready (200) or not (503), with what it waits for.
-async fn ready(State(b): Shared) -> Response {
-    let Some(b) = b.upgrade() else { return gone() };
-    let r = api::readiness(&b);
-    let status = if r.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(r)).into_response()
+impl Shared {
+    fn broker(&self) -> Result<Arc<Broker>, Gone> {
+        self.broker.upgrade().ok_or(Gone)
+    }
 }
 
-async fn brokers(State(b): Shared) -> Response {
-    let Some(b) = b.upgrade() else { return gone() };
-    Json(api::brokers(&b)).into_response()
+/// A JSON answer, or the refusal as `{"error": ...}` with its status.
+fn answer<T: serde::Serialize>(r: Result<T, ops::Refused>) -> Response {
+    match r {
+        Ok(v) => Json(v).into_response(),
+        Err(ops::Refused(status, error)) => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            (status, Json(serde_json::json!({ "error": error }))).into_response()
+        }
+    }
+}
+
+/// Live: the process answers and its broker has not stopped.
+async fn health(State(s): State<Shared>) -> Answer {
+    s.broker()?;
+    Ok((StatusCode::OK, "ok\n").into_response())
+}
+
+/// Ready (200) or not (503), with what it waits for.
+async fn ready(State(s): State<Shared>) -> Answer {
+    let b = s.broker()?;
+    let r = api::readiness(&b);
+    let status = if r.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    Ok((status, Json(r)).into_response())
+}
+
+async fn brokers(State(s): State<Shared>) -> Answer {
+    let b = s.broker()?;
+    Ok(Json(api::brokers(&b)).into_response())
+}
+
+async fn drain_status(State(s): State<Shared>, Path(id): Path<i32>) -> Answer {
+    let b = s.broker()?;
+    Ok(answer(ops::drain_view(&b, id)))
+}
+
+async fn drain(State(s): State<Shared>, Path(id): Path<i32>) -> Answer {
+    let b = s.broker()?;
+    Ok(answer(ops::set_drain(&b, id, true).await))
+}
+
+async fn undrain(State(s): State<Shared>, Path(id): Path<i32>) -> Answer {
+    let b = s.broker()?;
+    Ok(answer(ops::set_drain(&b, id, false).await))
+}
+
+#[derive(serde::Deserialize)]
+struct TransferBody {
+    broker: i32,
+}
+
+async fn transfer_leader(
+    State(s): State<Shared>,
+    Path((topic, partition)): Path<(String, i32)>,
+    Json(body): Json<TransferBody>,
+) -> Answer {
+    let b = s.broker()?;
+    Ok(answer(ops::transfer_leader(&b, &topic, partition, body.broker).await))
+}
+
+#[derive(serde::Deserialize)]
+struct LogLevelBody {
+    filter: String,
+}
+
+fn log_filter(s: &Shared, new: Option<&str>) -> Response {
+    let Some(log) = &s.log else {
+        return answer::<()>(Err(ops::Refused(404, "the log filter cannot be changed in this process".into())));
+    };
+    answer(log(new).map(|filter| serde_json::json!({ "filter": filter })).map_err(|e| ops::Refused(400, e)))
+}
+
+async fn log_level(State(s): State<Shared>) -> Response {
+    log_filter(&s, None)
+}
+
+async fn set_log_level(State(s): State<Shared>, Json(body): Json<LogLevelBody>) -> Response {
+    log_filter(&s, Some(&body.filter))
 }
 
 #[derive(serde::Deserialize)]
@@ -174,9 +258,9 @@ struct PartitionsQuery {
     topic: Option<String>,
 }
 
-async fn partitions(State(b): Shared, Query(q): Query<PartitionsQuery>) -> Response {
-    let Some(b) = b.upgrade() else { return gone() };
-    Json(api::partitions(&b, q.topic.as_deref())).into_response()
+async fn partitions(State(s): State<Shared>, Query(q): Query<PartitionsQuery>) -> Answer {
+    let b = s.broker()?;
+    Ok(Json(api::partitions(&b, q.topic.as_deref())).into_response())
 }
 
 async fn metrics() -> impl IntoResponse {

@@ -137,6 +137,10 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // partition's replicas in one failure domain; a topic config overrides it.
     ("placement.unsafe.allow", Kind::Bool, "false"),
     ("leader.imbalance.check.interval.seconds", Kind::Long, "30"),
+    // Cluster mode: on SIGTERM a broker first moves its leaderships to other replicas
+    // (Kafka's controlled shutdown), for at most the timeout (a Runnel setting).
+    ("controlled.shutdown.enable", Kind::Bool, "true"),
+    ("controlled.shutdown.timeout.ms", Kind::Long, "30000"),
     // Cluster mode: each broker tells the controller it is alive every interval; one not
     // heard from for the session timeout is fenced (left out of Metadata, no new replicas).
     ("broker.heartbeat.interval.ms", Kind::Int, "2000"),

@@ -23,6 +23,7 @@ pub mod connection;
 mod coordinators;
 mod ctx;
 mod dispatch;
+pub mod drain;
 mod errors;
 mod fetch_session;
 mod handlers;

@@ -22,7 +22,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-use runnel_controller::leader_preference;
+use runnel_controller::{leader_preference, RaftGroupId};
 use tracing::info;
 
 use crate::broker::Broker;
@@ -45,7 +45,8 @@ pub async fn elect_preferred_leaders(broker: Weak<Broker>) {
             (s.bool("auto.leader.rebalance.enable"), s.i64("leader.imbalance.check.interval.seconds").max(1))
         };
         let now = Instant::now();
-        let now_live: BTreeSet<i32> = b.controller().live_brokers().into_iter().map(|info| info.id).collect();
+        // A broker coming back from a drain counts as returning too.
+        let now_live = crate::drain::eligible(&b);
         if !live.is_empty() && !now_live.is_subset(&live) {
             returned_until = Some(now + RETURN_WINDOW);
         }
@@ -57,10 +58,17 @@ pub async fn elect_preferred_leaders(broker: Weak<Broker>) {
             next_check = Some(now + period);
         }
         let returning = returned_until.is_some_and(|until| now < until);
+        if b.controller().draining().contains_key(&b.node_id()) {
+            let moves = crate::drain::move_leaders(&b, &live);
+            if moves.started > 0 {
+                info!(partitions = moves.started, "draining: handing partitions to other replicas");
+            }
+            continue;
+        }
         if !enabled || !(periodic || returning) {
             continue;
         }
-        let moved = rebalance(&b);
+        let moved = rebalance(&b, &live);
         if moved > 0 {
             info!(partitions = moved, "handing partitions back to their preferred leaders");
         }
@@ -68,10 +76,33 @@ pub async fn elect_preferred_leaders(broker: Weak<Broker>) {
 }
 
 /// One pass over the partitions this broker leads; returns how many transfers started.
-fn rebalance(b: &Broker) -> usize {
+fn rebalance(b: &Broker, eligible: &BTreeSet<i32>) -> usize {
+    let me = b.node_id();
+    let mut moved = 0;
+    for_each_led(b, false, |group, order| {
+        for candidate in order {
+            if candidate == me {
+                break;
+            }
+            if !eligible.contains(&candidate) {
+                continue;
+            }
+            if b.replicas.elect_here(group, candidate) {
+                moved += 1;
+                break;
+            }
+        }
+    });
+    moved
+}
+
+/// Calls `f` with each Raft group this broker leads and its replicas in the order they
+/// should lead: by the topic's `leader.preference`, or the first replica alone (the
+/// preferred leader, as Kafka has it) without one when `all` is false, every replica in
+/// listed order when it is true.
+pub(crate) fn for_each_led(b: &Broker, all: bool, mut f: impl FnMut(RaftGroupId, Vec<i32>)) {
     let me = b.node_id();
     let mut locations: Option<HashMap<i32, Vec<(String, String)>>> = None;
-    let mut moved = 0;
     for t in b.catalog.topics_snapshot() {
         let preference = {
             let settings = b.catalog.settings();
@@ -85,22 +116,14 @@ fn rebalance(b: &Broker) -> usize {
             if p.leader().0 != me {
                 continue;
             }
-            // Without a preference only the first replica is tried, as Kafka does.
-            let order = if preference.is_empty() {
-                p.replicas.first().copied().into_iter().collect()
-            } else {
+            let order = if !preference.is_empty() {
                 leader_preference::ranked(&p.replicas, &preference, locations)
+            } else if all {
+                p.replicas.clone()
+            } else {
+                p.replicas.first().copied().into_iter().collect()
             };
-            for candidate in order {
-                if candidate == me {
-                    break;
-                }
-                if b.replicas.elect_here(group, candidate) {
-                    moved += 1;
-                    break;
-                }
-            }
+            f(group, order);
         }
     }
-    moved
 }

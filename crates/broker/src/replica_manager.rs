@@ -59,6 +59,19 @@ enum PeerMessage {
 /// not (a broker that restarted learns them within this many half seconds).
 const ISR_REFRESH_ROUNDS: u32 = 20;
 
+/// What [`ReplicaManager::hand_to_any`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handing {
+    /// A leadership transfer started.
+    Started,
+    /// No candidate has every entry yet, but one answers.
+    CatchingUp,
+    /// No candidate answers.
+    Nobody,
+    /// This broker does not lead the group (any more).
+    NotLeader,
+}
+
 pub struct ReplicaManager {
     node_id: i32,
     data_dir: PathBuf,
@@ -273,6 +286,32 @@ impl ReplicaManager {
             self.driver.kick(group);
         }
         started
+    }
+
+    /// Hands a group this broker leads to the first of `candidates` that has every entry
+    /// but `ELECT_LAG_MAX` (as `elect_here`); otherwise says whether one of them answers
+    /// and so may catch up.
+    pub fn hand_to_any(&self, group: RaftGroupId, candidates: &[i32]) -> Handing {
+        let Some(replica) = self.driver.group(group) else { return Handing::NotLeader };
+        let handing = {
+            let mut r = lock(&replica);
+            if !r.is_leader() {
+                Handing::NotLeader
+            } else if let Some(to) =
+                candidates.iter().map(|c| raft_id(*c)).find(|to| *to != r.id() && r.has_everything(*to, ELECT_LAG_MAX))
+            {
+                r.transfer_leader(to);
+                Handing::Started
+            } else if candidates.iter().any(|c| r.voter_active(raft_id(*c))) {
+                Handing::CatchingUp
+            } else {
+                Handing::Nobody
+            }
+        };
+        if handing == Handing::Started {
+            self.driver.kick(group);
+        }
+        handing
     }
 
     /// Has the driver handle the group's ready soon (after a proposal).

@@ -184,6 +184,8 @@ pub async fn run_with(
             }
         }
     }
+    // Leaders move away while clients are still served, so they follow them.
+    crate::drain::controlled_shutdown(&broker).await;
     info!("shutting down: draining connections");
     broker.shutting_down.store(true, Ordering::Release);
     broker.serving.store(false, Ordering::Release);

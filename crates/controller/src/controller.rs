@@ -7,7 +7,7 @@ use runnel_security::acl::AclBinding;
 use runnel_security::quota;
 use runnel_security::{ScramCredential, ScramMechanism};
 use runnel_sync::{LockExt, RwLockExt};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -25,7 +25,7 @@ use uuid::Uuid;
 use crate::host::Host;
 use crate::image::Image;
 use crate::records::{
-    broker_of, raft_group, raft_id, BrokerInfo, Call, Message, Moving, RaftGroupId, Record, TopicConfigChange,
+    broker_of, raft_group, raft_id, BrokerInfo, Call, Drain, Message, Moving, RaftGroupId, Record, TopicConfigChange,
     META_GROUP,
 };
 
@@ -454,6 +454,42 @@ impl Controller {
         let change_id = Uuid::new_v4();
         self.run(Call::AlterClientQuotas { changes, change_id }).await?;
         self.until_applied(|s| s.config_changes.contains(&change_id), "the quotas were not applied here in time").await
+    }
+
+    /// Starts (`Some`) or ends (`None`) the drain of broker `id`'s leaderships, committed
+    /// by the controller; returns once applied here.
+    pub async fn set_drain(&self, id: i32, drain: Option<Drain>) -> Outcome {
+        self.run(Call::Drain { id, drain }).await?;
+        self.until_applied(move |s| s.draining.get(&id).copied() == drain, "the drain was not applied here in time")
+            .await
+    }
+
+    /// Controller only: hands the metadata quorum's leadership to a voter among `to` that
+    /// has every entry (a Raft leadership transfer), so that a
+    /// controller about to stop is not waited out for an election timeout. Returns
+    /// whether one started.
+    pub fn hand_over(&self, to: &BTreeSet<i32>) -> bool {
+        let started = {
+            let mut meta = lock(&self.meta);
+            let target = meta
+                .voters()
+                .into_iter()
+                .filter(|v| *v != meta.id() && to.contains(&broker_of(*v)))
+                .find(|v| meta.has_everything(*v, 0));
+            if let Some(t) = target {
+                meta.transfer_leader(t);
+            }
+            target.is_some()
+        };
+        if started {
+            self.driver.kick(META_GROUP);
+        }
+        started
+    }
+
+    /// The brokers being drained, as this broker has applied the metadata log.
+    pub fn draining(&self) -> BTreeMap<i32, Drain> {
+        self.read().draining.clone()
     }
 
     /// Every client quota, as this broker has applied the metadata log.

@@ -156,6 +156,16 @@ impl Controller {
                 let rec = Record::TopicConfigs { name: name.clone(), id, configs, change_id };
                 self.propose(&rec, |s| s.config_changes.contains(&change_id)).await
             }
+            Call::Drain { id, drain } => {
+                if !self.read().brokers.contains_key(&id) {
+                    return Err((ResponseError::BrokerNotAvailable, format!("Broker {id} is not registered.")));
+                }
+                if self.read().draining.get(&id).copied() == drain {
+                    return Ok(());
+                }
+                let rec = Record::Drain { id, drain };
+                self.propose(&rec, |s| s.draining.get(&id).copied() == drain).await
+            }
             Call::AlterClientQuotas { changes, change_id } => {
                 let rec = Record::ClientQuotas { changes, change_id };
                 self.propose(&rec, |s| s.config_changes.contains(&change_id)).await

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::host::Effect;
-use crate::records::{raft_group, BrokerInfo, Moving, Record};
+use crate::records::{raft_group, BrokerInfo, Drain, Moving, Record};
 use runnel_security::acl::AclBinding;
 use runnel_security::quota;
 use runnel_security::{ScramCredential, ScramMechanism};
@@ -42,6 +42,8 @@ pub(crate) struct Image {
     /// Registered brokers the controller has fenced: not offered to clients, not given new
     /// replicas.
     pub fenced: BTreeSet<i32>,
+    /// Brokers whose leaderships move to other replicas, and why.
+    pub draining: BTreeMap<i32, Drain>,
     /// Partitions moving to new replicas, by (topic, partition).
     pub moving: BTreeMap<(String, i32), Moving>,
     /// The latest config changes applied (ids, oldest first; bounded).
@@ -74,6 +76,7 @@ impl Image {
         match rec {
             Record::RegisterBroker(_)
             | Record::FenceBroker { .. }
+            | Record::Drain { .. }
             | Record::ScramCredentials { .. }
             | Record::Acls { .. }
             | Record::ClientQuotas { .. } => None,
@@ -150,8 +153,12 @@ impl Image {
     pub fn apply(&mut self, rec: Record) {
         match rec {
             Record::RegisterBroker(info) => {
-                // A broker registers at every start: it is alive.
+                // A broker registers at every start: it is alive, and a controlled
+                // shutdown before it is over.
                 self.fenced.remove(&info.id);
+                if self.draining.get(&info.id) == Some(&Drain::Shutdown) {
+                    self.draining.remove(&info.id);
+                }
                 if self.brokers.get(&info.id) != Some(&info) {
                     tracing::info!(broker = info.id, host = %info.host, port = info.port, "broker registered");
                     self.brokers.insert(info.id, info);
@@ -166,6 +173,15 @@ impl Image {
                     );
                 } else if changed {
                     tracing::info!(broker = id, "broker unfenced: heard from again");
+                }
+            }
+            Record::Drain { id, drain } => {
+                let before = match drain {
+                    Some(d) => self.draining.insert(id, d),
+                    None => self.draining.remove(&id),
+                };
+                if before != drain {
+                    tracing::info!(broker = id, ?drain, "broker drain changed");
                 }
             }
             Record::CreateTopic { name, id, seq, replicas, configs } => {

@@ -68,6 +68,15 @@ pub struct BrokerInfo {
     pub raft: String,
 }
 
+/// Why a broker's leaderships are moved away from it: an operator's maintenance mode,
+/// which lasts until undone, or a controlled shutdown, which ends when the broker registers
+/// again at its next start.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drain {
+    Maintenance,
+    Shutdown,
+}
+
 /// A listener's advertised address.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
@@ -189,6 +198,11 @@ pub(crate) enum Record {
     FenceBroker {
         id: i32,
         fenced: bool,
+    },
+    /// A broker's leaderships move away (`Some`, see [`Drain`]) or may come back (`None`).
+    Drain {
+        id: i32,
+        drain: Option<Drain>,
     },
     /// DeleteRecords: every replica of the partition moves its log start to `offset` (at
     /// most the high watermark when it was asked). Kept out of the partition's own log,
@@ -338,6 +352,11 @@ pub(crate) enum Call {
         creates: Vec<AclBinding>,
         deletes: Vec<AclBinding>,
         change_id: Uuid,
+    },
+    /// Drains a broker's leaderships (`Some`) or ends its drain (`None`).
+    Drain {
+        id: i32,
+        drain: Option<Drain>,
     },
     /// AlterClientQuotas, checked by the broker that took it.
     AlterClientQuotas {

@@ -81,6 +81,7 @@ pub async fn main(args: DecommissionArgs) -> Result<()> {
     }
     println!("{} moves started; waiting for them to finish", moves.len());
     let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
+    let mut shown = None;
     loop {
         let ongoing = conn
             .call(&ListPartitionReassignmentsRequest::default().with_timeout_ms(30_000).with_topics(None), 0)
@@ -92,6 +93,14 @@ pub async fn main(args: DecommissionArgs) -> Result<()> {
             .sum::<usize>();
         let (_, now) = describe(&conn).await?;
         let left = now.values().filter(|r| r.contains(&gone)).count();
+        if shown != Some((ongoing, left)) {
+            println!(
+                "{} of {} moves finished; {left} partitions still list broker {gone}",
+                moves.len() - left.min(moves.len()),
+                moves.len()
+            );
+            shown = Some((ongoing, left));
+        }
         if ongoing == 0 && left == 0 {
             println!("broker {gone} holds no replicas: it can be stopped");
             return Ok(());

@@ -6,6 +6,7 @@
 //! handlers/produce.rs → `Partition::append` → Raft driver (append, replicate, batched
 //! fsync) → commit → response. This binary wires it up: `runnel_broker::server::run`.
 
+mod admin;
 mod attach;
 mod bench;
 mod broker_settings;
@@ -76,8 +77,11 @@ enum Command {
     /// pause, slow or failing disk, network isolation of a broker or a region, latency
     /// between regions), heal everything, check the history and draw the availability chart.
     Chaos(Box<chaos::ChaosArgs>),
-    /// Move every partition replica off a broker (AlterPartitionReassignments) and wait
-    /// until none is left, so that the broker can be stopped.
+    /// Operate a cluster: drain and undrain brokers (maintenance mode), move a partition's
+    /// leadership, list brokers, change the log filter, decommission a broker.
+    Admin(admin::AdminArgs),
+    /// The same as `runnel admin decommission`.
+    #[command(hide = true)]
     Decommission(decommission::DecommissionArgs),
 }
 
@@ -104,7 +108,7 @@ fn config(command: Command) -> Result<BrokerConfig> {
             apply_overrides(&mut s, &overrides)?;
             s
         }
-        Command::Bench(_) | Command::Verify(_) | Command::Chaos(_) | Command::Decommission(_) => {
+        Command::Bench(_) | Command::Verify(_) | Command::Chaos(_) | Command::Decommission(_) | Command::Admin(_) => {
             unreachable!("only dev and serve configure a broker")
         }
         Command::Serve { config, settings: overrides } => {
@@ -236,12 +240,30 @@ fn raise_open_files_limit() {
     }
 }
 
-fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("RUNNEL_LOG").unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+/// Logs to stderr through the filter `RUNNEL_LOG` sets (`info` without it); returns what
+/// reads or replaces that filter while the process runs (the admin API's `/v1/log-level`).
+fn init_logging() -> runnel_admin::LogFilter {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{fmt, reload, EnvFilter};
+    let initial = EnvFilter::try_from_env("RUNNEL_LOG").unwrap_or_else(|_| "info".into());
+    let (filter, handle) = reload::Layer::new(initial);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())))
         .init();
+    std::sync::Arc::new(move |new: Option<&str>| {
+        if let Some(new) = new {
+            let parsed = EnvFilter::try_new(new).map_err(|e| format!("log filter {new:?}: {e}"))?;
+            handle.reload(parsed).map_err(|e| e.to_string())?;
+            tracing::info!(filter = new, "log filter changed");
+        }
+        handle.with_current(|f| f.to_string()).map_err(|e| e.to_string())
+    })
+}
+
+fn main() {
+    let log_filter = init_logging();
     let cli = Cli::parse();
     let runtime = || tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime");
     let result = match cli.command {
@@ -254,13 +276,15 @@ fn main() {
         Command::Verify(args) => runtime().and_then(|rt| rt.block_on(verify::main(*args))),
         Command::Chaos(args) => runtime().and_then(|rt| rt.block_on(chaos::main(*args))),
         Command::Decommission(args) => runtime().and_then(|rt| rt.block_on(decommission::main(args))),
+        Command::Admin(args) => admin::main(args),
         command => config(command).and_then(|config| {
             raise_open_files_limit();
             runnel_sync::install_panic_hook();
             runtime()?.block_on(async {
                 // Bound before the broker starts, so a port in use stops it at once.
                 let admin = runnel_admin::bind(config.settings.get("admin.listeners")).await?;
-                server::run_with(config, stop_signal(), |broker| runnel_admin::serve(admin, broker)).await
+                server::run_with(config, stop_signal(), |broker| runnel_admin::serve(admin, broker, Some(log_filter)))
+                    .await
             })
         }),
     };

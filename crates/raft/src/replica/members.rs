@@ -59,6 +59,14 @@ impl Replica {
             && raft.prs().get(peer).is_some_and(|p| p.recent_active && p.matched + lag >= raft.raft_log.last_index())
     }
 
+    /// Leader only: `peer` is a voter that answered recently (it may still lack entries).
+    pub fn voter_active(&self, peer: u64) -> bool {
+        let raft = &self.node.raft;
+        self.is_leader()
+            && raft.prs().conf().voters().contains(peer)
+            && raft.prs().get(peer).is_some_and(|p| p.recent_active)
+    }
+
     /// Leader only: `peer` (voter or learner) has acknowledged entries, answered recently,
     /// and is within `lag` entries of the leader's log. (A replica just added counts as
     /// recently active and has matched nothing: it is not caught up until it answers.)

@@ -1,0 +1,183 @@
+"""Operating a live 3-broker cluster (docs/admin.md): the admin API's write side through
+`runnel admin` (drain a broker's leaderships away and back, move one partition's leadership,
+the log filter at run time, the brokers' state), and a rolling restart of every broker while
+the official Java client produces (acks=all, idempotent) and a consumer group reads: each
+broker drains itself on SIGTERM (controlled shutdown), restarts, catches up and takes its
+preferred leaderships back; no send fails and nothing acknowledged is lost."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from confluent_kafka.admin import NewTopic
+
+from conftest import RUNNEL_BIN, cluster_port, unique_topic, wait_for, wait_for_topic
+from test_cluster import BROKERS, DevCluster
+from test_java_client import java_build, run_java  # noqa: F401  (session fixture: builds .cache/java)
+
+ADMIN_OFFSET = 2000
+PARTITIONS = 6
+
+
+def start_cluster(tmp_path):
+    port = cluster_port(BROKERS)
+    return DevCluster(tmp_path, port=port, settings=[f"admin.listeners=http://127.0.0.1:{port + ADMIN_OFFSET}",
+                                                     "auto.create.topics.enable=false"])
+
+
+def admin_url(c, broker):
+    return f"http://127.0.0.1:{c.port + ADMIN_OFFSET + broker}"
+
+
+def runnel_admin(c, broker, *args, check=True, timeout=120):
+    """`runnel admin SUBCOMMAND --admin URL ...` against one broker's admin listener."""
+    cmd = [RUNNEL_BIN, "admin", args[0], "--admin", admin_url(c, broker), *map(str, args[1:])]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert p.returncode == 0, f"{' '.join(cmd)}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def get(c, broker, path):
+    """(status, JSON) of GET path."""
+    try:
+        with urllib.request.urlopen(admin_url(c, broker) + path, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None, None
+
+
+def leaders(c, broker, topic):
+    """{partition: leader} as broker's admin API shows them."""
+    status, parts = get(c, broker, f"/v1/partitions?topic={topic}")
+    assert status == 200, parts
+    return {p["partition"]: p["leader"] for p in parts}
+
+
+def preferred(c, topic):
+    status, parts = get(c, 0, f"/v1/partitions?topic={topic}")
+    assert status == 200, parts
+    return {p["partition"]: p["replicas"][0]["broker"] for p in parts}
+
+
+def make_topic(c, prefix):
+    topic = unique_topic(prefix)
+    c.admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(30)
+    wait_for_topic(c.admin, topic, PARTITIONS)
+    want = preferred(c, topic)
+    wait_for(lambda: all(leaders(c, b, topic) == want for b in range(BROKERS)), "preferred leaders everywhere", 30,
+             c.diagnostics)
+    return topic, want
+
+
+def test_drain_undrain_transfer_and_log_level(tmp_path):
+    c = start_cluster(tmp_path)
+    try:
+        topic, want = make_topic(c, "ops")
+        ours = [p for p, b in want.items() if b == 1]
+        assert ours, want
+
+        # Drained through broker 2's API: broker 1 leads nothing, and the drain shows it.
+        p = runnel_admin(c, 2, "drain", "--broker", 1, "--timeout-s", 60)
+        assert "broker 1: drained" in p.stdout, p.stdout
+        for b in range(BROKERS):
+            wait_for(lambda: 1 not in leaders(c, b, topic).values(), f"broker {b} sees broker 1 lead nothing", 30,
+                     c.diagnostics)
+        status, view = get(c, 0, "/v1/brokers/1/drain")
+        assert status == 200 and view["draining"] == "maintenance" and view["done"] and view["leaders"] == 0, view
+        p = runnel_admin(c, 0, "brokers")
+        assert "maintenance" in p.stdout, p.stdout
+        # No broker hands leadership to a drained one, even when asked to.
+        p = runnel_admin(c, 0, "transfer", "--topic", topic, "--partition", ours[0], "--to", 1, check=False)
+        assert p.returncode != 0 and "drained" in p.stderr, (p.stdout, p.stderr)
+
+        # Undrained: it takes its preferred leaderships back.
+        p = runnel_admin(c, 0, "undrain", "--broker", 1)
+        assert "may lead again" in p.stdout
+        wait_for(lambda: leaders(c, 0, topic) == want, "preferred leaders back after undrain", 30, c.diagnostics)
+        status, view = get(c, 2, "/v1/brokers/1/drain")
+        assert view["draining"] is None and not view["done"] and view["leaders"] == len(ours), view
+
+        # One partition's leadership moved by hand, answered once done.
+        q = next(p for p, b in want.items() if b == 0)
+        p = runnel_admin(c, 2, "transfer", "--topic", topic, "--partition", q, "--to", 2)
+        assert f"{topic}-{q}: led by 2" in p.stdout, p.stdout
+        assert leaders(c, 0, topic)[q] in (2, 0)  # 0 again once the periodic rebalance runs
+        for bad, why in [(("--partition", q, "--to", 7), "not a replica"),
+                         (("--partition", PARTITIONS, "--to", 1), "no partition"),
+                         (("--partition=-1", "--to", 1), "no partition")]:
+            p = runnel_admin(c, 0, "transfer", "--topic", topic, *bad, check=False)
+            assert p.returncode != 0 and why in p.stderr, (bad, p.stderr)
+        p = runnel_admin(c, 0, "transfer", "--topic", "no-such-topic", "--partition", 0, "--to", 1, check=False)
+        assert p.returncode != 0 and "does not exist" in p.stderr, p.stderr
+        assert get(c, 0, "/v1/brokers/9/drain")[0] == 404
+
+        # The log filter, read and changed at run time; a bad one is refused.
+        assert runnel_admin(c, 1, "log-level").stdout.strip() == "info"
+        assert runnel_admin(c, 1, "log-level", "info,runnel_broker=debug").stdout.strip() == "runnel_broker=debug,info"
+        p = runnel_admin(c, 1, "log-level", "=[[", check=False)
+        assert p.returncode != 0 and "400" in p.stderr, p.stderr
+        assert runnel_admin(c, 1, "log-level").stdout.strip() == "runnel_broker=debug,info"
+    finally:
+        c.close()
+
+
+def ready(c, broker):
+    return get(c, broker, "/ready")[0] == 200
+
+
+def test_rolling_restart_with_java_producer_and_group(tmp_path, java_build):  # noqa: F811
+    c = start_cluster(tmp_path)
+    try:
+        topic, want = make_topic(c, "roll")
+        stop_file, roll_file = tmp_path / "stop", tmp_path / "roll"
+        args = ["--bootstrap", c.bootstrap, "--topic", topic, "--group", "roll-group", "--rate", 200,
+                "--stop-file", stop_file, "--roll-file", roll_file, "--max-s", 240, "--drain-s", 60]
+        classpath = f"{java_build / 'classes'}:{java_build / 'lib'}/*"
+        out = open(tmp_path / "rollcheck.out", "w+")
+        err = open(tmp_path / "rollcheck.err", "w+")
+        java = subprocess.Popen(["java", "-XX:+UseSerialGC", "-Xmx256m", "-cp", classpath, "RollCheck",
+                                 *map(str, args)], stdout=out, stderr=err)
+        try:
+            time.sleep(8)  # the producer and the group at work before the roll
+            roll_start = int(time.time() * 1000)
+            for b in range(BROKERS):
+                old = c.pid(b)
+                os.kill(old, signal.SIGTERM)
+                wait_for(lambda: c.pid(b) != old, f"broker {b} started again", 60, c.diagnostics)
+                wait_for(lambda: ready(c, b), f"broker {b} ready again", 90, c.diagnostics)
+                mine = {p for p, x in want.items() if x == b}
+                wait_for(lambda: all(leaders(c, b, topic).get(p) == b for p in mine),
+                         f"broker {b} leads its preferred partitions again", 60, c.diagnostics)
+            roll_end = int(time.time() * 1000)
+            roll_file.write_text(f"{roll_start} {roll_end}\n")
+            time.sleep(3)
+            stop_file.write_text("stop\n")
+            java.wait(timeout=180)
+        finally:
+            if java.poll() is None:
+                java.kill()
+        out.seek(0)
+        err.seek(0)
+        text = out.read()
+        assert java.returncode == 0, f"RollCheck exited {java.returncode}\n{text}\n{err.read()[-4000:]}"
+        report = json.loads(text.strip().splitlines()[-1])
+        print(f"rolling restart of {BROKERS} brokers in {(roll_end - roll_start) / 1000:.1f} s: {report}")
+        assert report["failed"] == 0, report
+        assert report["acked"] == report["sent"] > 1000, report
+        assert report["missing"] == 0, report
+        assert report["roll_records"] > 0 and report["roll_p99_ms"] >= 0, report
+
+        # Each stop drained the broker first: every leadership had moved before it went.
+        log = (tmp_path / "cluster.log").read_text()
+        drained = [line for line in log.splitlines() if "controlled shutdown: leaderships moved" in line]
+        assert len(drained) == BROKERS, drained
+        assert all("movable_after=0" in line for line in drained), drained
+    finally:
+        c.close()
