@@ -7,8 +7,10 @@
 #   2. a release build of `runnel`
 #   3. the integration tests (pytest): real `runnel` processes on 127.0.0.1 driven by real
 #      Kafka clients: librdkafka (confluent-kafka from PyPI), the Java client and Kafka's
-#      own tools (jars from Maven Central), franz-go (Go module proxy).
-# Needs: a Rust toolchain, python3, a JDK 17+ with Maven, Go; kcat, openssl and iptables (for
+#      own tools (jars from Maven Central), franz-go (Go module proxy); and the Helm chart
+#      checked offline (tests/test_helm.py: helm lint, helm template, Kubernetes schemas).
+# Needs: a Rust toolchain, python3, a JDK 17+ with Maven, Go (which also builds helm, pinned
+# in scripts/helm.sh, into .cache/go/bin); kcat, openssl and iptables (for
 # iptables-legacy: latency between regions in tests/test_chaos.py) are installed with apt-get
 # when missing and running as root. Extra pytest arguments pass
 # through, e.g. scripts/test.sh -k franz.
@@ -56,6 +58,8 @@ step "Java client and Kafka tools (.cache/java)"
 tests/java/build.sh
 step "franz-go client (.cache/go)"
 tests/go/build.sh
+step "helm (.cache/go/bin)"
+scripts/helm.sh
 
 step "integration tests"
 .cache/venv/bin/python -m pytest tests -q -rfE --durations=10 "$@"
