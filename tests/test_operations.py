@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from conftest import RUNNEL_BIN, cluster_port, unique_topic, wait_for, wait_for_topic
@@ -74,6 +75,46 @@ def make_topic(c, prefix):
     wait_for(lambda: all(leaders(c, b, topic) == want for b in range(BROKERS)), "preferred leaders everywhere", 30,
              c.diagnostics)
     return topic, want
+
+
+def test_groups_of_every_coordinator_with_lag(tmp_path):
+    """/v1/groups on one broker lists the groups every broker coordinates (asked of their
+    admin APIs), each with its coordinator and, per partition, committed offset, end and lag."""
+    c = start_cluster(tmp_path)
+    try:
+        topic = unique_topic("lag")
+        c.admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+        wait_for_topic(c.admin, topic, 3)
+        p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+        for i in range(300):
+            p.produce(topic, str(i).encode(), partition=i % 3)
+        assert p.flush(30) == 0
+        # Group g commits offset 40 + 5g on every partition, so its lag is known.
+        names = [unique_topic("g") for _ in range(8)]
+        for g, name in enumerate(names):
+            consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": name, "enable.auto.commit": False})
+            consumer.commit(offsets=[TopicPartition(topic, q, 40 + 5 * g) for q in range(3)], asynchronous=False)
+            consumer.close()
+
+        def listed():
+            status, body = get(c, 0, "/v1/groups")
+            assert status == 200, body
+            return body if {g["group"] for g in body["groups"]} >= set(names) else None
+        body = wait_for(listed, "every group listed", 30, c.diagnostics)
+        assert body["unreachable"] == [], body
+        groups = {g["group"]: g for g in body["groups"] if g["group"] in names}
+        for g, name in enumerate(names):
+            view = groups[name]
+            assert view["state"] == "Empty" and view["members"] == 0, view
+            assert [(q["partition"], q["committed"], q["end"], q["lag"]) for q in view["partitions"]] == \
+                [(q, 40 + 5 * g, 100, 60 - 5 * g) for q in range(3)], view
+            assert view["lag"] == 3 * (60 - 5 * g), view
+        assert len({v["coordinator"] for v in groups.values()}) > 1, "all eight groups on one coordinator"
+        for b in range(BROKERS):
+            status, local = get(c, b, "/v1/groups?scope=local")
+            assert all(v["coordinator"] == b for v in local["groups"]), local
+    finally:
+        c.close()
 
 
 def test_drain_undrain_transfer_and_log_level(tmp_path):

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use runnel_broker::broker::Broker;
 use runnel_broker::replica_manager::isr_lag_ticks;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A broker as `/v1/brokers` lists it.
 #[derive(Serialize)]
@@ -20,6 +20,8 @@ pub struct BrokerView {
     pub controller: bool,
     /// `maintenance` or `shutdown` while its leaderships are drained away, else null.
     pub draining: Option<&'static str>,
+    /// Its admin API (`http://host:port`), null without one.
+    pub admin: Option<String>,
 }
 
 /// A partition as `/v1/partitions` lists it.
@@ -65,6 +67,7 @@ pub fn brokers(b: &Broker) -> Vec<BrokerView> {
             fenced: !live.contains(&i.id),
             controller: active == Some(i.id),
             draining: draining.get(&i.id).map(|d| crate::ops::drain_name(*d)),
+            admin: (!i.admin.is_empty()).then_some(i.admin),
         })
         .collect();
     out.sort_by_key(|v| v.id);
@@ -136,4 +139,77 @@ pub fn readiness(b: &Broker) -> Readiness {
         waiting_for.push(format!("{behind} replica(s) here not yet in sync"));
     }
     Readiness { ready: waiting_for.is_empty(), waiting_for }
+}
+
+/// `/v1/groups`: the groups, and the brokers whose groups are missing (not answering).
+#[derive(Serialize, Deserialize)]
+pub struct Groups {
+    pub groups: Vec<GroupView>,
+    pub unreachable: Vec<i32>,
+}
+
+/// A consumer group as `/v1/groups` lists it.
+#[derive(Serialize, Deserialize, Clone)]
+pub struct GroupView {
+    pub group: String,
+    /// `classic` or `consumer` (KIP-848).
+    #[serde(rename = "type")]
+    pub group_type: String,
+    pub state: String,
+    /// The broker coordinating it.
+    pub coordinator: i32,
+    pub members: usize,
+    /// Sum of the partitions' lag below.
+    pub lag: i64,
+    pub partitions: Vec<GroupPartitionView>,
+}
+
+/// One partition a group has committed an offset for.
+#[derive(Serialize, Deserialize, Clone)]
+pub struct GroupPartitionView {
+    pub topic: String,
+    pub partition: i32,
+    pub committed: i64,
+    /// The high watermark as this broker knows it (null when it holds no replica).
+    pub end: Option<i64>,
+    /// end - committed (null without an end).
+    pub lag: Option<i64>,
+}
+
+/// The groups this broker coordinates, with their committed offsets and lag.
+pub fn local_groups(b: &Broker) -> Vec<GroupView> {
+    let me = b.node_id();
+    let mut out = Vec::new();
+    for g in b.group_coordinator.list() {
+        let members = match g.group_type {
+            "consumer" => b.group_coordinator.describe_consumer(&g.group_id).ok().flatten().map(|d| d.members.len()),
+            _ => b.group_coordinator.describe(&g.group_id).ok().flatten().map(|d| d.members.len()),
+        };
+        let mut partitions = Vec::new();
+        if let Ok(offsets) = b.group_coordinator.fetch(&g.group_id, None) {
+            for ((topic, partition), committed) in offsets {
+                let Some(committed) = committed else { continue };
+                let end = b
+                    .catalog
+                    .topic(&topic)
+                    .and_then(|t| t.partitions.get(partition.max(0) as usize).cloned())
+                    .filter(|p| !p.is_remote())
+                    .map(|p| p.high_watermark());
+                let lag = end.map(|e| (e - committed.offset).max(0));
+                partitions.push(GroupPartitionView { topic, partition, committed: committed.offset, end, lag });
+            }
+        }
+        partitions.sort_by(|x, y| (&x.topic, x.partition).cmp(&(&y.topic, y.partition)));
+        out.push(GroupView {
+            group: g.group_id,
+            group_type: g.group_type.to_string(),
+            state: g.state.to_string(),
+            coordinator: me,
+            members: members.unwrap_or(0),
+            lag: partitions.iter().filter_map(|p| p.lag).sum(),
+            partitions,
+        });
+    }
+    out.sort_by(|x, y| x.group.cmp(&y.group));
+    out
 }

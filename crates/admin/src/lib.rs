@@ -5,6 +5,7 @@
 //! drain (maintenance mode), a partition's leader, the log filter.
 
 mod api;
+pub mod http;
 mod ops;
 
 pub use ops::LogFilter;
@@ -145,6 +146,7 @@ fn router(state: Shared) -> Router {
         .route("/v1/brokers", get(brokers))
         .route("/v1/brokers/{id}/drain", get(drain_status).post(drain).delete(undrain))
         .route("/v1/partitions", get(partitions))
+        .route("/v1/groups", get(groups))
         .route("/v1/partitions/{topic}/{partition}/leader", post(transfer_leader))
         .route("/v1/log-level", get(log_level).put(set_log_level))
         .with_state(state)
@@ -261,6 +263,51 @@ struct PartitionsQuery {
 async fn partitions(State(s): State<Shared>, Query(q): Query<PartitionsQuery>) -> Answer {
     let b = s.broker()?;
     Ok(Json(api::partitions(&b, q.topic.as_deref())).into_response())
+}
+
+#[derive(serde::Deserialize)]
+struct GroupsQuery {
+    /// `local`: only the groups this broker coordinates; else every broker's.
+    scope: Option<String>,
+}
+
+/// How long a peer's groups are waited for.
+const PEER_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The consumer groups with their lag: this broker's, and, unless `scope=local`, those
+/// every other live broker coordinates (asked of its admin API, concurrently; the brokers
+/// that did not answer in time are listed as `unreachable`).
+async fn groups(State(s): State<Shared>, Query(q): Query<GroupsQuery>) -> Answer {
+    let b = s.broker()?;
+    let mut all = api::Groups { groups: api::local_groups(&b), unreachable: Vec::new() };
+    if q.scope.as_deref() != Some("local") {
+        let me = b.node_id();
+        let mut asked = tokio::task::JoinSet::new();
+        for peer in b.controller().live_brokers().into_iter().filter(|i| i.id != me) {
+            asked.spawn(async move {
+                let got = match peer.admin.is_empty() {
+                    true => Err(anyhow::anyhow!("no admin listener")),
+                    false => http::get(&peer.admin, "/v1/groups?scope=local", PEER_WAIT)
+                        .await
+                        .and_then(|body| Ok(serde_json::from_slice::<api::Groups>(&body)?)),
+                };
+                (peer.id, got)
+            });
+        }
+        while let Some(done) = asked.join_next().await {
+            let Ok((id, got)) = done else { continue };
+            match got {
+                Ok(theirs) => all.groups.extend(theirs.groups),
+                Err(e) => {
+                    tracing::debug!(broker = id, error = %e, "admin: a peer's groups");
+                    all.unreachable.push(id);
+                }
+            }
+        }
+        all.groups.sort_by(|x, y| x.group.cmp(&y.group));
+        all.unreachable.sort();
+    }
+    Ok(Json(all).into_response())
 }
 
 async fn metrics() -> impl IntoResponse {

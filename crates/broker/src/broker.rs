@@ -107,6 +107,7 @@ impl Broker {
                 .map(|l| Endpoint { name: l.name.clone(), host: l.advertised_host.clone(), port: l.advertised_port })
                 .collect(),
             raft: links.raft_address.clone(),
+            admin: admin_url(s.get("admin.listeners"), &first.advertised_host),
         };
         let controller = Controller::start(
             ControllerConfig {
@@ -250,5 +251,29 @@ impl Broker {
                 }
             }
         }
+    }
+}
+
+/// The first admin listener as peers reach it: `http://host:port`, the listener's host, or
+/// the advertised host when it listens on every address; empty without one.
+fn admin_url(listeners: &str, advertised_host: &str) -> String {
+    let Some(first) = listeners.split(',').map(str::trim).find(|l| !l.is_empty()) else {
+        return String::new();
+    };
+    let address = first.trim_start_matches("http://").trim_end_matches('/');
+    match address.rsplit_once(':') {
+        Some(("0.0.0.0" | "[::]" | "", port)) => format!("http://{advertised_host}:{port}"),
+        _ => format!("http://{address}"),
+    }
+}
+
+#[cfg(test)]
+mod admin_url_tests {
+    #[test]
+    fn peers_reach_the_first_admin_listener() {
+        assert_eq!(super::admin_url("", "h"), "");
+        assert_eq!(super::admin_url("http://127.0.0.1:9644,http://10.0.0.1:9", "h"), "http://127.0.0.1:9644");
+        assert_eq!(super::admin_url("http://0.0.0.0:9644/", "broker-1.svc"), "http://broker-1.svc:9644");
+        assert_eq!(super::admin_url("http://[::]:9644", "b"), "http://b:9644");
     }
 }

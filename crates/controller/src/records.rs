@@ -66,6 +66,9 @@ pub struct BrokerInfo {
     /// registrations from before brokers outside the voters could join).
     #[serde(default)]
     pub raft: String,
+    /// Its admin API, `http://host:port` (empty without `admin.listeners`).
+    #[serde(default)]
+    pub admin: String,
 }
 
 /// Why a broker's leaderships are moved away from it: an operator's maintenance mode,
@@ -97,6 +100,7 @@ impl BrokerInfo {
             incarnation: 0,
             endpoints: vec![],
             raft: String::new(),
+            admin: String::new(),
         })
     }
 

@@ -8,6 +8,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use runnel_admin::http::{parse_answer, ANSWER_MAX};
 use serde_json::Value;
 
 use crate::decommission;
@@ -144,8 +145,6 @@ pub fn main(args: AdminArgs) -> Result<()> {
     }
 }
 
-/// Answers larger than this are refused (the largest, `/v1/partitions`, is not asked here).
-const ANSWER_MAX: u64 = 4 << 20;
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One HTTP/1.1 request to the admin API; its JSON answer, or the API's error as the error.
@@ -181,66 +180,4 @@ fn call(base: &str, method: &str, path: &str, body: Option<&Value>) -> Result<Va
         bail!("{method} {base}{path}: {status}: {why}");
     }
     Ok(value)
-}
-
-/// Status and body of an HTTP/1.1 answer read to its end (Content-Length or chunked).
-fn parse_answer(raw: &[u8]) -> Result<(u16, Vec<u8>)> {
-    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
-        bail!("an incomplete HTTP answer");
-    };
-    let head = std::str::from_utf8(&raw[..split]).context("an HTTP head that is not UTF-8")?;
-    let rest = &raw[split + 4..];
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .context("no HTTP status")?;
-    let chunked = lines.any(|l| {
-        l.split_once(':').is_some_and(|(k, v)| {
-            k.trim().eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked")
-        })
-    });
-    if !chunked {
-        return Ok((status, rest.to_vec()));
-    }
-    let (mut body, mut at) = (Vec::new(), rest);
-    loop {
-        let Some(eol) = at.windows(2).position(|w| w == b"\r\n") else { bail!("a truncated chunk") };
-        let size = std::str::from_utf8(&at[..eol]).ok().and_then(|s| usize::from_str_radix(s.trim(), 16).ok());
-        let Some(size) = size else { bail!("a bad chunk size") };
-        at = &at[eol + 2..];
-        if size == 0 {
-            return Ok((status, body));
-        }
-        if at.len() < size {
-            bail!("a truncated chunk");
-        }
-        body.extend_from_slice(&at[..size]);
-        at = at.get(size + 2..).unwrap_or_default();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn answers_with_a_length_or_in_chunks() {
-        let (s, b) = parse_answer(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").unwrap();
-        assert_eq!((s, b.as_slice()), (200, b"{}".as_slice()));
-        let (s, b) = parse_answer(
-            b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
-        )
-        .unwrap();
-        assert_eq!((s, b.as_slice()), (404, b"abcde".as_slice()));
-        for bad in [
-            &b"HTTP/1.1 200 OK\r\n"[..],
-            b"nonsense\r\n\r\n",
-            b"HTTP/1.1 200\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-        ] {
-            assert!(parse_answer(bad).is_err(), "{bad:?}");
-        }
-        assert!(parse_answer(b"HTTP/1.1 200\r\nTransfer-Encoding: chunked\r\n\r\n9\r\nabc").is_err());
-    }
 }
