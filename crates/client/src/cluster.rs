@@ -45,12 +45,12 @@ pub struct Cluster {
     pub bootstrap: String,
     /// broker id → "host:port"
     pub brokers: HashMap<i32, String>,
-    admin: Arc<Connection>,
+    pub(crate) admin: Arc<Connection>,
     /// The client id of every connection this opens.
-    client_id: String,
+    pub(crate) client_id: String,
 }
 
-fn check(code: i16, what: &str) -> Result<()> {
+pub(crate) fn check(code: i16, what: &str) -> Result<()> {
     if code == 0 {
         return Ok(());
     }
@@ -61,9 +61,10 @@ fn check(code: i16, what: &str) -> Result<()> {
 }
 
 impl Cluster {
-    /// Connects to `bootstrap` as `client_id` and reads the broker list.
+    /// Connects to `bootstrap` (host:port, or a comma-separated list: the first that
+    /// answers) as `client_id` and reads the broker list.
     pub async fn connect(bootstrap: &str, client_id: &str) -> Result<Cluster> {
-        let admin = Connection::connect(bootstrap, client_id, 8).await?;
+        let admin = Connection::connect_any(bootstrap, client_id, 8).await?;
         let mut c = Cluster {
             bootstrap: bootstrap.to_string(),
             brokers: HashMap::new(),

@@ -53,6 +53,18 @@ impl Connection {
         Self::connect_from(None, addr, client_id, in_flight).await
     }
 
+    /// Connects to the first of a comma-separated list of addresses that answers.
+    pub async fn connect_any(addresses: &str, client_id: &str, in_flight: usize) -> Result<Arc<Connection>> {
+        let mut last = None;
+        for addr in addresses.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+            match Self::connect(addr, client_id, in_flight).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("no broker address given")))
+    }
+
     /// [`Connection::connect`] from inside network namespace `netns` when given.
     pub async fn connect_from(
         netns: Option<&Netns>,

@@ -13,6 +13,7 @@
 //! handlers/produce.rs → `Partition::append` → Raft driver (append, replicate, batched
 //! fsync) → commit → response. This crate is the client at the far end of the first hop.
 
+mod admin;
 mod cluster;
 mod connection;
 mod netns;
@@ -21,6 +22,7 @@ mod records;
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
 
+pub use admin::{BrokerInfo, ConfigEntry, GroupListing, MemberInfo, PartitionInfo, TopicInfo, Tp};
 pub use cluster::{init_producer_id, Cluster, TopicLayout};
 pub use connection::{use_tls, Connection};
 pub use netns::Netns;

@@ -37,7 +37,7 @@ pub struct DecommissionArgs {
 type Assignment = BTreeMap<(String, i32), Vec<i32>>;
 
 pub async fn main(args: DecommissionArgs) -> Result<()> {
-    let conn = connect_any(&args.bootstrap).await?;
+    let conn = Connection::connect_any(&args.bootstrap, "runnel-decommission", 4).await?;
     let (racks, assignment) = describe(&conn).await?;
     let gone = args.broker;
     let moves = plan(&racks, &assignment, gone)?;
@@ -150,17 +150,6 @@ async fn describe(conn: &Connection) -> Result<(BTreeMap<i32, Option<String>>, A
         }
     }
     Ok((racks, assignment))
-}
-
-async fn connect_any(bootstrap: &str) -> Result<std::sync::Arc<Connection>> {
-    let mut last = None;
-    for addr in bootstrap.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-        match Connection::connect(addr, "runnel-decommission", 4).await {
-            Ok(c) => return Ok(c),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| anyhow::anyhow!("--bootstrap names no broker")))
 }
 
 fn error_text(code: i16, message: Option<&str>) -> String {

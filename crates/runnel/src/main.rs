@@ -11,6 +11,7 @@ mod attach;
 mod bench;
 mod broker_settings;
 mod chaos;
+mod cli;
 mod decommission;
 mod dev_tls;
 mod local;
@@ -80,6 +81,16 @@ enum Command {
     /// Operate a cluster: drain and undrain brokers (maintenance mode), move a partition's
     /// leadership, list brokers, change the log filter, decommission a broker.
     Admin(admin::AdminArgs),
+    /// Create, list, describe, delete topics and alter their configs (Kafka protocol).
+    #[command(subcommand)]
+    Topic(cli::TopicCommand),
+    /// List and describe consumer groups with their lag, move an idle group's offsets,
+    /// delete a group (Kafka protocol).
+    #[command(subcommand)]
+    Group(cli::GroupCommand),
+    /// The cluster's brokers by rack and the health of its partitions (Kafka protocol).
+    #[command(subcommand)]
+    Cluster(cli::ClusterCommand),
     /// The same as `runnel admin decommission`.
     #[command(hide = true)]
     Decommission(decommission::DecommissionArgs),
@@ -108,7 +119,14 @@ fn config(command: Command) -> Result<BrokerConfig> {
             apply_overrides(&mut s, &overrides)?;
             s
         }
-        Command::Bench(_) | Command::Verify(_) | Command::Chaos(_) | Command::Decommission(_) | Command::Admin(_) => {
+        Command::Bench(_)
+        | Command::Verify(_)
+        | Command::Chaos(_)
+        | Command::Decommission(_)
+        | Command::Admin(_)
+        | Command::Topic(_)
+        | Command::Group(_)
+        | Command::Cluster(_) => {
             unreachable!("only dev and serve configure a broker")
         }
         Command::Serve { config, settings: overrides } => {
@@ -277,6 +295,9 @@ fn main() {
         Command::Chaos(args) => runtime().and_then(|rt| rt.block_on(chaos::main(*args))),
         Command::Decommission(args) => runtime().and_then(|rt| rt.block_on(decommission::main(args))),
         Command::Admin(args) => admin::main(args),
+        Command::Topic(cmd) => runtime().and_then(|rt| rt.block_on(cli::topic(cmd))),
+        Command::Group(cmd) => runtime().and_then(|rt| rt.block_on(cli::group(cmd))),
+        Command::Cluster(cmd) => runtime().and_then(|rt| rt.block_on(cli::cluster(cmd))),
         command => config(command).and_then(|config| {
             raise_open_files_limit();
             runnel_sync::install_panic_hook();
