@@ -10,15 +10,15 @@
 //! drained one. A drain for shutdown ends when the broker registers at its next start; then
 //! preferred leaders return as after any broker's return (`preferred_leader`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use runnel_controller::Drain;
+use runnel_controller::{leader_preference, Drain, RaftGroupId};
 use tracing::{info, warn};
 
 use crate::broker::Broker;
-use crate::preferred_leader::for_each_led;
 use crate::replica_manager::Handing;
+use crate::topic_config;
 
 /// Brokers that may take leadership: registered, not fenced, not drained.
 pub fn eligible(b: &Broker) -> BTreeSet<i32> {
@@ -112,4 +112,36 @@ pub async fn controlled_shutdown(b: &Broker) {
         ms = started.elapsed().as_millis() as u64,
         "controlled shutdown: leaderships moved"
     );
+}
+
+/// Calls `f` with each Raft group this broker leads and its replicas in the order they
+/// should lead: by the topic's `leader.preference`, or the first replica alone (the
+/// preferred leader, as Kafka has it) without one when `all` is false, every replica in
+/// listed order when it is true.
+pub(crate) fn for_each_led(b: &Broker, all: bool, mut f: impl FnMut(RaftGroupId, Vec<i32>)) {
+    let me = b.node_id();
+    let mut locations: Option<HashMap<i32, Vec<(String, String)>>> = None;
+    for t in b.catalog.topics_snapshot() {
+        let preference = {
+            let settings = b.catalog.settings();
+            leader_preference::parse(topic_config::effective("leader.preference", &t.configs, &settings))
+                .unwrap_or_default()
+        };
+        let locations = locations
+            .get_or_insert_with(|| b.controller().brokers().into_iter().map(|info| (info.id, info.location)).collect());
+        for p in &t.partitions {
+            let Some((_, group)) = p.replica() else { continue };
+            if p.leader().0 != me {
+                continue;
+            }
+            let order = if !preference.is_empty() {
+                leader_preference::ranked(&p.replicas, &preference, locations)
+            } else if all {
+                p.replicas.clone()
+            } else {
+                p.replicas.first().copied().into_iter().collect()
+            };
+            f(group, order);
+        }
+    }
 }

@@ -18,15 +18,13 @@
 //! listed domain while a replica there is healthy, falls back to the next, and comes back
 //! once the better one returns.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-use runnel_controller::{leader_preference, RaftGroupId};
 use tracing::info;
 
 use crate::broker::Broker;
-use crate::topic_config;
 
 /// How often brokers check while one has just come back, and for how long after.
 const RETURN_PASS: Duration = Duration::from_secs(1);
@@ -79,7 +77,7 @@ pub async fn elect_preferred_leaders(broker: Weak<Broker>) {
 fn rebalance(b: &Broker, eligible: &BTreeSet<i32>) -> usize {
     let me = b.node_id();
     let mut moved = 0;
-    for_each_led(b, false, |group, order| {
+    crate::drain::for_each_led(b, false, |group, order| {
         for candidate in order {
             if candidate == me {
                 break;
@@ -94,36 +92,4 @@ fn rebalance(b: &Broker, eligible: &BTreeSet<i32>) -> usize {
         }
     });
     moved
-}
-
-/// Calls `f` with each Raft group this broker leads and its replicas in the order they
-/// should lead: by the topic's `leader.preference`, or the first replica alone (the
-/// preferred leader, as Kafka has it) without one when `all` is false, every replica in
-/// listed order when it is true.
-pub(crate) fn for_each_led(b: &Broker, all: bool, mut f: impl FnMut(RaftGroupId, Vec<i32>)) {
-    let me = b.node_id();
-    let mut locations: Option<HashMap<i32, Vec<(String, String)>>> = None;
-    for t in b.catalog.topics_snapshot() {
-        let preference = {
-            let settings = b.catalog.settings();
-            leader_preference::parse(topic_config::effective("leader.preference", &t.configs, &settings))
-                .unwrap_or_default()
-        };
-        let locations = locations
-            .get_or_insert_with(|| b.controller().brokers().into_iter().map(|info| (info.id, info.location)).collect());
-        for p in &t.partitions {
-            let Some((_, group)) = p.replica() else { continue };
-            if p.leader().0 != me {
-                continue;
-            }
-            let order = if !preference.is_empty() {
-                leader_preference::ranked(&p.replicas, &preference, locations)
-            } else if all {
-                p.replicas.clone()
-            } else {
-                p.replicas.first().copied().into_iter().collect()
-            };
-            f(group, order);
-        }
-    }
 }

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
@@ -20,7 +21,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::cluster::check;
+use crate::cluster::{check, KafkaError};
 use crate::connection::Connection;
 use crate::{topic_name, Cluster, LIST_OFFSETS_VERSION, METADATA_VERSION};
 
@@ -91,7 +92,38 @@ pub struct BrokerInfo {
 /// (topic, partition).
 pub type Tp = (String, i32);
 
+/// Coordinator errors that pass: the coordinator moved, is loading its groups, or is not
+/// elected yet (a new `__consumer_offsets`).
+const COORDINATOR_RETRIABLE: [i16; 3] = [14, 15, 16];
+/// How long those are retried.
+const COORDINATOR_WAIT: Duration = Duration::from_secs(30);
+
+fn coordinator_retriable(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<KafkaError>().is_some_and(|k| COORDINATOR_RETRIABLE.contains(&k.code))
+}
+
 impl Cluster {
+    /// Runs `f` against the group's coordinator, found again and retried (bounded) while
+    /// it answers that it is moving, loading or not there yet, as Kafka's admin client does.
+    async fn at_coordinator<T, Fut>(&self, group: &str, f: impl Fn(Arc<Connection>) -> Fut) -> Result<T>
+    where
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let deadline = Instant::now() + COORDINATOR_WAIT;
+        loop {
+            let result = match self.coordinator(group).await {
+                Ok(conn) => f(conn).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Err(e) if coordinator_retriable(&e) && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Every topic (internal ones too), or those named; sorted by name.
     pub async fn topics(&self, names: Option<&[String]>) -> Result<Vec<TopicInfo>> {
         let topics = names.map(|ns| {
@@ -190,7 +222,7 @@ impl Cluster {
     }
 
     /// A connection to the group's coordinator (FindCoordinator).
-    pub async fn coordinator(&self, group: &str) -> Result<Arc<Connection>> {
+    async fn coordinator(&self, group: &str) -> Result<Arc<Connection>> {
         let req = FindCoordinatorRequest::default()
             .with_key_type(0)
             .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]);
@@ -202,11 +234,18 @@ impl Cluster {
 
     /// The group's state and members (DescribeGroups).
     pub async fn describe_group(&self, group: &str) -> Result<(String, Vec<MemberInfo>)> {
-        let conn = self.coordinator(group).await?;
         let req = DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_string(group.to_string()))]);
-        let resp = conn.call(&req, DESCRIBE_GROUPS_VERSION).await.context("describe groups")?;
-        let Some(g) = resp.groups.into_iter().next() else { bail!("group {group} was not described") };
-        check(g.error_code, &format!("group {group}"))?;
+        let g = self
+            .at_coordinator(group, |conn| {
+                let req = &req;
+                async move {
+                    let resp = conn.call(req, DESCRIBE_GROUPS_VERSION).await.context("describe groups")?;
+                    let Some(g) = resp.groups.into_iter().next() else { bail!("group {group} was not described") };
+                    check(g.error_code, &format!("group {group}"))?;
+                    Ok(g)
+                }
+            })
+            .await?;
         let members = g
             .members
             .into_iter()
@@ -221,14 +260,23 @@ impl Cluster {
 
     /// The group's committed offsets (OffsetFetch of every partition).
     pub async fn committed(&self, group: &str) -> Result<BTreeMap<Tp, i64>> {
-        let conn = self.coordinator(group).await?;
         let req = OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
             .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
             .with_topics(None)]);
-        let resp = conn.call(&req, OFFSET_FETCH_VERSION).await.context("offset fetch")?;
+        let groups = self
+            .at_coordinator(group, |conn| {
+                let req = &req;
+                async move {
+                    let resp = conn.call(req, OFFSET_FETCH_VERSION).await.context("offset fetch")?;
+                    for g in &resp.groups {
+                        check(g.error_code, &format!("offsets of group {group}"))?;
+                    }
+                    Ok(resp.groups)
+                }
+            })
+            .await?;
         let mut out = BTreeMap::new();
-        for g in resp.groups {
-            check(g.error_code, &format!("offsets of group {group}"))?;
+        for g in groups {
             for t in g.topics {
                 for p in t.partitions {
                     if p.error_code == 0 && p.committed_offset >= 0 {
@@ -288,7 +336,6 @@ impl Cluster {
     /// Commits offsets for a group that has no members (as `kafka-consumer-groups
     /// --reset-offsets` does: generation -1, no member id); a group with members refuses.
     pub async fn commit_offsets(&self, group: &str, offsets: &BTreeMap<Tp, i64>) -> Result<()> {
-        let conn = self.coordinator(group).await?;
         let mut topics: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
         for ((t, p), offset) in offsets {
             topics.entry(t).or_default().push(
@@ -308,28 +355,37 @@ impl Cluster {
                     .map(|(t, ps)| OffsetCommitRequestTopic::default().with_name(topic_name(t)).with_partitions(ps))
                     .collect(),
             );
-        let resp = conn.call(&req, OFFSET_COMMIT_VERSION).await.context("offset commit")?;
-        for t in resp.topics {
-            for p in t.partitions {
-                check(
-                    p.error_code,
-                    &format!("committing {}-{} for group {group}", t.name.0.as_str(), p.partition_index),
-                )?;
+        self.at_coordinator(group, |conn| {
+            let req = &req;
+            async move {
+                let resp = conn.call(req, OFFSET_COMMIT_VERSION).await.context("offset commit")?;
+                for t in resp.topics {
+                    for p in t.partitions {
+                        let what = format!("committing {}-{} for group {group}", t.name.0.as_str(), p.partition_index);
+                        check(p.error_code, &what)?;
+                    }
+                }
+                Ok(())
             }
-        }
-        Ok(())
+        })
+        .await
     }
 
     /// DeleteGroups: the group and its offsets go (it must have no members).
     pub async fn delete_group(&self, group: &str) -> Result<()> {
-        let conn = self.coordinator(group).await?;
         let req =
             DeleteGroupsRequest::default().with_groups_names(vec![GroupId(StrBytes::from_string(group.to_string()))]);
-        let resp = conn.call(&req, DELETE_GROUPS_VERSION).await.context("delete groups")?;
-        for r in resp.results {
-            check(r.error_code, &format!("deleting group {group}"))?;
-        }
-        Ok(())
+        self.at_coordinator(group, |conn| {
+            let req = &req;
+            async move {
+                let resp = conn.call(req, DELETE_GROUPS_VERSION).await.context("delete groups")?;
+                for r in resp.results {
+                    check(r.error_code, &format!("deleting group {group}"))?;
+                }
+                Ok(())
+            }
+        })
+        .await
     }
 
     /// The cluster id, the controller and every broker (fenced ones too).

@@ -50,14 +50,29 @@ pub struct Cluster {
     pub(crate) client_id: String,
 }
 
+/// A Kafka error code in an answer, with what was asked.
+#[derive(Debug)]
+pub struct KafkaError {
+    pub code: i16,
+    pub what: String,
+}
+
+impl std::fmt::Display for KafkaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match ResponseError::try_from_code(self.code) {
+            Some(e) => write!(f, "{}: {e:?}", self.what),
+            None => write!(f, "{}: error code {}", self.what, self.code),
+        }
+    }
+}
+
+impl std::error::Error for KafkaError {}
+
 pub(crate) fn check(code: i16, what: &str) -> Result<()> {
     if code == 0 {
         return Ok(());
     }
-    match ResponseError::try_from_code(code) {
-        Some(e) => bail!("{what}: {e:?}"),
-        None => bail!("{what}: error code {code}"),
-    }
+    Err(KafkaError { code, what: what.to_string() }.into())
 }
 
 impl Cluster {
