@@ -10,9 +10,10 @@
 #      own tools (jars from Maven Central), franz-go (Go module proxy); and the Helm chart
 #      checked offline (tests/test_helm.py: helm lint, helm template, Kubernetes schemas).
 # Needs: a Rust toolchain, python3, a JDK 17+ with Maven, Go (which also builds helm, pinned
-# in scripts/helm.sh, into .cache/go/bin); kcat, openssl and iptables (for
-# iptables-legacy: latency between regions in tests/test_chaos.py) are installed with apt-get
-# when missing and running as root. Extra pytest arguments pass
+# in scripts/helm.sh, into .cache/go/bin); kcat, openssl, iptables (for
+# iptables-legacy: latency between regions in tests/test_chaos.py), chromium and
+# chromium-driver (the web console in headless Chromium: tests/test_console.py) are installed
+# with apt-get when missing and running as root. Extra pytest arguments pass
 # through, e.g. scripts/test.sh -k franz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,8 +40,8 @@ if [[ ! -x .cache/venv/bin/python ]]; then
 fi
 .cache/venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
 
-step "kcat, openssl and iptables (Debian packages)"
-for need in kcat:kcat openssl:openssl iptables-legacy:iptables; do
+step "Debian packages: kcat, openssl, iptables, chromium, chromium-driver"
+for need in kcat:kcat openssl:openssl iptables-legacy:iptables chromium:chromium chromedriver:chromium-driver; do
   cmd="${need%%:*}" pkg="${need#*:}"
   if ! command -v "$cmd" >/dev/null 2>&1; then
     if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then

@@ -5,6 +5,7 @@
 //! drain (maintenance mode), a partition's leader, the log filter.
 
 mod api;
+mod console;
 pub mod http;
 mod ops;
 
@@ -139,7 +140,7 @@ impl AsyncWrite for Counted {
 }
 
 fn router(state: Shared) -> Router {
-    Router::new()
+    console::routes(Router::new())
         .route("/metrics", get(metrics))
         .route("/health", get(health))
         .route("/ready", get(ready))
