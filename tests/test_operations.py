@@ -5,6 +5,7 @@ the official Java client produces (acks=all, idempotent) and a consumer group re
 broker drains itself on SIGTERM (controlled shutdown), restarts, catches up and takes its
 preferred leaderships back; no send fails and nothing acknowledged is lost."""
 
+import base64
 import json
 import os
 import signal
@@ -14,7 +15,8 @@ import urllib.error
 import urllib.request
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, NewTopic, ResourcePatternType,
+                                  ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion)
 
 from conftest import RUNNEL_BIN, cluster_port, unique_topic, wait_for, wait_for_topic
 from test_cluster import BROKERS, DevCluster
@@ -220,5 +222,75 @@ def test_rolling_restart_with_java_producer_and_group(tmp_path, java_build):  # 
         drained = [line for line in log.splitlines() if "controlled shutdown: leaderships moved" in line]
         assert len(drained) == BROKERS, drained
         assert all("movable_after=0" in line for line in drained), drained
+    finally:
+        c.close()
+
+
+def request(c, broker, method, path, user=None, password=None, body=None):
+    """(status, headers, body text) of one admin API request, with Basic credentials."""
+    req = urllib.request.Request(admin_url(c, broker) + path, method=method,
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    if user is not None:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+
+
+def test_admin_api_authentication_and_authorization(tmp_path):
+    """admin.authentication=basic: the probes and /metrics stay open; everything else asks
+    for a user the SCRAM credentials verify (401 otherwise), and authorizes it on the
+    cluster: DESCRIBE to read, ALTER to change (403 otherwise); `runnel admin --user` and
+    the groups of other brokers (credentials passed on) work."""
+    port = cluster_port(BROKERS)
+    c = DevCluster(tmp_path, port=port, settings=[
+        f"admin.listeners=http://127.0.0.1:{port + ADMIN_OFFSET}", "admin.authentication=basic",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:ANONYMOUS;User:admin"])
+    try:
+        users = {"admin": "admin-secret", "viewer": "viewer-secret", "nobody": "nobody-secret"}
+        done = c.admin.alter_user_scram_credentials([
+            UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), pw.encode())
+            for user, pw in users.items()])
+        for f in done.values():
+            f.result(30)
+        grant = AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:viewer", "*",
+                           AclOperation.DESCRIBE, AclPermissionType.ALLOW)
+        for f in c.admin.create_acls([grant]).values():
+            f.result(30)
+
+        for path in ["/health", "/ready", "/metrics"]:
+            wait_for(lambda: request(c, 0, "GET", path)[0] == 200, f"{path} open", 30, c.diagnostics)
+        status, headers, _ = request(c, 0, "GET", "/v1/brokers")
+        assert status == 401 and headers["WWW-Authenticate"].startswith("Basic"), status
+        assert request(c, 0, "GET", "/console/")[0] == 401
+        assert request(c, 0, "GET", "/v1/brokers", "viewer", "wrong")[0] == 401
+        assert request(c, 0, "GET", "/v1/brokers", "ghost", "viewer-secret")[0] == 401
+
+        def described(user):
+            return request(c, 1, "GET", "/v1/brokers", user, users[user])[0] == 200
+        wait_for(lambda: described("viewer"), "the viewer's ACL applied", 30, c.diagnostics)
+        assert request(c, 1, "GET", "/v1/brokers", "nobody", users["nobody"])[0] == 403
+        status, _, body = request(c, 1, "POST", "/v1/brokers/2/drain", "viewer", users["viewer"])
+        assert status == 403 and "may not Alter" in body, (status, body)
+        status, _, body = request(c, 1, "PUT", "/v1/log-level", "viewer", users["viewer"], {"filter": "debug"})
+        assert status == 403, (status, body)
+
+        env = dict(os.environ, RUNNEL_ADMIN_PASSWORD=users["admin"])
+        cmd = [RUNNEL_BIN, "admin", "drain", "--admin", admin_url(c, 0), "--user", "admin", "--broker", "2"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 0 and "broker 2: drained" in p.stdout, (p.stdout, p.stderr)
+        p = subprocess.run([RUNNEL_BIN, "admin", "undrain", "--admin", admin_url(c, 0), "--broker", "2"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0 and "401" in p.stderr, p.stderr
+        cmd = [RUNNEL_BIN, "admin", "undrain", "--admin", admin_url(c, 0), "--user", "admin", "--broker", "2"]
+        assert subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env).returncode == 0
+
+        status, _, body = request(c, 0, "GET", "/v1/groups", "viewer", users["viewer"])
+        assert status == 200 and json.loads(body)["unreachable"] == [], body
     finally:
         c.close()

@@ -11,15 +11,19 @@ use tokio::net::TcpStream;
 /// Answers larger than this are refused.
 pub const ANSWER_MAX: u64 = 4 << 20;
 
-/// GET `path` of the admin API at `base` (`http://host:port`): the body of a 2xx answer,
-/// within `timeout` in all.
-pub async fn get(base: &str, path: &str, timeout: Duration) -> Result<Vec<u8>> {
+/// GET `path` of the admin API at `base` (`http://host:port`), with the `authorization`
+/// header value when given: the body of a 2xx answer, within `timeout` in all.
+pub async fn get(base: &str, path: &str, authorization: Option<&str>, timeout: Duration) -> Result<Vec<u8>> {
     tokio::time::timeout(timeout, async {
         let Some(address) = base.strip_prefix("http://").map(|a| a.trim_end_matches('/')) else {
             bail!("{base}: expected http://host:port");
         };
         let mut stream = TcpStream::connect(address).await.with_context(|| format!("connecting to {base}"))?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        if authorization.is_some_and(|a| a.contains(['\r', '\n'])) {
+            bail!("an Authorization header across lines");
+        }
+        let authorization = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}Connection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).await?;
         let mut raw = Vec::new();
         stream.take(ANSWER_MAX + 1).read_to_end(&mut raw).await?;

@@ -5,6 +5,7 @@
 //! drain (maintenance mode), a partition's leader, the log filter.
 
 mod api;
+mod auth;
 mod console;
 pub mod http;
 mod ops;
@@ -45,6 +46,14 @@ pub fn addresses(setting: &str) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// Checks `admin.authentication` (one of [`auth::MODES`]).
+pub fn check_authentication(setting: &str) -> Result<()> {
+    if !auth::MODES.contains(&setting.trim()) {
+        bail!("admin.authentication: '{setting}' is not one of {}", auth::MODES.join(", "));
+    }
+    Ok(())
+}
+
 /// Binds every admin listener, so that a port in use stops the broker before it starts.
 pub async fn bind(setting: &str) -> Result<Vec<TcpListener>> {
     let mut listeners = Vec::new();
@@ -68,6 +77,7 @@ pub fn serve(listeners: Vec<TcpListener>, broker: &Arc<Broker>, log: Option<LogF
         }
         let bounded = Bounded { listener, permits: Arc::new(Semaphore::new(CONNECTIONS_MAX)) };
         tokio::spawn(async move {
+            let app = app.into_make_service_with_connect_info::<Peer>();
             if let Err(e) = axum::serve(bounded, app).await {
                 tracing::warn!(error = %e, "admin listener stopped");
             }
@@ -106,6 +116,16 @@ impl axum::serve::Listener for Bounded {
 
     fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
         self.listener.local_addr()
+    }
+}
+
+/// The address an admin request came from (for ACLs that name hosts).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer(pub(crate) std::net::SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Bounded>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Bounded>) -> Peer {
+        Peer(*stream.remote_addr())
     }
 }
 
@@ -150,12 +170,13 @@ fn router(state: Shared) -> Router {
         .route("/v1/groups", get(groups))
         .route("/v1/partitions/{topic}/{partition}/leader", post(transfer_leader))
         .route("/v1/log-level", get(log_level).put(set_log_level))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::guard))
         .with_state(state)
 }
 
 #[derive(Clone)]
-struct Shared {
-    broker: Weak<Broker>,
+pub(crate) struct Shared {
+    pub(crate) broker: Weak<Broker>,
     log: Option<LogFilter>,
 }
 
@@ -278,17 +299,21 @@ const PEER_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// The consumer groups with their lag: this broker's, and, unless `scope=local`, those
 /// every other live broker coordinates (asked of its admin API, concurrently; the brokers
 /// that did not answer in time are listed as `unreachable`).
-async fn groups(State(s): State<Shared>, Query(q): Query<GroupsQuery>) -> Answer {
+async fn groups(State(s): State<Shared>, Query(q): Query<GroupsQuery>, headers: axum::http::HeaderMap) -> Answer {
     let b = s.broker()?;
+    // The caller's credentials, for peers that ask for them too (admin.authentication).
+    let authorization: Option<Arc<str>> =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(Arc::from);
     let mut all = api::Groups { groups: api::local_groups(&b), unreachable: Vec::new() };
     if q.scope.as_deref() != Some("local") {
         let me = b.node_id();
         let mut asked = tokio::task::JoinSet::new();
         for peer in b.controller().live_brokers().into_iter().filter(|i| i.id != me) {
+            let authorization = authorization.clone();
             asked.spawn(async move {
                 let got = match peer.admin.is_empty() {
                     true => Err(anyhow::anyhow!("no admin listener")),
-                    false => http::get(&peer.admin, "/v1/groups?scope=local", PEER_WAIT)
+                    false => http::get(&peer.admin, "/v1/groups?scope=local", authorization.as_deref(), PEER_WAIT)
                         .await
                         .and_then(|body| Ok(serde_json::from_slice::<api::Groups>(&body)?)),
                 };

@@ -42,6 +42,9 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("advertised.listeners", Kind::List, ""),
     // http://host:port,...: the admin listener (Prometheus /metrics); none by default.
     ("admin.listeners", Kind::List, ""),
+    // none, or basic: the admin API asks for a user and password that the SCRAM
+    // credentials verify, and authorizes it on the cluster (docs/admin.md).
+    ("admin.authentication", Kind::Str, "none"),
     (
         "listener.security.protocol.map",
         Kind::List,

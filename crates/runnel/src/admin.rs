@@ -8,6 +8,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use base64::Engine;
 use runnel_admin::http::{parse_answer, ANSWER_MAX};
 use serde_json::Value;
 
@@ -24,6 +25,24 @@ struct Api {
     /// A broker's admin listener, http://host:port (its `admin.listeners`).
     #[arg(long, default_value = "http://127.0.0.1:9644")]
     admin: String,
+    /// A user whose SCRAM credentials the cluster holds, when the admin API asks for one
+    /// (`admin.authentication=basic`); the password is read from RUNNEL_ADMIN_PASSWORD.
+    #[arg(long)]
+    user: Option<String>,
+}
+
+impl Api {
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value> {
+        let login = match &self.user {
+            Some(user) => {
+                let password = std::env::var("RUNNEL_ADMIN_PASSWORD")
+                    .context("--user: the password is read from RUNNEL_ADMIN_PASSWORD, which is not set")?;
+                Some(base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
+            }
+            None => None,
+        };
+        call(&self.admin, method, path, body, login.as_deref())
+    }
 }
 
 #[derive(clap::Subcommand)]
@@ -75,7 +94,7 @@ enum AdminCommand {
 pub fn main(args: AdminArgs) -> Result<()> {
     match args.command {
         AdminCommand::Brokers(api) => {
-            let brokers = call(&api.admin, "GET", "/v1/brokers", None)?;
+            let brokers = api.call("GET", "/v1/brokers", None)?;
             println!("{:>4}  {:<22} {:<40} {:<9} {:<12} controller", "id", "address", "location", "fenced", "draining");
             for b in brokers.as_array().map(Vec::as_slice).unwrap_or_default() {
                 let location = b["location"]
@@ -97,12 +116,12 @@ pub fn main(args: AdminArgs) -> Result<()> {
         }
         AdminCommand::Drain { api, broker, timeout_s } => {
             let path = format!("/v1/brokers/{broker}/drain");
-            call(&api.admin, "POST", &path, None)?;
+            api.call("POST", &path, None)?;
             println!("broker {broker}: drain started");
             let deadline = Instant::now() + Duration::from_secs(timeout_s);
             let mut shown = None;
             loop {
-                let v = call(&api.admin, "GET", &path, None)?;
+                let v = api.call("GET", &path, None)?;
                 let (leaders, movable) = (v["leaders"].as_u64().unwrap_or(0), v["movable"].as_u64().unwrap_or(0));
                 if shown != Some((leaders, movable)) {
                     println!("broker {broker}: leads {leaders} partition(s), {movable} of them still to move");
@@ -119,20 +138,20 @@ pub fn main(args: AdminArgs) -> Result<()> {
             }
         }
         AdminCommand::Undrain { api, broker } => {
-            call(&api.admin, "DELETE", &format!("/v1/brokers/{broker}/drain"), None)?;
+            api.call("DELETE", &format!("/v1/brokers/{broker}/drain"), None)?;
             println!("broker {broker}: may lead again");
             Ok(())
         }
         AdminCommand::Transfer { api, topic, partition, to } => {
             let body = serde_json::json!({ "broker": to });
-            let v = call(&api.admin, "POST", &format!("/v1/partitions/{topic}/{partition}/leader"), Some(&body))?;
+            let v = api.call("POST", &format!("/v1/partitions/{topic}/{partition}/leader"), Some(&body))?;
             println!("{topic}-{partition}: led by {} (leader epoch {})", v["leader"], v["leader_epoch"]);
             Ok(())
         }
         AdminCommand::LogLevel { api, filter } => {
             let v = match filter {
-                Some(f) => call(&api.admin, "PUT", "/v1/log-level", Some(&serde_json::json!({ "filter": f })))?,
-                None => call(&api.admin, "GET", "/v1/log-level", None)?,
+                Some(f) => api.call("PUT", "/v1/log-level", Some(&serde_json::json!({ "filter": f })))?,
+                None => api.call("GET", "/v1/log-level", None)?,
             };
             println!("{}", v["filter"].as_str().unwrap_or_default());
             Ok(())
@@ -148,7 +167,7 @@ pub fn main(args: AdminArgs) -> Result<()> {
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One HTTP/1.1 request to the admin API; its JSON answer, or the API's error as the error.
-fn call(base: &str, method: &str, path: &str, body: Option<&Value>) -> Result<Value> {
+fn call(base: &str, method: &str, path: &str, body: Option<&Value>, login: Option<&str>) -> Result<Value> {
     let Some(address) = base.strip_prefix("http://").map(|a| a.trim_end_matches('/')) else {
         bail!("--admin {base}: expected http://host:port");
     };
@@ -162,8 +181,9 @@ fn call(base: &str, method: &str, path: &str, body: Option<&Value>) -> Result<Va
     stream.set_read_timeout(Some(CALL_TIMEOUT))?;
     stream.set_write_timeout(Some(CALL_TIMEOUT))?;
     let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let authorization = login.map(|l| format!("Authorization: Basic {l}\r\n")).unwrap_or_default();
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).with_context(|| format!("{method} {base}{path}"))?;

@@ -303,6 +303,7 @@ fn main() {
             runnel_sync::install_panic_hook();
             runtime()?.block_on(async {
                 // Bound before the broker starts, so a port in use stops it at once.
+                runnel_admin::check_authentication(config.settings.get("admin.authentication"))?;
                 let admin = runnel_admin::bind(config.settings.get("admin.listeners")).await?;
                 server::run_with(config, stop_signal(), |broker| runnel_admin::serve(admin, broker, Some(log_filter)))
                     .await

@@ -112,6 +112,19 @@ impl ScramCredential {
     }
 }
 
+impl ScramCredential {
+    /// Whether `password` is the one this credential was made from (in time independent of
+    /// where the keys differ): the admin API's Basic authentication checks passwords
+    /// against the users' SCRAM credentials.
+    pub fn verifies(&self, mechanism: ScramMechanism, password: &[u8]) -> bool {
+        let Ok(iterations) = u32::try_from(self.iterations) else { return false };
+        let salted = mechanism.salted_password(password, &self.salt, iterations);
+        let stored = mechanism.hash(&mechanism.hmac(&salted, b"Client Key"));
+        stored.len() == self.stored_key.len()
+            && stored.iter().zip(&self.stored_key).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
+    }
+}
+
 fn random(n: usize) -> Vec<u8> {
     let mut out = vec![0u8; n];
     // The system's random source does not fail on Linux; a failure leaves zeros, which the
@@ -288,6 +301,17 @@ mod tests {
         let salt = b"0123456789abcdef".to_vec();
         let cred = ScramCredential::new(m, &salt, 4096, &m.salted_password(password.as_bytes(), &salt, 4096));
         move |user: &str, mech| (user == "alice" && mech == m).then(|| cred.clone())
+    }
+
+    #[test]
+    fn a_credential_verifies_its_password_only() {
+        for m in [ScramMechanism::Sha256, ScramMechanism::Sha512] {
+            let cred = store(m, "alice-secret")("alice", m).expect("credential");
+            assert!(cred.verifies(m, b"alice-secret"));
+            assert!(!cred.verifies(m, b"alice-secreT") && !cred.verifies(m, b""));
+            let bad = ScramCredential { iterations: -1, ..cred.clone() };
+            assert!(!bad.verifies(m, b"alice-secret"));
+        }
     }
 
     #[test]
