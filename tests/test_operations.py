@@ -294,3 +294,43 @@ def test_admin_api_authentication_and_authorization(tmp_path):
         assert status == 200 and json.loads(body)["unreachable"] == [], body
     finally:
         c.close()
+
+
+def test_decommission_through_the_admin_api(tmp_path):
+    """POST /v1/brokers/3/decommission on a 4-broker cluster moves every replica off broker 3
+    (an RF 3 topic's and __consumer_offsets'), and GET shows the progress until it is done:
+    then no partition lists broker 3 and each still has three replicas."""
+    port = cluster_port(4)
+    c = DevCluster(tmp_path, brokers=4, port=port,
+                   settings=[f"admin.listeners=http://127.0.0.1:{port + ADMIN_OFFSET}"])
+    try:
+        topic = unique_topic("decom")
+        c.admin.create_topics([NewTopic(topic, 4, 3)])[topic].result(30)
+        wait_for_topic(c.admin, topic, 4)
+        consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": unique_topic("g"), "enable.auto.commit": False})
+        consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+        consumer.close()
+
+        def holds():
+            status, view = get(c, 0, "/v1/brokers/3/decommission")
+            assert status == 200, view
+            return view
+        before = holds()
+        assert before["remaining"] > 0 and not before["done"], before
+        status, _, body = request(c, 1, "POST", "/v1/brokers/3/decommission")
+        started = json.loads(body)
+        assert status == 200 and started["started"] > 0, (status, body)
+        seen = [before["remaining"]]
+
+        def done():
+            view = holds()
+            seen.append(view["remaining"])
+            return view["done"]
+        wait_for(done, "broker 3 emptied", 120, c.diagnostics)
+        assert seen[0] > 0 and seen[-1] == 0, seen
+        for t in (topic, "__consumer_offsets"):
+            parts = c.admin.list_topics(t, timeout=10).topics[t].partitions.values()
+            assert all(3 not in q.replicas and len(q.replicas) == 3 for q in parts), [q.replicas for q in parts]
+        assert get(c, 0, "/v1/brokers/9/decommission")[0] == 404
+    finally:
+        c.close()

@@ -166,6 +166,7 @@ fn router(state: Shared) -> Router {
         .route("/ready", get(ready))
         .route("/v1/brokers", get(brokers))
         .route("/v1/brokers/{id}/drain", get(drain_status).post(drain).delete(undrain))
+        .route("/v1/brokers/{id}/decommission", get(decommission_status).post(decommission))
         .route("/v1/partitions", get(partitions))
         .route("/v1/groups", get(groups))
         .route("/v1/partitions/{topic}/{partition}/leader", post(transfer_leader))
@@ -241,6 +242,16 @@ async fn drain(State(s): State<Shared>, Path(id): Path<i32>) -> Answer {
 async fn undrain(State(s): State<Shared>, Path(id): Path<i32>) -> Answer {
     let b = s.broker()?;
     Ok(answer(ops::set_drain(&b, id, false).await))
+}
+
+async fn decommission_status(State(s): State<Shared>, Path(id): Path<i32>) -> Answer {
+    let b = s.broker()?;
+    Ok(answer(ops::decommission_view(&b, id)))
+}
+
+async fn decommission(State(s): State<Shared>, Path(id): Path<i32>) -> Answer {
+    let b = s.broker()?;
+    Ok(answer(ops::decommission(&b, id).await))
 }
 
 #[derive(serde::Deserialize)]

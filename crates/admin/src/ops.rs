@@ -1,13 +1,15 @@
 //! The admin API's write side: maintenance mode (drain a broker's leaderships away and let
-//! them back), leadership transfer of one partition, and the log filter at run time.
+//! them back), decommission (move its replicas away) with progress, leadership transfer of
+//! one partition, and the log filter at run time.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::error::ResponseError;
 use runnel_broker::broker::Broker;
 use runnel_broker::drain::eligible;
-use runnel_controller::Drain;
+use runnel_controller::{replace_broker, Assignment, Drain};
 use serde::Serialize;
 
 /// Reads (None) or sets (Some, `RUNNEL_LOG` syntax such as `info,runnel_raft=debug`) the
@@ -122,4 +124,63 @@ pub async fn transfer_leader(b: &Broker, topic: &str, partition: i32, to: i32) -
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A broker's decommission as `/v1/brokers/{id}/decommission` shows it.
+#[derive(Serialize)]
+pub struct DecommissionView {
+    pub broker: i32,
+    /// Moves asked for by this call (POST only).
+    pub started: usize,
+    /// Partitions that still list the broker as a replica.
+    pub remaining: usize,
+    /// Of those, the ones moving now.
+    pub moving: usize,
+    /// It holds no replica and none is moving: it can be stopped for good.
+    pub done: bool,
+}
+
+pub fn decommission_view(b: &Broker, id: i32) -> Result<DecommissionView, Refused> {
+    if !b.controller().brokers().iter().any(|i| i.id == id) {
+        return Err(Refused(404, format!("broker {id} is not registered")));
+    }
+    let moving = b.controller().reassignments();
+    let (mut remaining, mut under_way) = (0, 0);
+    for t in b.catalog.topics_snapshot() {
+        for p in t.partitions.iter().filter(|p| p.replicas.contains(&id)) {
+            remaining += 1;
+            if moving.contains_key(&(t.name.to_string(), p.index)) {
+                under_way += 1;
+            }
+        }
+    }
+    Ok(DecommissionView { broker: id, started: 0, remaining, moving: under_way, done: remaining == 0 })
+}
+
+/// Moves every replica off broker `id` (the plan `runnel admin decommission` makes, see
+/// `runnel_controller::replace_broker`): one reassignment per partition, committed by the
+/// controller; the partitions' leaders then carry them out. Partitions already moving are
+/// left to their move.
+pub async fn decommission(b: &Broker, id: i32) -> Result<DecommissionView, Refused> {
+    decommission_view(b, id)?;
+    let racks: BTreeMap<i32, Option<String>> =
+        b.controller().live_brokers().into_iter().map(|i| (i.id, i.rack())).collect();
+    let moving = b.controller().reassignments();
+    let mut assignment = Assignment::new();
+    for t in b.catalog.topics_snapshot() {
+        for p in &t.partitions {
+            let key = (t.name.to_string(), p.index);
+            if !moving.contains_key(&key) {
+                assignment.insert(key, p.replicas.clone());
+            }
+        }
+    }
+    let moves = replace_broker(&racks, &assignment, id).map_err(|e| Refused(409, e))?;
+    for ((topic, partition), target) in &moves {
+        b.controller().reassign(topic, *partition, Some(target.clone()), false).await.map_err(|(code, msg)| {
+            Refused(503, format!("moving {topic}-{partition} to {target:?}: {code:?}: {msg}"))
+        })?;
+    }
+    tracing::info!(broker = id, moves = moves.len(), "decommission: replicas moving off the broker");
+    Ok(DecommissionView { started: moves.len(), ..decommission_view(b, id)? })
 }

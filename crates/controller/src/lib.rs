@@ -35,7 +35,7 @@ mod sessions;
 
 pub use controller::{Controller, ControllerConfig, Outcome, CONTROLLER_CHANNEL, INBOX_MAX};
 pub use host::{Effect, Host, Limits};
-pub use placement::{place, placement_risk};
+pub use placement::{place, placement_risk, replace_broker, Assignment};
 pub use records::{
     broker_of, parse_location, parse_voters, raft_group, raft_id, send_on_channel, BrokerInfo, Drain, Endpoint, Moving,
     QuorumMember, QuorumState, RaftGroupId, TopicConfigChange, META_GROUP,

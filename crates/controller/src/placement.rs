@@ -124,6 +124,42 @@ pub(crate) fn check_assignment(a: &[Vec<i32>], brokers: &[BrokerInfo]) -> Result
     Ok(())
 }
 
+/// (topic, partition) → replica list.
+pub type Assignment = BTreeMap<(String, i32), Vec<i32>>;
+
+/// Decommission's plan: each partition with a replica on `gone` gets, in its place, a broker
+/// of `racks` (live brokers and their racks) outside its replica list: one in `gone`'s rack
+/// first (the spread over failure domains stays as it was), then the least loaded
+/// (counting the moves already planned), then the lowest id. The partitions to move, with
+/// their new replica lists.
+pub fn replace_broker(
+    racks: &BTreeMap<i32, Option<String>>,
+    assignment: &Assignment,
+    gone: i32,
+) -> Result<Assignment, String> {
+    let mut load: HashMap<i32, usize> = racks.keys().map(|b| (*b, 0)).collect();
+    for replicas in assignment.values() {
+        for b in replicas {
+            *load.entry(*b).or_default() += 1;
+        }
+    }
+    let home = racks.get(&gone).cloned().flatten();
+    let mut moves = Assignment::new();
+    for ((topic, p), replicas) in assignment.iter().filter(|(_, r)| r.contains(&gone)) {
+        let choice = racks
+            .iter()
+            .filter(|(b, _)| **b != gone && !replicas.contains(b))
+            .min_by_key(|(b, rack)| (home.is_none() || **rack != home, load.get(b).copied().unwrap_or(0), **b))
+            .map(|(b, _)| *b);
+        let Some(to) = choice else {
+            return Err(format!("{topic}-{p} has replicas on {replicas:?} and no other live broker to move to"));
+        };
+        *load.entry(to).or_default() += 1;
+        moves.insert((topic.clone(), *p), replicas.iter().map(|b| if *b == gone { to } else { *b }).collect());
+    }
+    Ok(moves)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,5 +223,34 @@ mod tests {
         leaders.sort();
         leaders.dedup();
         assert_eq!(leaders.len(), 6, "leaders rotate over every broker");
+    }
+
+    #[test]
+    fn a_decommissioned_broker_is_replaced_in_its_rack_first_then_by_load() {
+        let racks: BTreeMap<i32, Option<String>> = [
+            (0, Some("a".into())),
+            (1, Some("b".into())),
+            (2, Some("a".into())),
+            (3, Some("c".into())),
+            (4, Some("c".into())),
+        ]
+        .into_iter()
+        .collect();
+        let assignment: Assignment = [
+            (("t".to_string(), 0), vec![0, 1, 3]),
+            (("t".to_string(), 1), vec![1, 3, 4]),
+            (("t".to_string(), 2), vec![0, 2, 1]),
+        ]
+        .into_iter()
+        .collect();
+        let moves = replace_broker(&racks, &assignment, 0).unwrap();
+        // Partition 0 keeps a replica in rack a (broker 2); partition 2 already has 2, so
+        // the least loaded broker outside its list takes it (4: one replica; 3 has two).
+        assert_eq!(moves.len(), 2);
+        assert_eq!(moves[&("t".to_string(), 0)], vec![2, 1, 3]);
+        assert_eq!(moves[&("t".to_string(), 2)], vec![4, 2, 1]);
+        assert!(replace_broker(&racks, &assignment, 9).unwrap().is_empty());
+        let full: BTreeMap<i32, Option<String>> = [(0, None), (1, None), (3, None)].into_iter().collect();
+        assert!(replace_broker(&full, &assignment, 0).is_err());
     }
 }

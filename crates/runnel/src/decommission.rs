@@ -6,7 +6,7 @@
 //! the spread over failure domains stays as it was, else the least loaded. Waits until the
 //! moves are finished and no partition lists N.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -33,14 +33,13 @@ pub struct DecommissionArgs {
     dry_run: bool,
 }
 
-/// (topic, partition) → replica list.
-type Assignment = BTreeMap<(String, i32), Vec<i32>>;
+use runnel_controller::{replace_broker, Assignment};
 
 pub async fn main(args: DecommissionArgs) -> Result<()> {
     let conn = Connection::connect_any(&args.bootstrap, "runnel-decommission", 4).await?;
     let (racks, assignment) = describe(&conn).await?;
     let gone = args.broker;
-    let moves = plan(&racks, &assignment, gone)?;
+    let moves = replace_broker(&racks, &assignment, gone).map_err(anyhow::Error::msg)?;
     if moves.is_empty() {
         println!("broker {gone} holds no replicas");
         return Ok(());
@@ -110,32 +109,6 @@ pub async fn main(args: DecommissionArgs) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// Each partition of `gone` goes to a broker outside its replica list: one in the same rack
-/// first, then the least loaded (counting the moves already planned), then the lowest id.
-fn plan(racks: &BTreeMap<i32, Option<String>>, assignment: &Assignment, gone: i32) -> Result<Assignment> {
-    let mut load: HashMap<i32, usize> = racks.keys().map(|b| (*b, 0)).collect();
-    for replicas in assignment.values() {
-        for b in replicas {
-            *load.entry(*b).or_default() += 1;
-        }
-    }
-    let home = racks.get(&gone).cloned().flatten();
-    let mut moves = Assignment::new();
-    for ((topic, p), replicas) in assignment.iter().filter(|(_, r)| r.contains(&gone)) {
-        let choice = racks
-            .iter()
-            .filter(|(b, _)| **b != gone && !replicas.contains(b))
-            .min_by_key(|(b, rack)| (home.is_none() || **rack != home, load.get(b).copied().unwrap_or(0), **b))
-            .map(|(b, _)| *b);
-        let Some(to) = choice else {
-            bail!("{topic}-{p} has replicas on {replicas:?} and no other live broker to move to");
-        };
-        *load.entry(to).or_default() += 1;
-        moves.insert((topic.clone(), *p), replicas.iter().map(|b| if *b == gone { to } else { *b }).collect());
-    }
-    Ok(moves)
 }
 
 /// Live brokers with their racks, and every partition's replicas.
