@@ -144,8 +144,9 @@ def test_drain_undrain_transfer_and_log_level(tmp_path):
         p = runnel_admin(c, 0, "undrain", "--broker", 1)
         assert "may lead again" in p.stdout
         wait_for(lambda: leaders(c, 0, topic) == want, "preferred leaders back after undrain", 30, c.diagnostics)
-        status, view = get(c, 2, "/v1/brokers/1/drain")
-        assert view["draining"] is None and not view["done"] and view["leaders"] == len(ours), view
+        view = wait_for(lambda: (lambda v: v if v["leaders"] == len(ours) else None)(get(c, 2, "/v1/brokers/1/drain")[1]),
+                        "broker 2 to see broker 1 lead its partitions again", 30, c.diagnostics)
+        assert view["draining"] is None and not view["done"], view
 
         # One partition's leadership moved by hand, answered once done.
         q = next(p for p, b in want.items() if b == 0)
@@ -280,6 +281,8 @@ def test_admin_api_authentication_and_authorization(tmp_path):
         status, _, body = request(c, 1, "PUT", "/v1/log-level", "viewer", users["viewer"], {"filter": "debug"})
         assert status == 403, (status, body)
 
+        wait_for(lambda: request(c, 0, "GET", "/v1/brokers", "admin", users["admin"])[0] == 200,
+                 "broker 0 to know the admin user", 30, c.diagnostics)
         env = dict(os.environ, RUNNEL_ADMIN_PASSWORD=users["admin"])
         cmd = [RUNNEL_BIN, "admin", "drain", "--admin", admin_url(c, 0), "--user", "admin", "--broker", "2"]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
