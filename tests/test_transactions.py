@@ -266,6 +266,10 @@ def test_transactions_survive_their_coordinator_being_killed(tmp_path):
         victim = _txn_coordinator(c, txn_id)
         os.kill(c.pid(victim), signal.SIGKILL)
         p.commit_transaction(90)
+        # EndTxn answers once the commit is prepared; the markers follow (as in Kafka), and a
+        # partition the killed broker led gets its marker once it has a leader again.
+        wait_for(lambda: _ends(c.bootstrap, topic, 3, True) == _ends(c.bootstrap, topic, 3, False),
+                 "the commit's markers written (stable offset at the high watermark)", 90, c.diagnostics)
         read = _rd_read(c.bootstrap, topic, 3, committed=True)
         assert sorted(v for vs in read.values() for v in vs) == sorted(f"kept-{i}" for i in range(30)), read
 
