@@ -14,30 +14,49 @@ pub const ANSWER_MAX: u64 = 4 << 20;
 /// GET `path` of the admin API at `base` (`http://host:port`), with the `authorization`
 /// header value when given: the body of a 2xx answer, within `timeout` in all.
 pub async fn get(base: &str, path: &str, authorization: Option<&str>, timeout: Duration) -> Result<Vec<u8>> {
+    let (status, body) = request(base, "GET", path, None, authorization, timeout).await?;
+    if !(200..300).contains(&status) {
+        bail!("GET {base}{path}: {status}");
+    }
+    Ok(body)
+}
+
+/// One request (a JSON `body` when given) to the admin API at `base` (`http://host:port`),
+/// with the `authorization` header value when given: the answer's status and body, within
+/// `timeout` in all.
+pub async fn request(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    authorization: Option<&str>,
+    timeout: Duration,
+) -> Result<(u16, Vec<u8>)> {
     tokio::time::timeout(timeout, async {
         let Some(address) = base.strip_prefix("http://").map(|a| a.trim_end_matches('/')) else {
             bail!("{base}: expected http://host:port");
         };
-        let mut stream = TcpStream::connect(address).await.with_context(|| format!("connecting to {base}"))?;
         if authorization.is_some_and(|a| a.contains(['\r', '\n'])) {
             bail!("an Authorization header across lines");
         }
+        let mut stream = TcpStream::connect(address).await.with_context(|| format!("connecting to {base}"))?;
         let authorization = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}Connection: close\r\n\r\n");
+        let body = body.unwrap_or_default();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
         stream.write_all(request.as_bytes()).await?;
         let mut raw = Vec::new();
         stream.take(ANSWER_MAX + 1).read_to_end(&mut raw).await?;
         if raw.len() as u64 > ANSWER_MAX {
-            bail!("GET {base}{path}: the answer is larger than {ANSWER_MAX} bytes");
+            bail!("the answer is larger than {ANSWER_MAX} bytes");
         }
-        let (status, body) = parse_answer(&raw)?;
-        if !(200..300).contains(&status) {
-            bail!("GET {base}{path}: {status}");
-        }
-        Ok(body)
+        parse_answer(&raw)
     })
     .await
-    .with_context(|| format!("GET {base}{path}: no answer within {timeout:?}"))?
+    .map_err(|_| anyhow::anyhow!("no answer within {timeout:?}"))?
+    .with_context(|| format!("{method} {base}{path}"))
 }
 
 /// Status and body of an HTTP/1.1 answer read to its end (Content-Length or chunked).

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use tracing::info;
 
 use crate::broker::Broker;
+use crate::replica_manager::Handing;
 
 /// How often brokers check while one has just come back, and for how long after.
 const RETURN_PASS: Duration = Duration::from_secs(1);
@@ -78,17 +79,10 @@ fn rebalance(b: &Broker, eligible: &BTreeSet<i32>) -> usize {
     let me = b.node_id();
     let mut moved = 0;
     crate::drain::for_each_led(b, false, |group, order| {
-        for candidate in order {
-            if candidate == me {
-                break;
-            }
-            if !eligible.contains(&candidate) {
-                continue;
-            }
-            if b.replicas.elect_here(group, candidate) {
-                moved += 1;
-                break;
-            }
+        // The replicas ranked above this one that may lead, best first.
+        let better: Vec<i32> = order.into_iter().take_while(|c| *c != me).filter(|c| eligible.contains(c)).collect();
+        if !better.is_empty() && b.replicas.hand_to_any(group, &better) == Handing::Started {
+            moved += 1;
         }
     });
     moved

@@ -272,25 +272,12 @@ impl ReplicaManager {
     /// transfer would stall writes for an election timeout and fail): a Raft leadership
     /// transfer. Returns whether one started.
     pub fn elect_here(&self, group: RaftGroupId, preferred: i32) -> bool {
-        let Some(replica) = self.driver.group(group) else { return false };
-        let started = {
-            let mut r = lock(&replica);
-            let to = raft_id(preferred);
-            let ok = r.is_leader() && r.id() != to && r.has_everything(to, ELECT_LAG_MAX);
-            if ok {
-                r.transfer_leader(to);
-            }
-            ok
-        };
-        if started {
-            self.driver.kick(group);
-        }
-        started
+        self.hand_to_any(group, &[preferred]) == Handing::Started
     }
 
-    /// Hands a group this broker leads to the first of `candidates` that has every entry
-    /// but `ELECT_LAG_MAX` (as `elect_here`); otherwise says whether one of them answers
-    /// and so may catch up.
+    /// Hands a group this broker leads to the first of `candidates` that is alive and lacks
+    /// at most `ELECT_LAG_MAX` entries (a Raft leadership transfer); otherwise says whether
+    /// one of them answers and so may catch up.
     pub fn hand_to_any(&self, group: RaftGroupId, candidates: &[i32]) -> Handing {
         let Some(replica) = self.driver.group(group) else { return Handing::NotLeader };
         let handing = {

@@ -3,13 +3,11 @@
 //! (`--admin http://host:port`, docs/admin.md); decommission uses the Kafka protocol
 //! (`--bootstrap`), as `runnel decommission` does.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use base64::Engine;
-use runnel_admin::http::{parse_answer, ANSWER_MAX};
+use runnel_admin::http;
 use serde_json::Value;
 
 use crate::decommission;
@@ -32,16 +30,29 @@ struct Api {
 }
 
 impl Api {
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value> {
+    /// One request to the admin API; its JSON answer, or the API's error as the error.
+    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value> {
         let login = match &self.user {
             Some(user) => {
                 let password = std::env::var("RUNNEL_ADMIN_PASSWORD")
                     .context("--user: the password is read from RUNNEL_ADMIN_PASSWORD, which is not set")?;
-                Some(base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
+                Some(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+                ))
             }
             None => None,
         };
-        call(&self.admin, method, path, body, login.as_deref())
+        let body = body.map(Value::to_string);
+        let (status, payload) =
+            http::request(&self.admin, method, path, body.as_deref(), login.as_deref(), CALL_TIMEOUT).await?;
+        let value: Value = serde_json::from_slice(&payload)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&payload).into()));
+        if !(200..300).contains(&status) {
+            let why = value["error"].as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+            bail!("{method} {}{path}: {status}: {why}", self.admin);
+        }
+        Ok(value)
     }
 }
 
@@ -91,10 +102,10 @@ enum AdminCommand {
     Decommission(decommission::DecommissionArgs),
 }
 
-pub fn main(args: AdminArgs) -> Result<()> {
+pub async fn main(args: AdminArgs) -> Result<()> {
     match args.command {
         AdminCommand::Brokers(api) => {
-            let brokers = api.call("GET", "/v1/brokers", None)?;
+            let brokers = api.call("GET", "/v1/brokers", None).await?;
             println!("{:>4}  {:<22} {:<40} {:<9} {:<12} controller", "id", "address", "location", "fenced", "draining");
             for b in brokers.as_array().map(Vec::as_slice).unwrap_or_default() {
                 let location = b["location"]
@@ -116,12 +127,12 @@ pub fn main(args: AdminArgs) -> Result<()> {
         }
         AdminCommand::Drain { api, broker, timeout_s } => {
             let path = format!("/v1/brokers/{broker}/drain");
-            api.call("POST", &path, None)?;
+            api.call("POST", &path, None).await?;
             println!("broker {broker}: drain started");
             let deadline = Instant::now() + Duration::from_secs(timeout_s);
             let mut shown = None;
             loop {
-                let v = api.call("GET", &path, None)?;
+                let v = api.call("GET", &path, None).await?;
                 let (leaders, movable) = (v["leaders"].as_u64().unwrap_or(0), v["movable"].as_u64().unwrap_or(0));
                 if shown != Some((leaders, movable)) {
                     println!("broker {broker}: leads {leaders} partition(s), {movable} of them still to move");
@@ -134,70 +145,30 @@ pub fn main(args: AdminArgs) -> Result<()> {
                 if Instant::now() >= deadline {
                     bail!("broker {broker} still leads {movable} partition(s) that could move after {timeout_s} s");
                 }
-                std::thread::sleep(Duration::from_millis(250));
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
         AdminCommand::Undrain { api, broker } => {
-            api.call("DELETE", &format!("/v1/brokers/{broker}/drain"), None)?;
+            api.call("DELETE", &format!("/v1/brokers/{broker}/drain"), None).await?;
             println!("broker {broker}: may lead again");
             Ok(())
         }
         AdminCommand::Transfer { api, topic, partition, to } => {
             let body = serde_json::json!({ "broker": to });
-            let v = api.call("POST", &format!("/v1/partitions/{topic}/{partition}/leader"), Some(&body))?;
+            let v = api.call("POST", &format!("/v1/partitions/{topic}/{partition}/leader"), Some(&body)).await?;
             println!("{topic}-{partition}: led by {} (leader epoch {})", v["leader"], v["leader_epoch"]);
             Ok(())
         }
         AdminCommand::LogLevel { api, filter } => {
             let v = match filter {
-                Some(f) => api.call("PUT", "/v1/log-level", Some(&serde_json::json!({ "filter": f })))?,
-                None => api.call("GET", "/v1/log-level", None)?,
+                Some(f) => api.call("PUT", "/v1/log-level", Some(&serde_json::json!({ "filter": f }))).await?,
+                None => api.call("GET", "/v1/log-level", None).await?,
             };
             println!("{}", v["filter"].as_str().unwrap_or_default());
             Ok(())
         }
-        AdminCommand::Decommission(args) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("starting the runtime")?
-            .block_on(decommission::main(args)),
+        AdminCommand::Decommission(args) => decommission::main(args).await,
     }
 }
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// One HTTP/1.1 request to the admin API; its JSON answer, or the API's error as the error.
-fn call(base: &str, method: &str, path: &str, body: Option<&Value>, login: Option<&str>) -> Result<Value> {
-    let Some(address) = base.strip_prefix("http://").map(|a| a.trim_end_matches('/')) else {
-        bail!("--admin {base}: expected http://host:port");
-    };
-    let addr = address
-        .to_socket_addrs()
-        .with_context(|| format!("resolving {address}"))?
-        .next()
-        .with_context(|| format!("{address} resolves to no address"))?;
-    let mut stream =
-        TcpStream::connect_timeout(&addr, CALL_TIMEOUT).with_context(|| format!("connecting to {base}"))?;
-    stream.set_read_timeout(Some(CALL_TIMEOUT))?;
-    stream.set_write_timeout(Some(CALL_TIMEOUT))?;
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let authorization = login.map(|l| format!("Authorization: Basic {l}\r\n")).unwrap_or_default();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).with_context(|| format!("{method} {base}{path}"))?;
-    let mut raw = Vec::new();
-    stream.take(ANSWER_MAX + 1).read_to_end(&mut raw).with_context(|| format!("{method} {base}{path}"))?;
-    if raw.len() as u64 > ANSWER_MAX {
-        bail!("{method} {base}{path}: the answer is larger than {ANSWER_MAX} bytes");
-    }
-    let (status, payload) = parse_answer(&raw).with_context(|| format!("{method} {base}{path}"))?;
-    let value: Value =
-        serde_json::from_slice(&payload).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&payload).into()));
-    if !(200..300).contains(&status) {
-        let why = value["error"].as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
-        bail!("{method} {base}{path}: {status}: {why}");
-    }
-    Ok(value)
-}

@@ -294,7 +294,7 @@ fn main() {
         Command::Verify(args) => runtime().and_then(|rt| rt.block_on(verify::main(*args))),
         Command::Chaos(args) => runtime().and_then(|rt| rt.block_on(chaos::main(*args))),
         Command::Decommission(args) => runtime().and_then(|rt| rt.block_on(decommission::main(args))),
-        Command::Admin(args) => admin::main(args),
+        Command::Admin(args) => runtime().and_then(|rt| rt.block_on(admin::main(args))),
         Command::Topic(cmd) => runtime().and_then(|rt| rt.block_on(cli::topic(cmd))),
         Command::Group(cmd) => runtime().and_then(|rt| rt.block_on(cli::group(cmd))),
         Command::Cluster(cmd) => runtime().and_then(|rt| rt.block_on(cli::cluster(cmd))),
