@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> [%s] %s\n' "$(date -u +%T)" "$*"; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -63,4 +63,4 @@ step "helm (.cache/go/bin)"
 scripts/helm.sh
 
 step "integration tests"
-.cache/venv/bin/python -m pytest tests -q -rfE --durations=10 "$@"
+.cache/venv/bin/python -m pytest tests -q -rfE --durations=30 "$@"
