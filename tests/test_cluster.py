@@ -790,7 +790,7 @@ def test_retention_and_delete_records_trim_replicated_logs_and_a_follower_that_m
                                        "leader.imbalance.check.interval.seconds=1"])
     try:
         topic = unique_topic("trim")
-        fs = c.admin.create_topics([NewTopic(topic, 1, 3, config={"segment.bytes": "8192",
+        fs = c.admin.create_topics([NewTopic(topic, 1, 3, config={"internal.segment.bytes": "8192",
                                                                    "retention.bytes": "32768"})],
                                    operation_timeout=30, request_timeout=30)
         fs[topic].result(timeout=30)
@@ -832,7 +832,7 @@ def test_compaction_of_a_replicated_log_reaches_a_follower_that_missed_it_throug
     c = DevCluster(tmp_path, settings=["log.cleaner.backoff.ms=200", "leader.imbalance.check.interval.seconds=1"])
     try:
         topic = unique_topic("compact")
-        config = {"cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01"}
+        config = {"cleanup.policy": "compact", "internal.segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01"}
         c.admin.create_topics([NewTopic(topic, 1, 3, config=config)], operation_timeout=30,
                               request_timeout=30)[topic].result(timeout=30)
         wait_for_topic(c.admin, topic, 1)
@@ -972,7 +972,7 @@ def test_a_topic_config_change_reaches_every_replica(tmp_path):
     c = DevCluster(tmp_path, settings=["log.retention.check.interval.ms=300"])
     try:
         topic = unique_topic("reconf")
-        c.admin.create_topics([NewTopic(topic, 1, 3, config={"segment.bytes": "4096"})], operation_timeout=30,
+        c.admin.create_topics([NewTopic(topic, 1, 3, config={"internal.segment.bytes": "4096"})], operation_timeout=30,
                               request_timeout=30)[topic].result(timeout=30)
         wait_for_topic(c.admin, topic, 1)
         produce_acked(c, topic, [(None, b"x" * 500) for _ in range(200)])

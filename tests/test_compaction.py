@@ -85,7 +85,7 @@ def wait_compacted(bootstrap, topic, max_records, timeout_s=30):
 def test_latest_value_per_key_survives_at_its_offset(compacting_broker):
     b = compacting_broker
     topic = unique_topic("compact")
-    create_topic(b.bootstrap, topic, 1, {"cleanup.policy": "compact", "segment.bytes": "2048",
+    create_topic(b.bootstrap, topic, 1, {"cleanup.policy": "compact", "internal.segment.bytes": "2048",
                                          "min.cleanable.dirty.ratio": "0.01"})
     pairs, offsets = [], []
     for r in range(ROUNDS):
@@ -125,7 +125,7 @@ def test_keyless_records_are_refused(compacting_broker):
 def test_tombstones_go_after_delete_retention(compacting_broker):
     b = compacting_broker
     topic = unique_topic("compact")
-    create_topic(b.bootstrap, topic, 1, {"cleanup.policy": "compact", "segment.bytes": "2048",
+    create_topic(b.bootstrap, topic, 1, {"cleanup.policy": "compact", "internal.segment.bytes": "2048",
                                          "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "2000"})
     produce(b.bootstrap, topic, [(b"gone", b"x" * 50)] * 10 + [(b"keep", b"y" * 50)] * 10)
     produce(b.bootstrap, topic, [(b"gone", None)])

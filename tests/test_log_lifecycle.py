@@ -140,7 +140,7 @@ def test_size_retention_deletes_old_segments(lifecycle_broker):
     topic = unique_topic("ret-bytes")
     retention = 3 * seg
     admin = admin_client(b.bootstrap)
-    create_topic(admin, topic, 1, {"segment.bytes": str(seg), "retention.bytes": str(retention)})
+    create_topic(admin, topic, 1, {"internal.segment.bytes": str(seg), "retention.bytes": str(retention)})
     n = 8 * seg // RECORD_BYTES + 50
     offsets = produce(b.bootstrap, topic, [(value_for(i), None) for i in range(n)], chunk=50,
                       batch_bytes=seg // 4)
@@ -182,7 +182,7 @@ def test_time_retention_deletes_expired_segments(lifecycle_broker):
     b, data_dir, seg = lifecycle_broker
     topic = unique_topic("ret-ms")
     admin = admin_client(b.bootstrap)
-    create_topic(admin, topic, 1, {"segment.bytes": str(seg), "retention.ms": "60000"})
+    create_topic(admin, topic, 1, {"internal.segment.bytes": str(seg), "retention.ms": "60000"})
     old_ts = int(time.time() * 1000) - 600_000
     n_old = 4 * seg // RECORD_BYTES + 20
     produce(b.bootstrap, topic, [(value_for(i), old_ts + i) for i in range(n_old)], chunk=50,
@@ -227,7 +227,7 @@ def test_list_offsets_by_timestamp(lifecycle_broker):
     b, _, seg = lifecycle_broker
     topic = unique_topic("lo-ts")
     admin = admin_client(b.bootstrap)
-    create_topic(admin, topic, 1, {"segment.bytes": str(seg)})
+    create_topic(admin, topic, 1, {"internal.segment.bytes": str(seg)})
     base = int(time.time() * 1000) - 300_000
     n = 120
     timestamps = [base + 10 * i for i in range(n)]

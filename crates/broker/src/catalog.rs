@@ -207,10 +207,7 @@ impl Catalog {
         if partitions < 1 {
             return Err(CatalogError::InvalidPartitions("Number of partitions must be larger than 0.".into()));
         }
-        for (k, v) in configs {
-            topic_config::validate(k, v).map_err(CatalogError::InvalidConfig)?;
-        }
-        Ok(())
+        topic_config::validate_all(configs).map_err(CatalogError::InvalidConfig)
     }
 
     /// Puts a topic as the metadata log defines it (new, or with new partitions).

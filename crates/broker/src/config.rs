@@ -171,6 +171,21 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("min.insync.replicas", Kind::Int, "1"),
     ("unclean.leader.election.enable", Kind::Bool, "false"),
     ("message.max.bytes", Kind::Int, "1048588"),
+    ("log.message.timestamp.before.max.ms", Kind::Long, "9223372036854775807"),
+    ("log.message.timestamp.after.max.ms", Kind::Long, "3600000"),
+    ("compression.gzip.level", Kind::Int, "-1"),
+    ("compression.lz4.level", Kind::Int, "9"),
+    ("compression.zstd.level", Kind::Int, "3"),
+    ("log.roll.jitter.ms", Kind::Long, "0"),
+    // Accepted with no effect (docs/configs.md): Runnel's index, fsync and file handling
+    // differ from Kafka's, and it has no tiered storage.
+    ("log.index.size.max.bytes", Kind::Int, "10485760"),
+    ("log.segment.delete.delay.ms", Kind::Long, "60000"),
+    ("log.flush.interval.messages", Kind::Long, "9223372036854775807"),
+    ("log.flush.interval.ms", Kind::Long, "9223372036854775807"),
+    ("log.preallocate", Kind::Bool, "false"),
+    ("log.local.retention.bytes", Kind::Long, "-2"),
+    ("log.local.retention.ms", Kind::Long, "-2"),
     // Runnel's durability switch: `always` fsyncs before acks=all is answered and before
     // the high watermark moves (group commit); `never` leaves flushing to the OS, as
     // Kafka does by default.
@@ -333,6 +348,19 @@ pub const DYNAMIC_SETTINGS: &[&str] = &[
     "compression.type",
     "log.index.interval.bytes",
     "unclean.leader.election.enable",
+    "log.message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms",
+    "compression.gzip.level",
+    "compression.lz4.level",
+    "compression.zstd.level",
+    "log.roll.jitter.ms",
+    "log.index.size.max.bytes",
+    "log.segment.delete.delay.ms",
+    "log.flush.interval.messages",
+    "log.flush.interval.ms",
+    "log.preallocate",
+    "log.local.retention.bytes",
+    "log.local.retention.ms",
 ];
 
 impl Settings {

@@ -27,7 +27,7 @@ fn invalid(msg: String) -> (ResponseError, String) {
 
 fn kind_of(resource_type: i8, name: &str) -> Option<Kind> {
     match resource_type {
-        RESOURCE_TOPIC => topic_config::lookup(name).map(|(_, k)| k),
+        RESOURCE_TOPIC => topic_config::lookup(name),
         _ => setting(name).map(|(k, _)| k).or_else(|| {
             crate::config::dynamic_listener_ssl(name).map(|(_, key)| setting(key).map_or(Kind::Str, |(k, _)| k))
         }),
@@ -81,20 +81,18 @@ pub(crate) fn apply(
 }
 
 pub(crate) fn validate(resource_type: i8, map: &BTreeMap<String, String>) -> Outcome {
+    if resource_type == RESOURCE_TOPIC {
+        return topic_config::validate_all(map).map_err(invalid);
+    }
     for (k, v) in map {
-        match resource_type {
-            RESOURCE_TOPIC => topic_config::validate(k, v).map_err(invalid)?,
-            _ => {
-                if crate::config::dynamic_listener_ssl(k).is_some() {
-                    continue; // checked by loading the stores (see alter_configs)
-                }
-                if !DYNAMIC_SETTINGS.contains(&k.as_str()) {
-                    return Err(invalid(format!("Cannot update {k} while the broker runs; set it in the config file")));
-                }
-                let (kind, _) = setting(k).ok_or_else(|| invalid(format!("Unknown config name: {k}")))?;
-                check_value(kind, v).map_err(|e| invalid(format!("Invalid value {v} for {k}: {e}")))?;
-            }
+        if crate::config::dynamic_listener_ssl(k).is_some() {
+            continue; // checked by loading the stores (see alter_configs)
         }
+        if !DYNAMIC_SETTINGS.contains(&k.as_str()) {
+            return Err(invalid(format!("Cannot update {k} while the broker runs; set it in the config file")));
+        }
+        let (kind, _) = setting(k).ok_or_else(|| invalid(format!("Unknown config name: {k}")))?;
+        check_value(kind, v).map_err(|e| invalid(format!("Invalid value {v} for {k}: {e}")))?;
     }
     Ok(())
 }

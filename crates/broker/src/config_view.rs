@@ -56,24 +56,30 @@ pub fn topic_config_entries(
 ) -> Vec<DescribeConfigsResourceResult> {
     TOPIC_CONFIGS
         .iter()
-        .filter(|(name, _, _)| keys.is_none_or(|k| k.iter().any(|k| k == name)))
-        .map(|(name, broker_name, kind)| {
-            let broker_value = settings.get(broker_name);
-            let (value, source) = match overrides.get(*name) {
-                Some(v) => (v.as_str(), SOURCE_DYNAMIC_TOPIC),
-                None => (broker_value, broker_source(settings, broker_name)),
+        .filter(|c| keys.is_none_or(|k| k.iter().any(|k| k == c.name)))
+        .filter(|c| !c.internal || overrides.contains_key(c.name))
+        .map(|c| {
+            let name = c.name;
+            let (broker_value, broker_src) = match c.synonym {
+                Some(syn) => (settings.get(syn), broker_source(settings, syn)),
+                None => (c.default, SOURCE_DEFAULT),
             };
-            let mut e = entry(name, value, source, false, kind.code(), v);
+            let (value, source) = match overrides.get(name) {
+                Some(v) => (v.as_str(), SOURCE_DYNAMIC_TOPIC),
+                None => (broker_value, broker_src),
+            };
+            let mut e = entry(name, value, source, false, c.kind.code(), v);
             if synonyms {
-                if let Some(o) = overrides.get(*name) {
+                if let Some(o) = overrides.get(name) {
                     e.synonyms.push(synonym(name, o, SOURCE_DYNAMIC_TOPIC));
                 }
-                let bs = broker_source(settings, broker_name);
-                if bs != SOURCE_DEFAULT {
-                    e.synonyms.push(synonym(broker_name, broker_value, bs));
+                if let Some(syn) = c.synonym {
+                    if broker_src != SOURCE_DEFAULT {
+                        e.synonyms.push(synonym(syn, broker_value, broker_src));
+                    }
+                    let default = crate::config::setting(syn).map(|(_, d)| d).unwrap_or("");
+                    e.synonyms.push(synonym(syn, default, SOURCE_DEFAULT));
                 }
-                let default = crate::config::setting(broker_name).map(|(_, d)| d).unwrap_or("");
-                e.synonyms.push(synonym(broker_name, default, SOURCE_DEFAULT));
             }
             e
         })

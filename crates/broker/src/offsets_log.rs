@@ -45,13 +45,16 @@ impl InternalLog {
 
 /// As Kafka's: compacted, so it holds the latest record of each group, offset or
 /// transactional id. `segment_setting`: the topic's `*.segment.bytes` broker setting.
+/// Below segment.bytes' 1 MiB floor (tests), the size goes in `internal.segment.bytes`.
 pub fn topic_configs(s: &Settings, segment_setting: &str) -> BTreeMap<String, String> {
-    [
-        ("cleanup.policy".to_string(), "compact".to_string()),
-        ("segment.bytes".to_string(), s.get(segment_setting).to_string()),
-    ]
-    .into_iter()
-    .collect()
+    let segment = s.get(segment_setting);
+    let key = match segment.parse::<i64>() {
+        Ok(bytes) if bytes < 1 << 20 => "internal.segment.bytes",
+        _ => "segment.bytes",
+    };
+    [("cleanup.policy".to_string(), "compact".to_string()), (key.to_string(), segment.to_string())]
+        .into_iter()
+        .collect()
 }
 
 /// One batch of records; in a producer's transaction when `txn` is (producer id, epoch).

@@ -35,9 +35,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use runnel_wire::batch::{read_varint, BatchHeader, HEADER_BYTES};
-use runnel_wire::build::{compress, decompress, DECOMPRESSED_BYTES_MAX};
+use runnel_wire::batch::{BatchHeader, HEADER_BYTES};
+use runnel_wire::records::rebuild;
+pub use runnel_wire::records::{records_of, RecordRef, Records};
 
 use crate::producer::AbortedTxn;
 use crate::segment::{self, file_name};
@@ -296,80 +296,6 @@ fn invalid(e: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e.to_string())
 }
 
-/// One record inside a batch: its whole encoding (length prefix included), its offset, key
-/// and value (`None` value: a tombstone). Headers are not decoded.
-pub struct RecordRef<'a> {
-    pub raw: &'a [u8],
-    pub offset: i64,
-    pub key: Option<&'a [u8]>,
-    pub value: Option<&'a [u8]>,
-}
-
-/// The decompressed records section of a batch, with each record located.
-pub struct Records {
-    data: Bytes,
-    spans: Vec<Span>,
-}
-
-type Range = Option<(usize, usize)>;
-/// Where one record lies in `Records::data`: (start, end, offset, key range, value range).
-type Span = (usize, usize, i64, Range, Range);
-
-impl Records {
-    pub fn iter(&self) -> impl Iterator<Item = RecordRef<'_>> {
-        self.spans.iter().map(|&(start, end, offset, key, value)| RecordRef {
-            raw: &self.data[start..end],
-            offset,
-            key: key.map(|(s, e)| &self.data[s..e]),
-            value: value.map(|(s, e)| &self.data[s..e]),
-        })
-    }
-}
-
-/// Decompresses (if needed) and frames the records of one batch (control batches too).
-pub fn records_of(h: &BatchHeader, batch: &[u8]) -> io::Result<Records> {
-    let data = decompress(h.compression(), &batch[HEADER_BYTES..], DECOMPRESSED_BYTES_MAX).map_err(invalid)?;
-    let mut spans = Vec::with_capacity((h.records_count.max(0) as usize).min(data.len()));
-    let mut pos = 0usize;
-    let bad = |what: &str| invalid(format!("batch at offset {}: {what}", h.base_offset));
-    while pos < data.len() {
-        let (len, used) = read_varint(&data[pos..]).ok_or_else(|| bad("record length"))?;
-        let start = pos;
-        let body_start = pos + used;
-        let end = usize::try_from(len).ok().and_then(|l| body_start.checked_add(l)).filter(|&e| e <= data.len());
-        let end = end.ok_or_else(|| bad("record length out of range"))?;
-        let body = &data[body_start..end];
-        // attributes i8, timestampDelta varlong, offsetDelta varint, keyLength varint, key,
-        // valueLength varint, ...
-        let mut at = 1usize;
-        let next = |b: &[u8], at: &mut usize| -> io::Result<i64> {
-            let (v, n) = read_varint(b.get(*at..).unwrap_or_default()).ok_or_else(|| bad("record field"))?;
-            *at += n;
-            Ok(v)
-        };
-        next(body, &mut at)?;
-        let offset_delta = next(body, &mut at)?;
-        let field = |at: &mut usize, what: &str| -> io::Result<Range> {
-            let len = next(body, at)?;
-            if len < 0 {
-                return Ok(None);
-            }
-            let f = (*at, *at + len as usize);
-            if f.1 > body.len() {
-                return Err(bad(what));
-            }
-            *at = f.1;
-            Ok(Some((body_start + f.0, body_start + f.1)))
-        };
-        let key = field(&mut at, "key length out of range")?;
-        let value = field(&mut at, "value length out of range")?;
-        let offset = h.base_offset.checked_add(offset_delta).ok_or_else(|| bad("record offset out of range"))?;
-        spans.push((start, end, offset, key, value));
-        pos = end;
-    }
-    Ok(Records { data, spans })
-}
-
 /// Whether every record of a batch has a key: a compacted topic refuses keyless records.
 pub fn all_records_keyed(h: &BatchHeader, batch: &[u8]) -> io::Result<bool> {
     if h.is_control() {
@@ -393,7 +319,7 @@ fn filter_batch(
 ) -> io::Result<Filtered> {
     let records = records_of(h, batch)?;
     let kept: Vec<RecordRef> = records.iter().filter(|r| keep(r.offset, r.key, r.value.is_none())).collect();
-    let total = records.spans.len();
+    let total = records.len();
     stats.records_removed += (total - kept.len()) as u64;
     if kept.len() == total {
         return Ok(Filtered::All);
@@ -404,21 +330,7 @@ fn filter_batch(
     // Same header (base offset, last offset delta, timestamps, producer fields), new
     // records section; an emptied batch is stored uncompressed, as Kafka does.
     let codec = if kept.is_empty() { 0 } else { h.compression() };
-    let mut plain = BytesMut::new();
-    for r in &kept {
-        plain.put_slice(r.raw);
-    }
-    let section = compress(codec, &plain).map_err(invalid)?;
-    let mut out = Vec::with_capacity(HEADER_BYTES + section.len());
-    out.extend_from_slice(&batch[..HEADER_BYTES]);
-    out.extend_from_slice(&section);
-    let attributes = (h.attributes & !0x07) | codec;
-    out[21..23].copy_from_slice(&attributes.to_be_bytes());
-    let batch_length = (out.len() - 12) as i32;
-    out[8..12].copy_from_slice(&batch_length.to_be_bytes());
-    out[57..61].copy_from_slice(&(kept.len() as i32).to_be_bytes());
-    let crc = crc32c::crc32c(&out[21..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    let out = rebuild(h, batch, kept.iter().map(|r| r.raw), codec, None)?;
     Ok(Filtered::Rebuilt(out))
 }
 

@@ -12,6 +12,7 @@
 //! where the producer-state checks run; replicates; batched fsync) → commit → response.
 
 mod cleaner;
+mod config;
 pub mod fault;
 mod log;
 mod producer;

@@ -15,6 +15,8 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::cleaner::{self, CleanPlan, CleanStats, Cleaned, SegmentSnapshot};
+use crate::config::roll_jitter;
+pub use crate::config::{LogConfig, SEGMENT_BYTES_MAX};
 use crate::producer::{AbortedTxn, ProducerError, ProducerTable};
 use crate::segment::{file_name, Segment};
 
@@ -22,53 +24,6 @@ const CHECKPOINT_FILE: &str = "checkpoint";
 const CHECKPOINT_VERSION: &str = "v2";
 /// Checkpoints written before the cleaner point existed.
 const CHECKPOINT_VERSION_1: &str = "v1";
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LogConfig {
-    /// Roll to a new segment before the active one would grow past this.
-    pub segment_bytes: u64,
-    /// Roll the active segment once it is this old (and not empty).
-    pub segment_ms: i64,
-    /// Delete segments whose newest record is older than this; negative: keep forever.
-    pub retention_ms: i64,
-    /// Delete the oldest segments while the log is bigger than this; negative: no limit.
-    pub retention_bytes: i64,
-    /// Bytes between two sparse offset-index entries.
-    pub index_interval_bytes: u64,
-    /// `cleanup.policy` has `delete`: retention by time and size applies.
-    pub delete: bool,
-    /// `cleanup.policy` has `compact`: the cleaner keeps the latest record per key.
-    pub compact: bool,
-    /// Clean once the dirty part is at least this share of the cleanable log.
-    pub min_cleanable_dirty_ratio: f64,
-    /// Tombstones stay readable this long before the cleaner removes them.
-    pub delete_retention_ms: i64,
-    /// Records younger than this are never compacted.
-    pub min_compaction_lag_ms: i64,
-    /// Dirty records older than this are compacted whatever the dirty ratio.
-    pub max_compaction_lag_ms: i64,
-}
-
-impl Default for LogConfig {
-    fn default() -> Self {
-        LogConfig {
-            segment_bytes: 1 << 30,
-            segment_ms: 7 * 24 * 3600 * 1000,
-            retention_ms: 7 * 24 * 3600 * 1000,
-            retention_bytes: -1,
-            index_interval_bytes: 4096,
-            delete: true,
-            compact: false,
-            min_cleanable_dirty_ratio: 0.5,
-            delete_retention_ms: 24 * 3600 * 1000,
-            min_compaction_lag_ms: 0,
-            max_compaction_lag_ms: i64::MAX,
-        }
-    }
-}
-
-/// Largest segment the u32 positions of the offset index can address.
-pub const SEGMENT_BYTES_MAX: u64 = i32::MAX as u64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendInfo {
@@ -509,7 +464,7 @@ impl Log {
     fn maybe_roll(&mut self, incoming: u64, last_offset: i64, now_ms: i64) -> io::Result<()> {
         let active = self.active();
         let full = active.size + incoming > self.config.segment_bytes.min(SEGMENT_BYTES_MAX);
-        let old = now_ms - active.created_ms >= self.config.segment_ms;
+        let old = now_ms - active.created_ms >= self.config.segment_ms - roll_jitter(&self.config, active.base_offset);
         let far = last_offset.saturating_sub(active.base_offset) > i32::MAX as i64;
         if active.size > 0 && (full || old || far) {
             self.roll(now_ms)?;

@@ -14,6 +14,7 @@
 pub mod batch;
 pub mod build;
 pub mod marker;
+pub mod records;
 
 pub use batch::{BatchError, BatchHeader, Batches};
 pub use marker::TxnEnd;

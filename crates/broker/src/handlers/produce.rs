@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use runnel_security::acl::Operation;
 use runnel_wire::batch::HEADER_BYTES;
@@ -32,23 +34,48 @@ struct TopicRules {
     log_append_time: bool,
     /// A compacted topic needs a key on every record.
     compact: bool,
+    /// The codec and level batches are stored with (`compression.type`), or None to keep
+    /// the producer's.
+    compression: Option<(i16, Option<i32>)>,
+    /// CreateTime records must lie in [now - before, now + after].
+    before_max_ms: i64,
+    after_max_ms: i64,
 }
 
 fn rules(b: &Broker, t: &Topic) -> TopicRules {
     let s = b.catalog.settings();
+    let get = |name: &str| topic_config::effective(name, &t.configs, &s).trim();
     TopicRules {
-        max_message_bytes: topic_config::effective("max.message.bytes", &t.configs, &s).parse().unwrap_or(1_048_588),
-        log_append_time: topic_config::effective("message.timestamp.type", &t.configs, &s) == "LogAppendTime",
-        compact: topic_config::cleanup_policy(topic_config::effective("cleanup.policy", &t.configs, &s))
-            .is_some_and(|(_, compact)| compact),
+        max_message_bytes: get("max.message.bytes").parse().unwrap_or(1_048_588),
+        log_append_time: get("message.timestamp.type") == "LogAppendTime",
+        compact: topic_config::cleanup_policy(get("cleanup.policy")).is_some_and(|(_, compact)| compact),
+        compression: topic_config::compression(&t.configs, &s),
+        before_max_ms: get("message.timestamp.before.max.ms").parse().unwrap_or(i64::MAX),
+        after_max_ms: get("message.timestamp.after.max.ms").parse().unwrap_or(i64::MAX),
     }
 }
 
-/// A batch ready to append: borrowed from the request unless LogAppendTime rewrote it.
+/// Why a partition's records were refused: the partition's error, its message, and the
+/// records that caused it (KIP-467: index among the partition's records, message).
+struct Refusal {
+    code: ResponseError,
+    message: String,
+    records: Vec<(i32, String)>,
+}
+
+impl From<(ResponseError, String)> for Refusal {
+    fn from((code, message): (ResponseError, String)) -> Refusal {
+        Refusal { code, message, records: Vec::new() }
+    }
+}
+
+/// A batch ready to append: borrowed from the request unless the broker rewrote it
+/// (recompression, LogAppendTime).
 type Validated<'a> = (Cow<'a, [u8]>, BatchHeader);
 
-/// Validates a partition's records into batches ready to append (copied only when
-/// LogAppendTime rewrites the timestamp).
+/// Validates a partition's records into batches ready to append. Records are decoded only
+/// when a rule needs them: a compacted topic (keys), a timestamp bound the batch header
+/// cannot settle, or a `compression.type` other than the batch's.
 /// `transactional`: the request names a transactional id, so transactional batches are
 /// taken (control batches never are: only the broker writes markers).
 fn validate<'a>(
@@ -56,49 +83,89 @@ fn validate<'a>(
     rules: &TopicRules,
     transactional: bool,
     now_ms: i64,
-) -> Result<Vec<Validated<'a>>, (ResponseError, String)> {
+) -> Result<Vec<Validated<'a>>, Refusal> {
     let mut out = Vec::new();
+    let (lowest, highest) = (now_ms.saturating_sub(rules.before_max_ms), now_ms.saturating_add(rules.after_max_ms));
+    // The index of each batch's first record among the partition's records.
+    let mut first_index = 0i32;
+    let mut bad: Vec<(i32, String)> = Vec::new();
+    let mut bad_timestamp = false;
     for item in Batches::new(records) {
         let (_, range) = item.map_err(|e| (errors::batch(&e), e.to_string()))?;
         let bytes = &records[range];
         let h = BatchHeader::validate_for_append(bytes).map_err(|e| (errors::batch(&e), e.to_string()))?;
         if bytes.len() > rules.max_message_bytes {
-            return Err((
-                ResponseError::MessageTooLarge,
-                format!("batch of {} bytes exceeds max.message.bytes {}", bytes.len(), rules.max_message_bytes),
-            ));
+            return Err(too_large(bytes.len(), rules).into());
         }
         if h.is_control() {
-            return Err((ResponseError::InvalidRecord, "control batches are written by the broker only".into()));
+            return Err((ResponseError::InvalidRecord, "control batches are written by the broker only".into()).into());
         }
         if h.is_transactional() && !(transactional && h.has_producer_id()) {
             let msg = "a transactional batch needs a transactional id and a producer id";
-            return Err((ResponseError::InvalidRecord, msg.into()));
+            return Err((ResponseError::InvalidRecord, msg.into()).into());
         }
-        if rules.compact {
-            match runnel_storage::all_records_keyed(&h, bytes) {
-                Ok(true) => {}
-                Ok(false) => {
-                    let msg = "Compacted topic cannot accept message without key.";
-                    return Err((ResponseError::InvalidRecord, msg.into()));
+        let check_time = !rules.log_append_time && (rules.before_max_ms < i64::MAX || h.max_timestamp > highest);
+        let recompress = rules.compression.filter(|(codec, _)| *codec != h.compression());
+        let mut batch = Cow::Borrowed(bytes);
+        if rules.compact || check_time || recompress.is_some() {
+            // Undecodable, or over the decompression bound (a compression bomb).
+            let decoded = runnel_storage::records_of(&h, bytes)
+                .map_err(|e| (ResponseError::CorruptMessage, format!("records cannot be read: {e}")))?;
+            for (i, r) in decoded.iter().enumerate() {
+                let index = first_index.saturating_add(i as i32);
+                if rules.compact && r.key.is_none() {
+                    bad.push((index, "Compacted topic cannot accept message without key.".into()));
                 }
-                // Undecodable or over the decompression bound (a compression bomb).
-                Err(e) => return Err((ResponseError::CorruptMessage, format!("records cannot be read: {e}"))),
+                // As Kafka: NO_TIMESTAMP (-1) is not checked.
+                if check_time && r.timestamp != -1 && !(lowest..=highest).contains(&r.timestamp) {
+                    bad_timestamp = true;
+                    bad.push((
+                        index,
+                        format!(
+                            "Timestamp {} of message with offset {} is out of range. The timestamp should be within [{lowest}, {highest}]",
+                            r.timestamp, r.offset
+                        ),
+                    ));
+                }
+            }
+            if let Some((codec, level)) = recompress {
+                let rebuilt = runnel_wire::records::rebuild(&h, bytes, decoded.iter().map(|r| r.raw), codec, level)
+                    .map_err(|e| (ResponseError::CorruptMessage, format!("records cannot be recompressed: {e}")))?;
+                if rebuilt.len() > rules.max_message_bytes {
+                    return Err(too_large(rebuilt.len(), rules).into());
+                }
+                batch = Cow::Owned(rebuilt);
             }
         }
+        first_index = first_index.saturating_add(h.records_count.max(0));
         if rules.log_append_time {
-            let mut owned = bytes.to_vec();
-            set_log_append_time(&mut owned, now_ms);
-            let h = BatchHeader::parse(&owned).map_err(|e| (errors::batch(&e), e.to_string()))?;
-            out.push((Cow::Owned(owned), h));
-        } else {
-            out.push((Cow::Borrowed(bytes), h));
+            set_log_append_time(batch.to_mut(), now_ms);
         }
+        let h = match batch {
+            Cow::Borrowed(_) => h,
+            Cow::Owned(ref b) => BatchHeader::parse(b).map_err(|e| (errors::batch(&e), e.to_string()))?,
+        };
+        out.push((batch, h));
+    }
+    if !bad.is_empty() {
+        // As Kafka's LogValidator: one refusal for the whole batch, naming each bad record.
+        let (code, message) = match bad_timestamp {
+            true => {
+                (ResponseError::InvalidTimestamp, "One or more records have been rejected due to invalid timestamp")
+            }
+            false => (ResponseError::InvalidRecord, "One or more records have been rejected"),
+        };
+        return Err(Refusal { code, message: message.into(), records: bad });
     }
     if out.is_empty() {
-        return Err((ResponseError::CorruptMessage, "no record batch in partition data".into()));
+        return Err((ResponseError::CorruptMessage, "no record batch in partition data".to_string()).into());
     }
     Ok(out)
+}
+
+fn too_large(bytes: usize, rules: &TopicRules) -> (ResponseError, String) {
+    let max = rules.max_message_bytes;
+    (ResponseError::MessageTooLarge, format!("batch of {bytes} bytes exceeds max.message.bytes {max}"))
 }
 
 /// LogAppendTime: the broker's clock replaces the batch's max timestamp; the timestamp
@@ -237,9 +304,11 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refuse
         for p in t.partition_data {
             let mut res = PartitionProduceResponse::default().with_index(p.index).with_base_offset(-1);
             bytes += p.records.as_ref().map_or(0, |r| r.len());
-            let outcome = (|| {
+            let outcome = (|| -> Result<_, Refusal> {
                 let Some(acks) = acks else {
-                    return Err((ResponseError::InvalidRequiredAcks, format!("acks={} is not -1, 0 or 1", r.acks)));
+                    return Err(
+                        (ResponseError::InvalidRequiredAcks, format!("acks={} is not -1, 0 or 1", r.acks)).into()
+                    );
                 };
                 if let Some(code) = refused.get(topic.as_ref().map_or(&t.name.0, |t| &t.name), p.index) {
                     let msg = match code {
@@ -250,15 +319,17 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refuse
                         ResponseError::TransactionalIdAuthorizationFailed => "Transactional Id authorization failed.",
                         _ => "the transaction's coordinator did not confirm the partition",
                     };
-                    return Err((code, msg.into()));
+                    return Err((code, msg.to_string()).into());
                 }
                 if !may_write {
-                    return Err((ResponseError::TopicAuthorizationFailed, "Topic authorization failed.".into()));
+                    return Err(
+                        (ResponseError::TopicAuthorizationFailed, "Topic authorization failed.".to_string()).into()
+                    );
                 }
                 let (Some(topic), Some(rules)) = (&topic, &rules) else {
                     let code =
                         if v >= 13 { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
-                    return Err((code, "This server does not host this topic-partition.".into()));
+                    return Err((code, "This server does not host this topic-partition.".to_string()).into());
                 };
                 if crate::offsets_log::is_internal(&topic.name) {
                     // As Kafka: clients never write internal topics (the group coordinator
@@ -266,21 +337,24 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refuse
                     return Err((
                         ResponseError::InvalidTopicException,
                         format!("Cannot append to internal topic {}", topic.name),
-                    ));
+                    )
+                        .into());
                 }
                 let Some(part) = topic.partitions.get(p.index as usize) else {
                     return Err((
                         ResponseError::UnknownTopicOrPartition,
-                        "This server does not host this topic-partition.".into(),
-                    ));
+                        "This server does not host this topic-partition.".to_string(),
+                    )
+                        .into());
                 };
                 if let Some(e) = part.leader_error() {
-                    return Err((errors::partition(&e), e.to_string()));
+                    return Err((errors::partition(&e), e.to_string()).into());
                 }
                 let records = p.records.as_deref().unwrap_or_default();
                 let batches = validate(records, rules, transactional, now_ms)?;
                 let refs: Vec<(&[u8], BatchHeader)> = batches.iter().map(|(bytes, h)| (bytes.as_ref(), *h)).collect();
-                let appended = part.append(&refs, acks).map_err(|e| (errors::partition(&e), e.to_string()))?;
+                let appended =
+                    part.append(&refs, acks).map_err(|e| Refusal::from((errors::partition(&e), e.to_string())))?;
                 let records: i64 = refs.iter().map(|(_, h)| h.records_count.max(0) as i64).sum();
                 Ok((appended, rules.log_append_time, records))
             })();
@@ -300,13 +374,21 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refuse
                     }
                     waits.push((responses.len(), parts.len(), appended));
                 }
-                Err((code, msg)) => {
+                Err(Refusal { code, message: msg, records }) => {
                     if let Some(m) = &counted {
                         m.failed_produce_requests.inc();
                     }
                     res.error_code = code.code();
                     if v >= 8 {
                         res.error_message = Some(str_bytes(&msg));
+                        res.record_errors = records
+                            .iter()
+                            .map(|(index, why)| {
+                                BatchIndexAndErrorMessage::default()
+                                    .with_batch_index(*index)
+                                    .with_batch_index_error_message(Some(str_bytes(why)))
+                            })
+                            .collect();
                     }
                     tracing::debug!(topic = %t.name.0.as_str(), partition = p.index, ?code, %msg, "produce refused");
                 }
