@@ -6,8 +6,9 @@
 #      installed from crates.io when missing)
 #   2. a release build of `runnel`
 #   3. the integration tests (pytest): real `runnel` processes on 127.0.0.1 driven by real
-#      Kafka clients: librdkafka (confluent-kafka from PyPI), the Java client and Kafka's
-#      own tools (jars from Maven Central), franz-go (Go module proxy); and the Helm chart
+#      Kafka clients: librdkafka (confluent-kafka from PyPI), kafka-python (PyPI), the Java
+#      client and Kafka's own tools (jars from Maven Central), franz-go and Sarama (Go module
+#      proxy); and the Helm chart
 #      checked offline (tests/test_helm.py: helm lint, helm template, Kubernetes schemas).
 # Needs: a Rust toolchain, python3, a JDK 17+ with Maven, Go (which also builds helm, pinned
 # in scripts/helm.sh, into .cache/go/bin); kcat, openssl, iptables (for
@@ -57,7 +58,7 @@ done
 
 step "Java client and Kafka tools (.cache/java)"
 tests/java/build.sh
-step "franz-go client (.cache/go)"
+step "franz-go and Sarama clients (.cache/go)"
 tests/go/build.sh
 step "helm (.cache/go/bin)"
 scripts/helm.sh

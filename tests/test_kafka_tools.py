@@ -182,6 +182,22 @@ def test_topics_create_list_describe_alter_delete(tools):
     assert "does not exist" in missing.stdout + missing.stderr, missing.stdout + missing.stderr
 
 
+def test_topics_describe_pages_through_describe_topic_partitions(tools):
+    """kafka-topics --describe asks with DescribeTopicPartitions (KIP-966: its lines carry the
+    Elr fields Metadata has not); answers of at most 2 partitions each still give every
+    partition of two 5-partition topics, once, in order."""
+    prefix = unique_topic("tools-pages")
+    for t in ("a", "b"):
+        tools.create_topic(f"{prefix}-{t}", 5)
+    out = tools.topics("--describe", "--topic", f"{re.escape(prefix)}-.*", "--partition-size-limit-per-response", 2).stdout
+    lines = [line for line in out.splitlines() if line.startswith("\tTopic:")]
+    seen = [(f["Topic"], int(f["Partition"])) for f in
+            (dict(x.split(": ", 1) for x in line.strip("\t").split("\t") if ": " in x) for line in lines)]
+    assert sorted(seen) == [(f"{prefix}-{t}", p) for t in ("a", "b") for p in range(5)], out
+    assert len(seen) == 10, out
+    assert all("\tElr: " in line for line in lines), out
+
+
 # ------------------------------------------------------------- console producer / consumer
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the franz-go programs tests/go/clientcheck, tests/go/groupcheck, tests/go/txncheck,
-# tests/go/rackcheck and tests/go/seccheck into .cache/go/<name> (relative to the repo root).
+# tests/go/rackcheck and tests/go/seccheck, and the Sarama program tests/go/saramacheck, into
+# .cache/go/<name> (relative to the repo root).
 # Idempotent: a binary newer than go.mod, go.sum and every .go file under
 # tests/go is left alone. Otherwise `go build` runs (itself
 # incremental via Go's build cache). Modules come from the Go module proxy on
@@ -38,3 +39,4 @@ build groupcheck
 build seccheck
 build txncheck
 build rackcheck
+build saramacheck

@@ -218,6 +218,8 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("max.incremental.fetch.session.cache.slots", Kind::Int, "1000"),
     ("fetch.max.wait.ms.max", Kind::Long, "30000"),
     ("fetch.max.bytes", Kind::Int, "57671680"),
+    // The most partitions one DescribeTopicPartitions answer holds (KIP-966).
+    ("max.request.partition.size.limit", Kind::Int, "2000"),
     ("offsets.topic.num.partitions", Kind::Int, "50"),
     // Cluster mode: replicas of each offsets-log partition (the topic is created on the
     // first FindCoordinator, once this many brokers are registered).

@@ -58,6 +58,8 @@ api_table! {
     CreatePartitions(0, 3) => |b, r, v, ctx| handlers::create_partitions::handle(b, r, v, ctx);
     IncrementalAlterConfigs(0, 1) => |b, r, v, ctx| handlers::alter_configs::incremental(b, r, v, ctx);
     DescribeQuorum(0, 2) => |b, r, v, ctx| handlers::describe_quorum::handle(b, r, v, ctx);
+    DescribeTopicPartitions(0, 0) => |b, r, v, ctx| handlers::describe_topic_partitions::handle(b, r, v, ctx);
+    ListConfigResources(0, 1) => |b, r, v, ctx| handlers::list_config_resources::handle(b, r, v, ctx);
     DescribeCluster(0, 1) => |b, r, v, ctx| handlers::describe_cluster::handle(b, r, v, ctx);
     DescribeLogDirs(1, 4) => |b, r, v, ctx| handlers::describe_log_dirs::handle(b, r, v, ctx);
     FindCoordinator(0, 6) => |b, r, v, ctx| handlers::find_coordinator::handle(b, r, v, ctx);
