@@ -247,6 +247,23 @@ impl Catalog {
         Ok(())
     }
 
+    /// Replaces the cluster-wide dynamic settings (from the metadata log, which keeps them)
+    /// and re-derives every partition's log config.
+    pub fn set_cluster_defaults(&self, cluster: BTreeMap<String, String>) {
+        self.settings.write_or_stop().set_cluster_defaults(cluster);
+        self.reconfigure_logs();
+    }
+
+    fn reconfigure_logs(&self) {
+        let settings = self.settings().clone();
+        for t in self.topics_snapshot() {
+            let cfg = topic_config::log_config(&t.configs, &settings);
+            for p in &t.partitions {
+                p.configure_log(cfg);
+            }
+        }
+    }
+
     /// Replaces the broker's dynamic settings (validated by the caller), persists them and
     /// re-derives every partition's log config, since topics inherit from the broker.
     pub async fn set_broker_configs(&self, dynamic: BTreeMap<String, String>) -> Result<(), CatalogError> {
@@ -258,14 +275,8 @@ impl Catalog {
             local.persisted = next;
         }
         self.settings.write_or_stop().set_dynamic(dynamic);
-        let settings = self.settings().clone();
-        apply_faults(&settings);
-        for t in self.topics_snapshot() {
-            let cfg = topic_config::log_config(&t.configs, &settings);
-            for p in &t.partitions {
-                p.configure_log(cfg);
-            }
-        }
+        apply_faults(&self.settings().clone());
+        self.reconfigure_logs();
         Ok(())
     }
 

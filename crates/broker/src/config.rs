@@ -303,6 +303,9 @@ pub struct Settings {
     derived: std::collections::BTreeSet<String>,
     /// Changed at run time through IncrementalAlterConfigs; persisted in the metadata.
     dynamic: BTreeMap<String, String>,
+    /// Cluster-wide dynamic configs (`--entity-default`), from the metadata log: below this
+    /// broker's own dynamic configs, above its static ones, as in Kafka.
+    cluster: BTreeMap<String, String>,
 }
 
 /// Broker settings that can be changed while running (the rest need a restart).
@@ -414,6 +417,15 @@ impl Settings {
         self.dynamic.contains_key(name)
     }
 
+    pub fn is_cluster_default(&self, name: &str) -> bool {
+        !self.dynamic.contains_key(name) && self.cluster.contains_key(name)
+    }
+
+    /// Replaces the cluster-wide dynamic layer (validated by the broker that took it).
+    pub fn set_cluster_defaults(&mut self, cluster: BTreeMap<String, String>) {
+        self.cluster = cluster;
+    }
+
     pub fn dynamic(&self) -> &BTreeMap<String, String> {
         &self.dynamic
     }
@@ -439,7 +451,7 @@ impl Settings {
     }
 
     pub fn get(&self, name: &str) -> &str {
-        if let Some(v) = self.dynamic.get(name) {
+        if let Some(v) = self.dynamic.get(name).or_else(|| self.cluster.get(name)) {
             return v;
         }
         match self.explicit.get(name) {
@@ -780,5 +792,18 @@ mod tests {
         ] {
             assert!(config(bad).is_err(), "{bad} is refused");
         }
+    }
+
+    #[test]
+    fn a_broker_setting_ranks_dynamic_then_cluster_wide_then_static_then_default() {
+        let name = "log.retention.ms";
+        let mut s = Settings::default();
+        assert_eq!(s.get(name), "604800000");
+        s.set(name, "1").expect("static");
+        assert_eq!(s.get(name), "1");
+        s.set_cluster_defaults(BTreeMap::from([(name.to_string(), "2".to_string())]));
+        assert_eq!((s.get(name), s.is_cluster_default(name)), ("2", true));
+        s.set_dynamic(BTreeMap::from([(name.to_string(), "3".to_string())]));
+        assert_eq!((s.get(name), s.is_cluster_default(name)), ("3", false));
     }
 }

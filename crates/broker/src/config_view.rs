@@ -16,12 +16,15 @@ fn str_bytes(s: &str) -> kafka_protocol::protocol::StrBytes {
 /// Config sources, as DescribeConfigs v1+ reports them.
 pub const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 pub const SOURCE_DYNAMIC_BROKER: i8 = 2;
+pub const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 pub const SOURCE_STATIC_BROKER: i8 = 4;
 pub const SOURCE_DEFAULT: i8 = 5;
 
 fn broker_source(settings: &Settings, name: &str) -> i8 {
     if settings.is_dynamic(name) {
         SOURCE_DYNAMIC_BROKER
+    } else if settings.is_cluster_default(name) {
+        SOURCE_DYNAMIC_DEFAULT_BROKER
     } else if settings.is_explicit(name) {
         SOURCE_STATIC_BROKER
     } else {
@@ -80,6 +83,28 @@ pub fn topic_config_entries(
                     let default = crate::config::setting(syn).map(|(_, d)| d).unwrap_or("");
                     e.synonyms.push(synonym(syn, default, SOURCE_DEFAULT));
                 }
+            }
+            e
+        })
+        .collect()
+}
+
+/// The cluster-wide dynamic broker configs (DescribeConfigs of the broker resource "",
+/// `--entity-default`): only those set, as Kafka lists them.
+pub fn cluster_default_entries(
+    defaults: &BTreeMap<String, String>,
+    keys: Option<&[String]>,
+    synonyms: bool,
+    v: i16,
+) -> Vec<DescribeConfigsResourceResult> {
+    defaults
+        .iter()
+        .filter(|(name, _)| keys.is_none_or(|k| k.iter().any(|k| k == *name)))
+        .map(|(name, value)| {
+            let kind = crate::config::setting(name).map_or(crate::config::Kind::Str, |(k, _)| k);
+            let mut e = entry(name, value, SOURCE_DYNAMIC_DEFAULT_BROKER, false, kind.code(), v);
+            if synonyms {
+                e.synonyms.push(synonym(name, value, SOURCE_DYNAMIC_DEFAULT_BROKER));
             }
             e
         })

@@ -522,6 +522,11 @@ impl Host for ReplicaManager {
                 }
                 Ok(())
             }
+            Effect::BrokerDefaults { configs } => {
+                info!(configs = configs.len(), "cluster-wide broker configs applied from the metadata log");
+                self.catalog.set_cluster_defaults(configs);
+                Ok(())
+            }
             Effect::DeleteRecords { name, id, partition, offset } => {
                 let topic = self.catalog.topic(&name).filter(|t| t.id == id);
                 if let Some(p) = topic.and_then(|t| t.partitions.get(partition as usize).cloned()) {

@@ -456,6 +456,19 @@ impl Controller {
         self.until_applied(|s| s.config_changes.contains(&change_id), "the quotas were not applied here in time").await
     }
 
+    /// Replaces the cluster-wide dynamic broker configs (checked by the caller), committed by
+    /// the controller; returns once applied here.
+    pub async fn alter_broker_defaults(&self, configs: BTreeMap<String, String>) -> Outcome {
+        let change_id = Uuid::new_v4();
+        self.run(Call::AlterBrokerDefaults { configs, change_id }).await?;
+        self.until_applied(|s| s.config_changes.contains(&change_id), "the configs were not applied here in time").await
+    }
+
+    /// The cluster-wide dynamic broker configs, as this broker has applied the metadata log.
+    pub fn broker_defaults(&self) -> BTreeMap<String, String> {
+        self.read().broker_defaults.clone()
+    }
+
     /// Starts (`Some`) or ends (`None`) the drain of broker `id`'s leaderships, committed
     /// by the controller; returns once applied here.
     pub async fn set_drain(&self, id: i32, drain: Option<Drain>) -> Outcome {

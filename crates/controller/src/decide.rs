@@ -166,6 +166,10 @@ impl Controller {
                 let rec = Record::Drain { id, drain };
                 self.propose(&rec, |s| s.draining.get(&id).copied() == drain).await
             }
+            Call::AlterBrokerDefaults { configs, change_id } => {
+                let rec = Record::BrokerDefaults { configs, change_id };
+                self.propose(&rec, |s| s.config_changes.contains(&change_id)).await
+            }
             Call::AlterClientQuotas { changes, change_id } => {
                 let rec = Record::ClientQuotas { changes, change_id };
                 self.propose(&rec, |s| s.config_changes.contains(&change_id)).await

@@ -32,6 +32,8 @@ pub enum Effect {
     },
     /// A topic's config overrides, whole.
     TopicConfigs { name: String, id: Uuid, configs: BTreeMap<String, String> },
+    /// The cluster-wide dynamic broker configs, whole.
+    BrokerDefaults { configs: BTreeMap<String, String> },
     /// Every replica of the partition moves its log start up to `offset` (DeleteRecords).
     DeleteRecords { name: String, id: Uuid, partition: i32, offset: i64 },
     /// The topic is gone: close this broker's replicas and delete their data.

@@ -58,6 +58,8 @@ pub(crate) struct Image {
     pub acls: Arc<Vec<AclBinding>>,
     /// The client quotas, shared with the requests they apply to (replaced whole on a change).
     pub quotas: Arc<quota::Table>,
+    /// The cluster-wide dynamic broker configs.
+    pub broker_defaults: BTreeMap<String, String>,
 }
 
 impl Image {
@@ -80,6 +82,7 @@ impl Image {
             | Record::ScramCredentials { .. }
             | Record::Acls { .. }
             | Record::ClientQuotas { .. } => None,
+            Record::BrokerDefaults { configs, .. } => Some(Effect::BrokerDefaults { configs: configs.clone() }),
             Record::CreateTopic { name, id, seq, replicas, configs } => {
                 (!self.topics.contains_key(name)).then(|| Effect::CreateTopic {
                     name: name.clone(),
@@ -237,6 +240,10 @@ impl Image {
                 }
                 acls.extend(creates);
                 self.acls = Arc::new(acls.into_iter().collect());
+                self.changed(change_id);
+            }
+            Record::BrokerDefaults { configs, change_id } => {
+                self.broker_defaults = configs;
                 self.changed(change_id);
             }
             Record::ClientQuotas { changes, change_id } => {

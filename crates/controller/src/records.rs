@@ -208,6 +208,12 @@ pub(crate) enum Record {
         id: i32,
         drain: Option<Drain>,
     },
+    /// The cluster-wide dynamic broker configs (`kafka-configs --entity-type brokers
+    /// --entity-default`), whole: every broker takes them below its own dynamic configs.
+    BrokerDefaults {
+        configs: BTreeMap<String, String>,
+        change_id: Uuid,
+    },
     /// DeleteRecords: every replica of the partition moves its log start to `offset` (at
     /// most the high watermark when it was asked). Kept out of the partition's own log,
     /// where an entry would take an offset that Kafka's DeleteRecords does not.
@@ -365,6 +371,11 @@ pub(crate) enum Call {
     /// AlterClientQuotas, checked by the broker that took it.
     AlterClientQuotas {
         changes: Vec<(quota::Entity, String, Option<f64>)>,
+        change_id: Uuid,
+    },
+    /// New cluster-wide dynamic broker configs, whole, checked by the broker that took them.
+    AlterBrokerDefaults {
+        configs: BTreeMap<String, String>,
         change_id: Uuid,
     },
 }

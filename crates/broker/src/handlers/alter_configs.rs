@@ -29,6 +29,8 @@ enum Altered {
     Topic(String, TopicChange),
     /// This broker's new dynamic settings, to persist and apply.
     Broker(BTreeMap<String, String>),
+    /// New cluster-wide dynamic settings, for the controller to commit.
+    Defaults(BTreeMap<String, String>),
 }
 
 /// Computes the new override map for a resource with `change`, validates it and, unless
@@ -57,6 +59,26 @@ fn alter(
             }
             // Checked here against this broker's copy; applied by the controller to its own.
             Ok(Altered::Topic(name.to_string(), stated))
+        }
+        RESOURCE_BROKER if name.is_empty() => {
+            let mut map = b.controller().broker_defaults();
+            change(&mut map)?;
+            validate(resource_type, &map)?;
+            // As Kafka: what only one broker can have (its TLS stores, and here the fault
+            // hooks) is not set for every broker at once.
+            let own: Vec<&str> = map
+                .keys()
+                .map(String::as_str)
+                .filter(|k| k.starts_with("fault.") || crate::config::dynamic_listener_ssl(k).is_some())
+                .collect();
+            if !own.is_empty() {
+                let msg = format!(
+                    "Cannot update these configs at default cluster level, broker id must be specified: {}",
+                    own.join(", ")
+                );
+                return Err((ResponseError::InvalidRequest, msg));
+            }
+            Ok(if validate_only { Altered::Done } else { Altered::Defaults(map) })
         }
         RESOURCE_BROKER if b.is_named(name) => {
             let mut map = b.catalog.settings().dynamic().clone();
@@ -209,6 +231,7 @@ fn finish<R: Send + 'static>(
             let outcome = match outcome {
                 Ok(Altered::Topic(name, change)) => b.controller().alter_topic_configs(&name, change).await,
                 Ok(Altered::Broker(map)) => set_broker_configs(&b, map).await,
+                Ok(Altered::Defaults(map)) => b.controller().alter_broker_defaults(map).await,
                 Ok(Altered::Done) => Ok(()),
                 Err(e) => Err(e),
             };

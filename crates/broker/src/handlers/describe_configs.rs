@@ -44,6 +44,12 @@ pub fn handle(b: &Arc<Broker>, r: DescribeConfigsRequest, v: i16, ctx: &Ctx) -> 
                         fail(out, ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist."))
                     }
                 },
+                RESOURCE_BROKER if name.is_empty() => out.with_configs(crate::config_view::cluster_default_entries(
+                    &b.controller().broker_defaults(),
+                    keys.as_deref(),
+                    r.include_synonyms,
+                    v,
+                )),
                 RESOURCE_BROKER if b.is_named(name) => out.with_configs(broker_entries(&settings, keys.as_deref(), v)),
                 RESOURCE_BROKER => fail(out, ResponseError::InvalidRequest, format!("Unexpected broker id {name}")),
                 other => fail(out, ResponseError::InvalidRequest, format!("Unsupported resource type {other}")),
