@@ -4,6 +4,8 @@
 #   .cache/java/lib/      runtime closure of tests/java/pom.xml (kafka-clients, kafka-tools,
 #                         kafka core for ConfigCommand, slf4j-simple, ...)
 #   .cache/java/classes/  tests/java/src/*.java compiled with javac
+#   .cache/java/connect-lib/  runtime closure of tests/java/connect/pom.xml (Kafka Connect's
+#                         distributed worker and the FileStream connectors)
 #
 # Needs only JDK 17+, Maven and network access to Maven Central. Idempotent: the Maven step is
 # skipped when .cache/java/lib.stamp records the current pom's checksum; javac runs only when a
@@ -28,6 +30,21 @@ if [[ "${FORCE:-0}" == 1 || ! -f "$LIB_STAMP" || "$(cat "$LIB_STAMP")" != "$pom_
       -DincludeScope=runtime -DoutputDirectory="$PWD/$LIB"
   ls "$LIB"/kafka-clients-*.jar "$LIB"/kafka-tools-*.jar >/dev/null   # sanity check
   echo "$pom_sum" > "$LIB_STAMP"
+fi
+
+# Kafka Connect (tests/test_connect.py) in a folder of its own: its Jetty/Jersey stay off
+# the other programs' classpath.
+CONNECT_POM=tests/java/connect/pom.xml
+CONNECT_LIB=$OUT/connect-lib
+CONNECT_STAMP=$OUT/connect-lib.stamp
+connect_sum=$(sha256sum "$CONNECT_POM" | cut -d' ' -f1)
+if [[ "${FORCE:-0}" == 1 || ! -f "$CONNECT_STAMP" || "$(cat "$CONNECT_STAMP")" != "$connect_sum" ]]; then
+  echo "build.sh: fetching Kafka Connect jars into $CONNECT_LIB" >&2
+  rm -rf "$CONNECT_LIB" "$CONNECT_STAMP"
+  mvn -q -B -ntp -Dstyle.color=never -f "$CONNECT_POM" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$PWD/$CONNECT_LIB"
+  ls "$CONNECT_LIB"/connect-runtime-*.jar "$CONNECT_LIB"/connect-file-*.jar >/dev/null   # sanity check
+  echo "$connect_sum" > "$CONNECT_STAMP"
 fi
 
 shopt -s nullglob
