@@ -8,10 +8,14 @@ joins the group afterwards starts from those offsets and reads nothing again."""
 
 import time
 
+import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from conftest import unique_topic
+
+# kafka-python 3.0.12 reads its protocol schemas with importlib APIs Python deprecates.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 PARTITIONS = 3
 PER_CODEC = 300

@@ -233,6 +233,19 @@ async fn open_transactions(
     refused
 }
 
+/// Whether the request writes to a topic whose rules make the broker read the records
+/// (a compacted topic, recompression, a lower timestamp bound): decompressing and
+/// recompressing is CPU work for a blocking thread, not for the async workers.
+fn reads_records(b: &Broker, r: &ProduceRequest, v: i16) -> bool {
+    r.topic_data.iter().any(|t| {
+        let topic = if v >= 13 { b.catalog.topic_by_id(t.topic_id) } else { b.catalog.topic(&t.name.0) };
+        topic.is_some_and(|t| {
+            let rules = rules(b, &t);
+            rules.compact || rules.compression.is_some() || rules.before_max_ms < i64::MAX
+        })
+    })
+}
+
 pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
     let transactional_id = r.transactional_id.as_ref().map(|id| id.0.to_string());
     let opening = match &transactional_id {
@@ -242,11 +255,13 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
         Some(_) => opening_transactions(b, &r, v, ctx),
         None => Vec::new(),
     };
-    if opening.is_empty() && !ctx.deferred.busy() {
+    let blocking = reads_records(b, &r, v);
+    if opening.is_empty() && !blocking && !ctx.deferred.busy() {
         return append(b, r, v, ctx, Refused::new());
     }
-    // This append waits (for the coordinator, or behind an earlier append of this
-    // connection that does): it runs in the reply, after the earlier replies (ctx::Deferred).
+    // This append waits (for the coordinator, for a blocking thread, or behind an earlier
+    // append of this connection that does): it runs in the reply, after the earlier
+    // replies (ctx::Deferred).
     let held = ctx.deferred.hold();
     let (b, ctx) = (b.clone(), ctx.clone());
     Box::pin(async move {
@@ -255,7 +270,18 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
             let id = transactional_id.as_deref().unwrap_or_default();
             refused.partitions = open_transactions(&b, id, v, opening).await;
         }
-        let reply = append(&b, r, v, &ctx, refused);
+        let reply = if blocking {
+            let (b, ctx) = (b.clone(), ctx.clone());
+            match tokio::task::spawn_blocking(move || append(&b, r, v, &ctx, refused)).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    tracing::error!(error = %e, "produce validation failed; no answer, the client retries");
+                    return None;
+                }
+            }
+        } else {
+            append(&b, r, v, &ctx, refused)
+        };
         drop(held);
         reply.await
     })
