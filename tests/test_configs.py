@@ -5,6 +5,7 @@ topics without an override, and survive a restart."""
 
 import os
 import signal
+import subprocess
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
@@ -131,3 +132,57 @@ def _answers(c, broker):
             describe(c.admin, ResourceType.BROKER, str(broker)) is not None
     except Exception:  # noqa: BLE001  (a broker still starting)
         return False
+
+
+def test_a_server_properties_written_for_kafka_starts_runnel(tmp_path, java_build):  # noqa: F811
+    """Every broker config Kafka 4.3 defines (its KafkaConfig, read by ConfigCheck
+    broker-defs), at Kafka's default, in one server.properties: `runnel serve` starts with it,
+    DescribeConfigs lists every one of them (passwords as sensitive, without a value), and
+    Kafka's names for what Runnel names otherwise take effect: broker.id is the node id,
+    log.dir the data directory, broker.rack the rack clients see. A typo is still refused."""
+    from test_java_client import run_java
+    from conftest import RUNNEL_BIN, free_port, wait_for_port
+
+    defs = run_java(java_build, "ConfigCheck", ["broker-defs"], 120)
+    assert defs.returncode == 0, defs.stderr
+    rows = [line.split("\t") for line in defs.stdout.splitlines()]
+    assert len(rows) > 300, len(rows)
+    ours = {"listeners", "advertised.listeners", "log.dir", "log.dirs", "node.id", "broker.id", "broker.rack",
+            "process.roles", "controller.listener.names", "controller.quorum.voters",
+            "controller.quorum.bootstrap.servers", "listener.security.protocol.map", "inter.broker.listener.name",
+            "early.start.listeners"}
+    port = free_port()
+    lines = [f"listeners=PLAINTEXT://127.0.0.1:{port}", "broker.id=7", f"log.dir={tmp_path / 'kafka-logs'}",
+             "broker.rack=rack-a"]
+    for name, kind, default in rows:
+        if name not in ours and (default or kind in ("STRING", "LIST", "CLASS", "PASSWORD")):
+            lines.append(f"{name}={default}")
+    props = tmp_path / "server.properties"
+    props.write_text("\n".join(lines) + "\n")
+
+    typo = subprocess.run([RUNNEL_BIN, "serve", "--config", str(props), "--set", "num.io.thread=8"],
+                          capture_output=True, text=True, timeout=30)
+    assert typo.returncode != 0 and "num.io.thread" in typo.stderr, typo.stderr
+
+    log = open(tmp_path / "serve.log", "wb")
+    proc = subprocess.Popen([RUNNEL_BIN, "serve", "--config", str(props)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, proc=proc)
+        admin = admin_client(f"127.0.0.1:{port}")
+        md = admin.list_topics(timeout=10)
+        assert list(md.brokers) == [7], md.brokers
+        entries = describe(admin, ResourceType.BROKER, "7")
+        missing = [name for name, _, _ in rows if name not in entries]
+        assert not missing, f"DescribeConfigs leaves out {missing}"
+        for name, kind, _ in rows:
+            if kind == "PASSWORD":
+                assert entries[name].is_sensitive and entries[name].value is None, entries[name]
+        assert entries["num.io.threads"].value == "8"
+        assert (tmp_path / "kafka-logs").is_dir(), "log.dir is the data directory"
+        rack = subprocess.run([RUNNEL_BIN, "cluster", "status", "--bootstrap", f"127.0.0.1:{port}"],
+                              capture_output=True, text=True, timeout=30)
+        assert "rack-a" in rack.stdout, rack.stdout + rack.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()

@@ -9,29 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Bool,
-    Int,
-    Long,
-    Double,
-    Str,
-    List,
-}
-
-impl Kind {
-    /// The DescribeConfigs `config_type` code (KIP-569).
-    pub fn code(self) -> i8 {
-        match self {
-            Kind::Bool => 1,
-            Kind::Str => 2,
-            Kind::Int => 3,
-            Kind::Long => 5,
-            Kind::Double => 6,
-            Kind::List => 7,
-        }
-    }
-}
+pub use crate::kind::{check_value, Kind};
 
 /// (name, kind, default). Limits are named with their unit last, as everywhere here.
 pub const SETTINGS: &[(&str, Kind, &str)] = &[
@@ -61,14 +39,14 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // listener.name.<name>.ssl.<setting> (see docs/security.md).
     ("ssl.keystore.type", Kind::Str, "JKS"),
     ("ssl.keystore.location", Kind::Str, ""),
-    ("ssl.keystore.password", Kind::Str, ""),
-    ("ssl.key.password", Kind::Str, ""),
-    ("ssl.keystore.key", Kind::Str, ""),
-    ("ssl.keystore.certificate.chain", Kind::Str, ""),
+    ("ssl.keystore.password", Kind::Password, ""),
+    ("ssl.key.password", Kind::Password, ""),
+    ("ssl.keystore.key", Kind::Password, ""),
+    ("ssl.keystore.certificate.chain", Kind::Password, ""),
     ("ssl.truststore.type", Kind::Str, "JKS"),
     ("ssl.truststore.location", Kind::Str, ""),
-    ("ssl.truststore.password", Kind::Str, ""),
-    ("ssl.truststore.certificates", Kind::Str, ""),
+    ("ssl.truststore.password", Kind::Password, ""),
+    ("ssl.truststore.certificates", Kind::Password, ""),
     ("ssl.client.auth", Kind::Str, "none"),
     ("ssl.enabled.protocols", Kind::List, "TLSv1.2,TLSv1.3"),
     ("ssl.cipher.suites", Kind::List, ""),
@@ -83,7 +61,7 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // SASL on SASL_PLAINTEXT and SASL_SSL listeners (PLAIN so far); the users of PLAIN come
     // from listener.name.<name>.plain.sasl.jaas.config (see docs/security.md).
     ("sasl.enabled.mechanisms", Kind::List, "GSSAPI"),
-    ("sasl.jaas.config", Kind::Str, ""),
+    ("sasl.jaas.config", Kind::Password, ""),
     ("sasl.server.max.receive.size", Kind::Int, "524288"),
     // KIP-368: a SASL login lasts this long (0: for the connection's life); the client
     // logs in again on the same connection before it ends.
@@ -271,28 +249,9 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     ("fault.clock.offset.ms", Kind::Long, "0"),
 ];
 
+/// A setting's kind and default: Runnel's own, else Kafka's (taken with no effect).
 pub fn setting(name: &str) -> Option<(Kind, &'static str)> {
-    SETTINGS.iter().find(|(n, _, _)| *n == name).map(|(_, k, d)| (*k, *d))
-}
-
-/// Checks that `value` parses as the setting's kind.
-pub fn check_value(kind: Kind, value: &str) -> Result<()> {
-    match kind {
-        Kind::Bool => {
-            value.parse::<bool>().map_err(|_| anyhow!("expected true or false"))?;
-        }
-        Kind::Int => {
-            value.parse::<i32>().map_err(|_| anyhow!("expected a 32-bit integer"))?;
-        }
-        Kind::Long => {
-            value.parse::<i64>().map_err(|_| anyhow!("expected a 64-bit integer"))?;
-        }
-        Kind::Double => {
-            value.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| anyhow!("expected a number"))?;
-        }
-        Kind::Str | Kind::List => {}
-    }
-    Ok(())
+    SETTINGS.iter().chain(crate::kafka_settings::KAFKA_SETTINGS).find(|(n, _, _)| *n == name).map(|(_, k, d)| (*k, *d))
 }
 
 /// Settings given explicitly (file or --set), over the defaults in [`SETTINGS`].
@@ -375,19 +334,20 @@ impl Settings {
         check_value(kind, value).with_context(|| format!("setting {name}={value}"))?;
         self.explicit.insert(name.to_string(), value.to_string());
         self.derived.remove(name);
-        // An hours setting defines the .ms one unless that was given itself (Kafka's
-        // precedence: ms over hours).
-        let ms_form = match name {
-            "log.retention.hours" => Some("log.retention.ms"),
-            "log.roll.hours" => Some("log.roll.ms"),
-            _ => None,
+        // A coarser setting defines the .ms one unless that was given itself, as Kafka ranks
+        // them: ms over minutes over hours.
+        let (ms, unit_ms, finer) = match name {
+            "log.retention.hours" => ("log.retention.ms", 3_600_000, Some("log.retention.minutes")),
+            "log.retention.minutes" => ("log.retention.ms", 60_000, None),
+            "log.roll.hours" => ("log.roll.ms", 3_600_000, None),
+            "log.roll.jitter.hours" => ("log.roll.jitter.ms", 3_600_000, None),
+            _ => return Ok(()),
         };
-        if let Some(ms) = ms_form {
-            if !self.explicit.contains_key(ms) || self.derived.contains(ms) {
-                let hours: i64 = value.parse().unwrap_or(168);
-                self.explicit.insert(ms.to_string(), (hours * 3_600_000).to_string());
-                self.derived.insert(ms.to_string());
-            }
+        let finer_given = finer.is_some_and(|f| self.explicit.contains_key(f));
+        if (!self.explicit.contains_key(ms) || self.derived.contains(ms)) && !finer_given {
+            let n: i64 = value.parse().unwrap_or(0);
+            self.explicit.insert(ms.to_string(), n.saturating_mul(unit_ms).to_string());
+            self.derived.insert(ms.to_string());
         }
         Ok(())
     }
@@ -478,6 +438,29 @@ impl Settings {
 pub struct InternalListener {
     pub name: String,
     pub protocol: SecurityProtocol,
+}
+
+/// Kafka's names for what Runnel names otherwise, from a `server.properties` written for
+/// Kafka: `broker.id` is `node.id` (they must agree when both are given), `log.dir` is the
+/// data directory when `log.dirs` is not given, and `broker.rack` is the location
+/// `rack=...` when `broker.location` is not given.
+fn kafka_synonyms(s: &mut Settings) -> Result<()> {
+    let broker_id = s.i64("broker.id");
+    if broker_id >= 0 {
+        if s.is_explicit("node.id") && s.i64("node.id") != broker_id {
+            bail!("broker.id {broker_id} and node.id {} name the same broker and must agree", s.get("node.id"));
+        }
+        s.set("node.id", &broker_id.to_string())?;
+    }
+    if s.is_explicit("log.dir") && !s.is_explicit("log.dirs") {
+        let dir = s.get("log.dir").to_string();
+        s.set("log.dirs", &dir)?;
+    }
+    let rack = s.get("broker.rack").trim().to_string();
+    if !rack.is_empty() && s.get("broker.location").is_empty() {
+        s.set("broker.location", &format!("rack={rack}"))?;
+    }
+    Ok(())
 }
 
 /// What the server needs, derived once from [`Settings`].
@@ -657,7 +640,8 @@ impl BrokerConfig {
         }
     }
 
-    pub fn from_settings(settings: Settings) -> Result<BrokerConfig> {
+    pub fn from_settings(mut settings: Settings) -> Result<BrokerConfig> {
+        kafka_synonyms(&mut settings)?;
         for (name, allowed) in [
             ("log.fsync.policy", &["always", "never"][..]),
             ("log.fsync.scope", &["filesystem", "file"]),
@@ -805,5 +789,39 @@ mod tests {
         assert_eq!((s.get(name), s.is_cluster_default(name)), ("2", true));
         s.set_dynamic(BTreeMap::from([(name.to_string(), "3".to_string())]));
         assert_eq!((s.get(name), s.is_cluster_default(name)), ("3", false));
+    }
+
+    #[test]
+    fn retention_ms_over_minutes_over_hours_in_any_order() {
+        for order in [
+            ["log.retention.hours=2", "log.retention.minutes=30"],
+            ["log.retention.minutes=30", "log.retention.hours=2"],
+        ] {
+            let mut s = Settings::default();
+            for kv in order {
+                let (k, v) = kv.split_once('=').expect("k=v");
+                s.set(k, v).expect("set");
+            }
+            assert_eq!(s.get("log.retention.ms"), "1800000", "{order:?}");
+            s.set("log.retention.ms", "5").expect("set");
+            s.set("log.retention.hours", "9").expect("set");
+            assert_eq!(s.get("log.retention.ms"), "5");
+        }
+    }
+
+    #[test]
+    fn kafka_names_for_runnel_settings() {
+        let mut s = Settings::default();
+        for (k, v) in [("broker.id", "7"), ("log.dir", "/var/kafka"), ("broker.rack", "r1"), ("num.io.threads", "8")] {
+            s.set(k, v).expect("a Kafka setting is taken");
+        }
+        let c = BrokerConfig::from_settings(s).expect("config");
+        assert_eq!((c.node_id, c.data_dir.to_str()), (7, Some("/var/kafka")));
+        assert_eq!(c.settings.get("broker.location"), "rack=r1");
+        let mut s = Settings::default();
+        s.set("broker.id", "7").expect("set");
+        s.set("node.id", "8").expect("set");
+        assert!(BrokerConfig::from_settings(s).is_err(), "broker.id and node.id disagree");
+        assert!(Settings::default().set("num.io.thread", "8").is_err(), "a typo is refused");
     }
 }

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsSynonym};
 
-use crate::config::{Settings, DYNAMIC_SETTINGS, SETTINGS};
+use crate::config::{Kind, Settings, DYNAMIC_SETTINGS, SETTINGS};
+use crate::kafka_settings::KAFKA_SETTINGS;
 use crate::topic_config::TOPIC_CONFIGS;
 
 fn str_bytes(s: &str) -> kafka_protocol::protocol::StrBytes {
@@ -111,13 +112,22 @@ pub fn cluster_default_entries(
         .collect()
 }
 
+/// This broker's settings: Runnel's own, then Kafka's that Runnel takes with no effect. A
+/// password is reported as sensitive, without its value, as Kafka does.
 pub fn broker_entries(settings: &Settings, keys: Option<&[String]>, v: i16) -> Vec<DescribeConfigsResourceResult> {
+    let own = |name: &str| SETTINGS.iter().any(|(n, _, _)| *n == name);
     SETTINGS
         .iter()
+        .chain(KAFKA_SETTINGS.iter().filter(|(name, _, _)| !own(name)))
         .filter(|(name, _, _)| keys.is_none_or(|k| k.iter().any(|k| k == name)))
         .map(|(name, kind, _)| {
             let read_only = !DYNAMIC_SETTINGS.contains(name);
-            entry(name, settings.get(name), broker_source(settings, name), read_only, kind.code(), v)
+            let mut e = entry(name, settings.get(name), broker_source(settings, name), read_only, kind.code(), v);
+            if *kind == Kind::Password {
+                e.value = None;
+                e.is_sensitive = true;
+            }
+            e
         })
         .collect()
 }

@@ -28,6 +28,8 @@ mod errors;
 mod fetch_session;
 mod handlers;
 mod inflight;
+mod kafka_settings;
+mod kind;
 mod memory;
 pub mod metrics;
 pub mod offsets_log;

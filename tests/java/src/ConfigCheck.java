@@ -41,6 +41,8 @@ import org.apache.kafka.storage.internals.log.LogConfig;
  *
  *   defs                 prints name=value, a valid value other than the default for each
  *                        config (for kafka-topics.sh --config in tests/test_topic_configs.py)
+ *   broker-defs          prints name, type and default of every broker config Kafka defines
+ *                        (KafkaConfig), tab-separated (scripts/gen-kafka-settings.py)
  *   check BOOTSTRAP      with the Java AdminClient, producer and consumer:
  *     1. a new topic describes every config with Kafka's default, type and DEFAULT_CONFIG;
  *     2. for each config and a set of values (the default, range ends and one past them, the
@@ -186,6 +188,21 @@ public class ConfigCheck {
     public static void main(String[] args) throws Exception {
         List<String> names = new ArrayList<>(LogConfig.nonInternalConfigNames());
         names.sort(null);
+        if (args.length == 1 && args[0].equals("broker-defs")) {
+            // Kafka's broker configs (KafkaConfig), for scripts/gen-kafka-settings.py.
+            ConfigDef broker = kafka.server.KafkaConfig.configDef();
+            List<String> all = new ArrayList<>(broker.names());
+            all.sort(null);
+            for (String n : all) {
+                ConfigDef.ConfigKey k = broker.configKeys().get(n);
+                if (k.internalConfig) {
+                    continue;
+                }
+                String def = k.hasDefault() && k.defaultValue != null ? ConfigDef.convertToString(k.defaultValue, k.type) : "";
+                System.out.println(n + "\t" + k.type + "\t" + def.replace("\t", " ").replace("\n", " "));
+            }
+            return;
+        }
         if (args.length == 1 && args[0].equals("defs")) {
             for (String n : names) {
                 System.out.println(n + "=" + other(n));
