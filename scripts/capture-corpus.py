@@ -168,7 +168,7 @@ def librdkafka_clients(bootstrap):
 
     topics = [NewTopic(f"c-{c}", num_partitions=2, replication_factor=1) for c in CODECS]
     topics.append(NewTopic("compacted", num_partitions=1, replication_factor=1,
-                           config={"cleanup.policy": "compact", "segment.bytes": "4096",
+                           config={"cleanup.policy": "compact", "internal.segment.bytes": "4096",
                                    "min.cleanable.dirty.ratio": "0.01"}))
     topics.append(NewTopic("logtime", num_partitions=1, replication_factor=1,
                            config={"message.timestamp.type": "LogAppendTime"}))
