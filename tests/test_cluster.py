@@ -1218,3 +1218,43 @@ def test_a_reassignment_survives_its_leader_being_killed(cluster):
     wait_for(lambda: not (c.data_dir / f"broker-{m.a}" / f"{m.topic}-0").exists(),
              "the replica that left to be deleted", 30, c.diagnostics)
     assert sorted(v for _, v in read_all(c, m.topic, 200)) == list(range(200))
+
+
+def test_min_insync_replicas_refuses_acks_all_while_too_few_are_in_sync(tmp_path):
+    """min.insync.replicas=3 on an RF 3 topic: with a follower paused past
+    replica.lag.time.max.ms it leaves the ISR, and acks=all is refused with
+    NOT_ENOUGH_REPLICAS (Raft alone would have taken it with two of three) while acks=1 is
+    taken; once the follower is back in sync, acks=all is taken again."""
+    c = DevCluster(tmp_path, settings=["replica.lag.time.max.ms=1500"])
+    try:
+        topic = unique_topic("minisr")
+        fs = c.admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "3"})],
+                                   operation_timeout=30, request_timeout=30)
+        fs[topic].result(timeout=30)
+        wait_for_topic(c.admin, topic, 1)
+        leader = c.known_leader(topic)
+        wait_for(lambda: c.isr_seen_by(leader, topic).get(0) == [0, 1, 2], "all three in sync", 30, c.diagnostics)
+
+        def produce(acks):
+            p = Producer({"bootstrap.servers": c.bootstrap, "acks": acks, "retries": 0,
+                          "enable.idempotence": False, "message.timeout.ms": 10000})
+            out = []
+            p.produce(topic, value=b"v", on_delivery=lambda err, _m: out.append(err.name() if err else "OK"))
+            p.flush(20)
+            return out
+
+        assert produce("all") == ["OK"]
+        follower = next(b for b in range(3) if b != leader)
+        os.kill(c.pid(follower), signal.SIGSTOP)
+        try:
+            wait_for(lambda: follower not in c.isr_seen_by(leader, topic).get(0, [follower]),
+                     "the paused follower out of the ISR", 30, c.diagnostics)
+            assert produce("all") == ["NOT_ENOUGH_REPLICAS"]
+            assert produce("1") == ["OK"]
+        finally:
+            os.kill(c.pid(follower), signal.SIGCONT)
+        wait_for(lambda: c.isr_seen_by(leader, topic).get(0) == [0, 1, 2], "the follower back in sync", 30,
+                 c.diagnostics)
+        assert produce("all") == ["OK"]
+    finally:
+        c.close()

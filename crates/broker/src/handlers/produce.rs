@@ -40,6 +40,8 @@ struct TopicRules {
     /// CreateTime records must lie in [now - before, now + after].
     before_max_ms: i64,
     after_max_ms: i64,
+    /// acks=all needs this many in-sync replicas (Kafka's ISR, as Metadata lists it).
+    min_insync: usize,
 }
 
 fn rules(b: &Broker, t: &Topic) -> TopicRules {
@@ -52,6 +54,7 @@ fn rules(b: &Broker, t: &Topic) -> TopicRules {
         compression: topic_config::compression(&t.configs, &s),
         before_max_ms: get("message.timestamp.before.max.ms").parse().unwrap_or(i64::MAX),
         after_max_ms: get("message.timestamp.after.max.ms").parse().unwrap_or(i64::MAX),
+        min_insync: get("min.insync.replicas").parse().unwrap_or(1),
     }
 }
 
@@ -375,6 +378,19 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refuse
                 };
                 if let Some(e) = part.leader_error() {
                     return Err((errors::partition(&e), e.to_string()).into());
+                }
+                if acks == Acks::All && rules.min_insync > 1 {
+                    // As Kafka: acks=all is refused while fewer replicas than
+                    // min.insync.replicas are in sync (Raft alone would take a majority).
+                    let lag_ticks = crate::replica_manager::isr_lag_ticks(&b.catalog.settings());
+                    let isr = b.partition_isr(part, lag_ticks);
+                    if isr.len() < rules.min_insync {
+                        let msg = format!(
+                            "The size of the current ISR {isr:?} is insufficient to satisfy the min.isr requirement of {} for partition {}-{}",
+                            rules.min_insync, topic.name, p.index
+                        );
+                        return Err((ResponseError::NotEnoughReplicas, msg).into());
+                    }
                 }
                 let records = p.records.as_deref().unwrap_or_default();
                 let batches = validate(records, rules, transactional, now_ms)?;
