@@ -7,15 +7,20 @@ its own record), commit, and the group's committed offsets are the partitions' e
 joins the group afterwards starts from those offsets and reads nothing again."""
 
 import time
+import warnings
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import CommitFailedError
-from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+with warnings.catch_warnings():
+    # kafka-python 3.0.12 reads its protocol schemas with importlib APIs Python deprecates.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+    from kafka.errors import CommitFailedError
 
 from conftest import unique_topic
 
-# kafka-python 3.0.12 reads its protocol schemas with importlib APIs Python deprecates.
+# ... and again when it first encodes a request.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 PARTITIONS = 3
