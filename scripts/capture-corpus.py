@@ -166,12 +166,15 @@ def librdkafka_clients(bootstrap):
             except Exception as e:  # noqa: BLE001 (errors are traffic too)
                 log("admin:", e)
 
-    topics = [NewTopic(f"c-{c}", num_partitions=2, replication_factor=1) for c in CODECS]
+    # Small segments (Kafka's internal.segment.bytes: segment.bytes starts at 1 MiB), so the
+    # data directory holds many segment files to seed storage_open with.
+    small = {"internal.segment.bytes": "8192"}
+    topics = [NewTopic(f"c-{c}", num_partitions=2, replication_factor=1, config=small) for c in CODECS]
     topics.append(NewTopic("compacted", num_partitions=1, replication_factor=1,
                            config={"cleanup.policy": "compact", "internal.segment.bytes": "4096",
                                    "min.cleanable.dirty.ratio": "0.01"}))
     topics.append(NewTopic("logtime", num_partitions=1, replication_factor=1,
-                           config={"message.timestamp.type": "LogAppendTime"}))
+                           config={"message.timestamp.type": "LogAppendTime", **small}))
     wait(admin.create_topics(topics))
     for codec in CODECS:
         p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "enable.idempotence": True,
@@ -315,7 +318,7 @@ def capture_requests(runnel, out, work):
     broker = subprocess.Popen(
         [runnel, "dev", "--port", str(port), "--data-dir", data,
          "--set", f"advertised.listeners=PLAINTEXT://127.0.0.1:{proxy_port}",
-         "--set", "group.initial.rebalance.delay.ms=0", "--set", "log.segment.bytes=8192",
+         "--set", "group.initial.rebalance.delay.ms=0",
          "--set", "offsets.topic.num.partitions=2", "--set", "log.cleaner.backoff.ms=500"],
         stdout=subprocess.DEVNULL, stderr=open(work / "single.log", "wb"))
     try:
@@ -414,7 +417,7 @@ def capture_raft(runnel, out, work):
     sniffer = Sniffer([port + 1000 + i for i in range(3)])
     data = work / "cluster"
     cluster = subprocess.Popen([runnel, "dev", "--brokers", "3", "--port", str(port), "--data-dir", data,
-                                "--set", "group.initial.rebalance.delay.ms=0", "--set", "log.segment.bytes=8192"],
+                                "--set", "group.initial.rebalance.delay.ms=0"],
                                stdout=subprocess.DEVNULL, stderr=open(work / "cluster.log", "wb"),
                                start_new_session=True)
     try:
@@ -458,9 +461,10 @@ def cluster_traffic(bootstrap):
     from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
     from confluent_kafka import TopicPartition
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic("r3", num_partitions=2, replication_factor=3),
+    small = {"internal.segment.bytes": "8192"}
+    for f in admin.create_topics([NewTopic("r3", num_partitions=2, replication_factor=3, config=small),
                                   NewTopic("r3c", num_partitions=1, replication_factor=3,
-                                           config={"cleanup.policy": "compact"})]).values():
+                                           config={"cleanup.policy": "compact", **small})]).values():
         f.result(timeout=30)
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "compression.type": "zstd",
                   "enable.idempotence": True})

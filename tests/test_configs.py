@@ -186,3 +186,31 @@ def test_a_server_properties_written_for_kafka_starts_runnel(tmp_path, java_buil
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         log.close()
+
+
+def test_broker_settings_behind_topic_configs_are_checked_as_kafka_checks_them(runnel_broker, tmp_path):
+    """A broker setting that topic configs default to is checked with the topic config's
+    validator, as Kafka's broker checks it: at start-up (log.segment.bytes below 1 MiB,
+    an unknown compression.type) and when changed at run time; log.retention.ms, which
+    Kafka leaves unchecked at the broker, is taken."""
+    from conftest import RUNNEL_BIN, free_port
+
+    for bad, said in [("log.segment.bytes=8192", "no less than 1048576"), ("compression.type=brotli", "one of")]:
+        p = subprocess.run([RUNNEL_BIN, "dev", "--port", str(free_port()), "--data-dir", str(tmp_path / "never"), "--set", bad],
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode != 0 and said in p.stderr, (bad, p.stderr)
+    admin = admin_client(runnel_broker.bootstrap)
+    broker_id = str(next(iter(admin.list_topics(timeout=10).brokers)))
+
+    def alter(name, value):
+        res = ConfigResource(ResourceType.BROKER, broker_id, incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+        try:
+            admin.incremental_alter_configs([res])[res].result(timeout=30)
+            return "OK"
+        except Exception as e:  # noqa: BLE001  (KafkaException carrying the broker's error)
+            return str(e)
+
+    assert "INVALID_CONFIG" in alter("log.cleaner.min.cleanable.ratio", "1.5")
+    assert "INVALID_CONFIG" in alter("message.max.bytes", "-1")
+    assert alter("log.retention.ms", "-5") == "OK"

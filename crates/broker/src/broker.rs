@@ -62,6 +62,7 @@ impl Broker {
     /// cluster of one when `controller.quorum.voters` is empty), which replays the metadata
     /// log and opens this broker's replicas. Must run inside a Tokio runtime.
     pub async fn start(config: BrokerConfig) -> Result<Arc<Broker>> {
+        crate::topic_config::check_broker_settings(&config.settings).map_err(anyhow::Error::msg)?;
         let catalog = Arc::new(Catalog::open(&config.data_dir, config.settings.clone())?);
         let data_arrived = Arc::new(Notify::new());
         let sessions = FetchSessions::new(config.settings.usize("max.incremental.fetch.session.cache.slots"));

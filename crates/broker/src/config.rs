@@ -369,6 +369,11 @@ impl Settings {
         Ok(s)
     }
 
+    /// Every setting given (file, --set, dynamic, cluster-wide), with its value.
+    pub fn given(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.explicit.iter().chain(&self.dynamic).chain(&self.cluster).map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     pub fn is_explicit(&self, name: &str) -> bool {
         self.explicit.contains_key(name)
     }

@@ -93,6 +93,7 @@ pub(crate) fn validate(resource_type: i8, map: &BTreeMap<String, String>) -> Out
         }
         let (kind, _) = setting(k).ok_or_else(|| invalid(format!("Unknown config name: {k}")))?;
         check_value(kind, v).map_err(|e| invalid(format!("Invalid value {v} for {k}: {e}")))?;
+        topic_config::check_broker_setting(k, v).map_err(invalid)?;
     }
     Ok(())
 }

@@ -205,6 +205,30 @@ pub fn validate_all(map: &BTreeMap<String, String>) -> Result<(), String> {
     Ok(())
 }
 
+/// Broker settings that Kafka's broker definitions leave unchecked, though their topic
+/// configs are checked.
+const UNCHECKED_AT_BROKER: &[&str] =
+    &["log.roll.ms", "log.roll.jitter.ms", "log.retention.ms", "log.flush.interval.ms"];
+
+/// Checks a broker setting that a topic config takes its default from as Kafka's broker
+/// checks it: with the topic config's validator (`log.segment.bytes` at least 1 MiB,
+/// `compression.type` one of the codecs, ...). Other settings pass.
+pub fn check_broker_setting(name: &str, value: &str) -> Result<(), String> {
+    if UNCHECKED_AT_BROKER.contains(&name) {
+        return Ok(());
+    }
+    match TOPIC_CONFIGS.iter().find(|c| c.synonym == Some(name)) {
+        Some(c) => validate(c.name, value)
+            .map_err(|e| e.replace(&format!("configuration {}", c.name), &format!("configuration {name}"))),
+        None => Ok(()),
+    }
+}
+
+/// [`check_broker_setting`] for every broker setting given (file, --set, dynamic).
+pub fn check_broker_settings(s: &Settings) -> Result<(), String> {
+    s.given().try_for_each(|(name, value)| check_broker_setting(name, value))
+}
+
 /// The effective value of a topic config: the topic's override, else the broker's.
 pub fn effective<'a>(name: &str, overrides: &'a BTreeMap<String, String>, broker: &'a Settings) -> &'a str {
     if let Some(v) = overrides.get(name) {
