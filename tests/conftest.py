@@ -204,3 +204,15 @@ def broker_autocreate_off(tmp_path):
     b = Broker(tmp_path / "noauto", settings={"auto.create.topics.enable": "false"}).start()
     yield b
     b.kill9()
+
+
+def stop_process(proc, timeout_s=60):
+    """SIGTERM, then SIGKILL if it has not exited within timeout_s (helper JVMs: Kafka,
+    Connect, MirrorMaker)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

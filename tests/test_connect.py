@@ -11,7 +11,6 @@ by tests/java/build.sh into .cache/java/connect-lib):
 
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -19,7 +18,7 @@ import urllib.request
 
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from conftest import admin_client, free_port, unique_topic, wait_for
+from conftest import stop_process, admin_client, free_port, unique_topic, wait_for
 from test_java_client import java_build  # noqa: F401  (session fixture: fetches the Connect jars too)
 
 LINES = 1000
@@ -72,13 +71,7 @@ class Worker:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-60:])
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         self.log.close()
 
 

@@ -18,7 +18,7 @@ import uuid
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from conftest import free_port, wait_for
+from conftest import stop_process, free_port, wait_for
 from test_java_client import java_build  # noqa: F401  (session fixture: the Kafka and Connect jars)
 
 RECORDS = 1000
@@ -68,13 +68,7 @@ class ApacheKafka:
         return "\n".join((self.dir / "kafka.log").read_text(errors="replace").splitlines()[-40:])
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         self.log.close()
 
 

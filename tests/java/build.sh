@@ -17,35 +17,31 @@ POM=tests/java/pom.xml
 OUT=.cache/java
 LIB=$OUT/lib
 CLASSES=$OUT/classes
-LIB_STAMP=$OUT/lib.stamp
+LIB_STAMP=$LIB.stamp
 CLASSES_STAMP=$OUT/classes.stamp
 
 mkdir -p "$OUT"
-pom_sum=$(sha256sum "$POM" | cut -d' ' -f1)
 
-if [[ "${FORCE:-0}" == 1 || ! -f "$LIB_STAMP" || "$(cat "$LIB_STAMP")" != "$pom_sum" ]]; then
-  echo "build.sh: fetching jars into $LIB" >&2
-  rm -rf "$LIB" "$LIB_STAMP"
-  mvn -q -B -ntp -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$PWD/$LIB"
-  ls "$LIB"/kafka-clients-*.jar "$LIB"/kafka-tools-*.jar >/dev/null   # sanity check
-  echo "$pom_sum" > "$LIB_STAMP"
-fi
+# fetch POM DIR JAR...: the runtime closure of POM into DIR, redone only when POM changed
+# (its checksum is kept in DIR.stamp); the JAR globs must match afterwards.
+fetch() {
+  local pom=$1 dir=$2 stamp=$2.stamp sum
+  shift 2
+  sum=$(sha256sum "$pom" | cut -d' ' -f1)
+  if [[ "${FORCE:-0}" == 1 || ! -f "$stamp" || "$(cat "$stamp")" != "$sum" ]]; then
+    echo "build.sh: fetching jars of $pom into $dir" >&2
+    rm -rf "$dir" "$stamp"
+    mvn -q -B -ntp -Dstyle.color=never -f "$pom" dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$PWD/$dir"
+    for jar in "$@"; do ls "$dir"/$jar >/dev/null; done   # sanity check
+    echo "$sum" > "$stamp"
+  fi
+}
 
-# Kafka Connect (tests/test_connect.py) in a folder of its own: its Jetty/Jersey stay off
-# the other programs' classpath.
-CONNECT_POM=tests/java/connect/pom.xml
-CONNECT_LIB=$OUT/connect-lib
-CONNECT_STAMP=$OUT/connect-lib.stamp
-connect_sum=$(sha256sum "$CONNECT_POM" | cut -d' ' -f1)
-if [[ "${FORCE:-0}" == 1 || ! -f "$CONNECT_STAMP" || "$(cat "$CONNECT_STAMP")" != "$connect_sum" ]]; then
-  echo "build.sh: fetching Kafka Connect jars into $CONNECT_LIB" >&2
-  rm -rf "$CONNECT_LIB" "$CONNECT_STAMP"
-  mvn -q -B -ntp -Dstyle.color=never -f "$CONNECT_POM" dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$PWD/$CONNECT_LIB"
-  ls "$CONNECT_LIB"/connect-runtime-*.jar "$CONNECT_LIB"/connect-file-*.jar >/dev/null   # sanity check
-  echo "$connect_sum" > "$CONNECT_STAMP"
-fi
+fetch "$POM" "$LIB" 'kafka-clients-*.jar' 'kafka-tools-*.jar'
+# Kafka Connect (tests/test_connect.py, tests/test_mirror_maker.py) in a folder of its own:
+# its Jetty/Jersey stay off the other programs' classpath.
+fetch tests/java/connect/pom.xml "$OUT/connect-lib" 'connect-runtime-*.jar' 'connect-file-*.jar' 'connect-mirror-*.jar'
 
 shopt -s nullglob
 sources=(tests/java/src/*.java)

@@ -236,31 +236,46 @@ async fn open_transactions(
     refused
 }
 
-/// Whether the request writes to a topic whose rules make the broker read the records
-/// (a compacted topic, recompression, a lower timestamp bound): decompressing and
-/// recompressing is CPU work for a blocking thread, not for the async workers.
-fn reads_records(b: &Broker, r: &ProduceRequest, v: i16) -> bool {
-    r.topic_data.iter().any(|t| {
-        let topic = if v >= 13 { b.catalog.topic_by_id(t.topic_id) } else { b.catalog.topic(&t.name.0) };
-        topic.is_some_and(|t| {
-            let rules = rules(b, &t);
-            rules.compact || rules.compression.is_some() || rules.before_max_ms < i64::MAX
+impl TopicRules {
+    /// Whether these rules make the broker read the records (a compacted topic,
+    /// recompression, a lower timestamp bound): decompressing and recompressing is CPU work
+    /// for a blocking thread, not for the async workers.
+    fn read_records(&self) -> bool {
+        self.compact || self.compression.is_some() || self.before_max_ms < i64::MAX
+    }
+}
+
+/// Each of the request's topics as this broker knows it, with its rules: looked up once,
+/// in the request's order.
+type Resolved = Vec<Option<(Arc<Topic>, TopicRules)>>;
+
+fn resolve(b: &Broker, r: &ProduceRequest, v: i16) -> Resolved {
+    r.topic_data
+        .iter()
+        .map(|t| {
+            let topic = if v >= 13 { b.catalog.topic_by_id(t.topic_id) } else { b.catalog.topic(&t.name.0) };
+            topic.map(|t| {
+                let rules = rules(b, &t);
+                (t, rules)
+            })
         })
-    })
+        .collect()
 }
 
 pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
     let transactional_id = r.transactional_id.as_ref().map(|id| id.0.to_string());
     let opening = match &transactional_id {
         Some(id) if !ctx.access.transactional_id(Operation::Write, id) => {
-            return append(b, r, v, ctx, Refused::all(ResponseError::TransactionalIdAuthorizationFailed));
+            let resolved = resolve(b, &r, v);
+            return append(b, r, resolved, v, ctx, Refused::all(ResponseError::TransactionalIdAuthorizationFailed));
         }
         Some(_) => opening_transactions(b, &r, v, ctx),
         None => Vec::new(),
     };
-    let blocking = reads_records(b, &r, v);
+    let resolved = resolve(b, &r, v);
+    let blocking = resolved.iter().flatten().any(|(_, rules)| rules.read_records());
     if opening.is_empty() && !blocking && !ctx.deferred.busy() {
-        return append(b, r, v, ctx, Refused::new());
+        return append(b, r, resolved, v, ctx, Refused::new());
     }
     // This append waits (for the coordinator, for a blocking thread, or behind an earlier
     // append of this connection that does): it runs in the reply, after the earlier
@@ -275,7 +290,7 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
         }
         let reply = if blocking {
             let (b, ctx) = (b.clone(), ctx.clone());
-            match tokio::task::spawn_blocking(move || append(&b, r, v, &ctx, refused)).await {
+            match tokio::task::spawn_blocking(move || append(&b, r, resolved, v, &ctx, refused)).await {
                 Ok(reply) => reply,
                 Err(e) => {
                     tracing::error!(error = %e, "produce validation failed; no answer, the client retries");
@@ -283,7 +298,7 @@ pub fn handle(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx) -> Reply {
                 }
             }
         } else {
-            append(&b, r, v, &ctx, refused)
+            append(&b, r, resolved, v, &ctx, refused)
         };
         drop(held);
         reply.await
@@ -310,7 +325,7 @@ impl Refused {
     }
 }
 
-fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refused) -> Reply {
+fn append(b: &Arc<Broker>, r: ProduceRequest, resolved: Resolved, v: i16, ctx: &Ctx, refused: Refused) -> Reply {
     let now_ms = crate::now_ms();
     let transactional = r.transactional_id.is_some();
     let acks = Acks::from_kafka(r.acks);
@@ -318,9 +333,8 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, v: i16, ctx: &Ctx, refused: Refuse
     let mut waits: Vec<(usize, usize, Appended)> = Vec::new();
     let mut responses = Vec::with_capacity(r.topic_data.len());
     let mut bytes = 0usize;
-    for t in r.topic_data {
-        let topic = if v >= 13 { b.catalog.topic_by_id(t.topic_id) } else { b.catalog.topic(&t.name.0) };
-        let rules = topic.as_ref().map(|t| rules(b, t));
+    for (t, found) in r.topic_data.into_iter().zip(resolved) {
+        let (topic, rules) = found.map_or((None, None), |(t, rules)| (Some(t), Some(rules)));
         // By the name the request gives, known or not; v13 names topics by id, and an
         // unknown id is UNKNOWN_TOPIC_ID.
         let may_write = match &topic {
