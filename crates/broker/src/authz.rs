@@ -86,6 +86,10 @@ impl Access {
                 Err((ResponseError::TopicAuthorizationFailed, "Topic authorization failed.".into()))
             }
             RESOURCE_TOPIC => Ok(()),
+            crate::config_change::RESOURCE_GROUP if !self.group(op, name) => {
+                Err((ResponseError::GroupAuthorizationFailed, "Group authorization failed.".into()))
+            }
+            crate::config_change::RESOURCE_GROUP => Ok(()),
             _ if !self.cluster(op) => {
                 Err((ResponseError::ClusterAuthorizationFailed, "Cluster authorization failed.".into()))
             }

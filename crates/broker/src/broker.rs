@@ -12,7 +12,7 @@ use runnel_coordinator::{Coordinator, CoordinatorConfig};
 use crate::catalog::Catalog;
 use crate::config::BrokerConfig;
 use crate::fetch_session::FetchSessions;
-use crate::offsets_log::{InternalLog, OFFSETS_TOPIC, TXN_TOPIC};
+use crate::offsets_log::{InternalLog, OFFSETS_TOPIC, SHARE_STATE_TOPIC, TXN_TOPIC};
 use crate::partition::Partition;
 use crate::replica_manager::ReplicaManager;
 use runnel_txn::{LateHost, TxnConfig, TxnCoordinator};
@@ -46,6 +46,12 @@ pub struct Broker {
     pub txn_peers: crate::txn_peers::TxnPeers,
     /// What peers send about transactions, until `txn::attach` takes it.
     pub txn_inbox: std::sync::Mutex<Option<crate::txn_peers::Inbox>>,
+    /// Share-partitions' state, kept in `__share_group_state` (the share coordinator).
+    pub share_state: Arc<runnel_share::StateStore>,
+    /// A creation of `__share_group_state` is under way.
+    pub share_state_creating: Arc<AtomicBool>,
+    /// The share-partitions this broker leads and the share sessions of their members.
+    pub shares: crate::share_session::Shares,
     /// The requests in flight on every connection, for the watchdog's report.
     pub requests: crate::inflight::Requests,
     /// `super.users` and the other authorizer settings; None without `authorizer.class.name`.
@@ -84,11 +90,15 @@ impl Broker {
             offsets_retention_ms: s.i64("offsets.retention.minutes").max(1).saturating_mul(60_000),
             group_max_size: s.usize("group.max.size").max(1),
             consumer_group_max_size: s.usize("group.consumer.max.size").max(1),
+            share_session_timeout_ms: s.i64("group.share.session.timeout.ms") as i32,
+            share_heartbeat_interval_ms: s.i64("group.share.heartbeat.interval.ms") as i32,
+            share_group_max_size: s.usize("group.share.max.size").max(1),
         };
         let authorizer = crate::authz::policy(s)?;
         let quotas = crate::quota::Quotas::new(s);
         let offsets_partitions = s.i64("offsets.topic.num.partitions").max(1) as i32;
         let txn_partitions = s.i64("transaction.state.log.num.partitions").max(1) as i32;
+        let share_partitions = s.i64("share.coordinator.state.topic.num.partitions").max(1) as i32;
         let txn_config = TxnConfig {
             max_timeout_ms: s.i64("transaction.max.timeout.ms").clamp(1, i32::MAX as i64) as i32,
             id_expiration_ms: s.i64("transactional.id.expiration.ms").max(1),
@@ -137,6 +147,13 @@ impl Broker {
             ),
             txn_coordinator: Arc::new(TxnCoordinator::new(Arc::new(txn_log), txn_host.clone(), txn_config)),
             txn_state_creating: Arc::new(AtomicBool::new(false)),
+            share_state: Arc::new(runnel_share::StateStore::new(Arc::new(InternalLog {
+                catalog: catalog.clone(),
+                topic: SHARE_STATE_TOPIC,
+                partitions: share_partitions,
+            }))),
+            share_state_creating: Arc::new(AtomicBool::new(false)),
+            shares: Default::default(),
             txn_host,
             txn_peers: Default::default(),
             txn_inbox: std::sync::Mutex::new(Some(links.txn_inbox)),

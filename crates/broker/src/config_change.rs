@@ -13,6 +13,7 @@ use crate::topic_config;
 /// ConfigResource types.
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
+pub const RESOURCE_GROUP: i8 = 32;
 
 pub const OP_SET: i8 = 0;
 pub const OP_DELETE: i8 = 1;
@@ -28,6 +29,7 @@ fn invalid(msg: String) -> (ResponseError, String) {
 fn kind_of(resource_type: i8, name: &str) -> Option<Kind> {
     match resource_type {
         RESOURCE_TOPIC => topic_config::lookup(name),
+        RESOURCE_GROUP => crate::group_configs::lookup(name).map(|c| c.kind),
         _ => setting(name).map(|(k, _)| k).or_else(|| {
             crate::config::dynamic_listener_ssl(name).map(|(_, key)| setting(key).map_or(Kind::Str, |(k, _)| k))
         }),

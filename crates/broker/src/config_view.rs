@@ -20,6 +20,7 @@ pub const SOURCE_DYNAMIC_BROKER: i8 = 2;
 pub const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 pub const SOURCE_STATIC_BROKER: i8 = 4;
 pub const SOURCE_DEFAULT: i8 = 5;
+pub const SOURCE_DYNAMIC_GROUP: i8 = 8;
 
 fn broker_source(settings: &Settings, name: &str) -> i8 {
     if settings.is_dynamic(name) {
@@ -84,6 +85,38 @@ pub fn topic_config_entries(
                     let default = crate::config::setting(syn).map(|(_, d)| d).unwrap_or("");
                     e.synonyms.push(synonym(syn, default, SOURCE_DEFAULT));
                 }
+            }
+            e
+        })
+        .collect()
+}
+
+/// A group's configs: its override, else the broker setting that defaults it (KIP-848).
+pub fn group_entries(
+    overrides: &BTreeMap<String, String>,
+    settings: &Settings,
+    keys: Option<&[String]>,
+    synonyms: bool,
+    v: i16,
+) -> Vec<DescribeConfigsResourceResult> {
+    crate::group_configs::GROUP_CONFIGS
+        .iter()
+        .filter(|c| keys.is_none_or(|k| k.iter().any(|k| k == c.name)))
+        .map(|c| {
+            let (default, default_src) = match c.synonym {
+                Some(syn) => (settings.get(syn), broker_source(settings, syn)),
+                None => (c.default_value(settings), SOURCE_DEFAULT),
+            };
+            let (value, source) = match overrides.get(c.name) {
+                Some(o) => (o.as_str(), SOURCE_DYNAMIC_GROUP),
+                None => (default, default_src),
+            };
+            let mut e = entry(c.name, value, source, false, c.kind.code(), v);
+            if synonyms {
+                if let Some(o) = overrides.get(c.name) {
+                    e.synonyms.push(synonym(c.name, o, SOURCE_DYNAMIC_GROUP));
+                }
+                e.synonyms.push(synonym(c.synonym.unwrap_or(c.name), default, default_src));
             }
             e
         })

@@ -1,6 +1,7 @@
 //! Coordinators in a cluster: the group coordinator keeps groups in the replicated
 //! `__consumer_offsets` topic, the transaction coordinator keeps transactional ids in
-//! `__transaction_state`. A key's coordinator is the leader of the partition it hashes to
+//! `__transaction_state`, the share coordinator keeps share-partitions' state in
+//! `__share_group_state`. A key's coordinator is the leader of the partition it hashes to
 //! (as in Kafka). That broker reads the partition back when it starts leading it and drops
 //! its state when it stops, so a coordinator that dies or is cut off is replaced by the new
 //! partition leader, with every acknowledged change (a Raft-committed write) in place.
@@ -14,7 +15,7 @@ use kafka_protocol::error::ResponseError;
 use tracing::{info, warn};
 
 use crate::broker::Broker;
-use crate::offsets_log::{topic_configs, OFFSETS_TOPIC, TXN_TOPIC};
+use crate::offsets_log::{topic_configs, OFFSETS_TOPIC, SHARE_STATE_TOPIC, TXN_TOPIC};
 use runnel_controller::BrokerInfo;
 
 /// How often a broker compares the partitions it leads with those it serves.
@@ -25,6 +26,7 @@ const FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
 pub enum Kind {
     Groups,
     Transactions,
+    ShareState,
 }
 
 impl Kind {
@@ -32,6 +34,7 @@ impl Kind {
         match self {
             Kind::Groups => OFFSETS_TOPIC,
             Kind::Transactions => TXN_TOPIC,
+            Kind::ShareState => SHARE_STATE_TOPIC,
         }
     }
 
@@ -46,6 +49,11 @@ impl Kind {
                 "transaction.state.log.replication.factor",
                 "transaction.state.log.segment.bytes",
             ),
+            Kind::ShareState => (
+                "share.coordinator.state.topic.num.partitions",
+                "share.coordinator.state.topic.replication.factor",
+                "share.coordinator.state.topic.segment.bytes",
+            ),
         }
     }
 
@@ -53,6 +61,7 @@ impl Kind {
         match self {
             Kind::Groups => &b.offsets_creating,
             Kind::Transactions => &b.txn_state_creating,
+            Kind::ShareState => &b.share_state_creating,
         }
     }
 
@@ -60,6 +69,7 @@ impl Kind {
         match self {
             Kind::Groups => b.group_coordinator.partition_for(key),
             Kind::Transactions => b.txn_coordinator.partition_for(key),
+            Kind::ShareState => b.share_state.partition_for(key),
         }
     }
 
@@ -67,6 +77,7 @@ impl Kind {
         match self {
             Kind::Groups => b.group_coordinator.loaded_partitions(),
             Kind::Transactions => b.txn_coordinator.loaded_partitions(),
+            Kind::ShareState => b.share_state.loaded_partitions(),
         }
     }
 
@@ -75,6 +86,7 @@ impl Kind {
         match self {
             Kind::Groups => b.group_coordinator.load_partition(p),
             Kind::Transactions => b.txn_coordinator.load_partition(p),
+            Kind::ShareState => b.share_state.load_partition(p),
         }
     }
 
@@ -89,6 +101,7 @@ impl Kind {
         match self {
             Kind::Groups => b.group_coordinator.unload_partition(p),
             Kind::Transactions => b.txn_coordinator.unload_partition(p),
+            Kind::ShareState => b.share_state.unload_partition(p),
         }
     }
 
@@ -96,6 +109,7 @@ impl Kind {
         match self {
             Kind::Groups => "groups",
             Kind::Transactions => "transactions",
+            Kind::ShareState => "share-group state",
         }
     }
 }

@@ -75,6 +75,11 @@ api_table! {
     OffsetDelete(0, 0) => |b, r, v, ctx| handlers::offset_delete::handle(b, r, v, ctx);
     ConsumerGroupHeartbeat(0, 1) => |b, r, v, ctx| handlers::consumer_group_heartbeat::handle(b, r, v, ctx);
     ConsumerGroupDescribe(0, 1) => |b, r, v, ctx| handlers::consumer_group_describe::handle(b, r, v, ctx);
+    ShareGroupHeartbeat(1, 1) => |b, r, v, ctx| handlers::share_group_heartbeat::handle(b, r, v, ctx);
+    ShareGroupDescribe(1, 1) => |b, r, v, ctx| handlers::share_group_describe::handle(b, r, v, ctx);
+    ShareFetch(1, 1) => |b, r, v, ctx| handlers::share_fetch::handle(b, r, v, ctx);
+    ShareAcknowledge(1, 1) => |b, r, v, ctx| handlers::share_acknowledge::handle(b, r, v, ctx);
+    DescribeShareGroupOffsets(0, 1) => |b, r, v, ctx| handlers::describe_share_group_offsets::handle(b, r, v, ctx);
     DescribeAcls(1, 3) => |b, r, v, ctx| handlers::acls::describe(b, r, v, ctx);
     CreateAcls(1, 3) => |b, r, v, ctx| handlers::acls::create(b, r, v, ctx);
     DeleteAcls(1, 3) => |b, r, v, ctx| handlers::acls::delete(b, r, v, ctx);
@@ -105,26 +110,34 @@ fn api_versions_response() -> ApiVersionsResponse {
     ApiVersionsResponse::default().with_api_keys(keys)
 }
 
-/// The feature this broker has (KIP-584), with the level it supports at most.
+/// The features this broker has (KIP-584), with the level each supports at most.
 const TRANSACTION_VERSION: (&str, i16) = ("transaction.version", 2);
+/// Share groups (KIP-932), on as in Kafka 4.2+.
+const SHARE_VERSION: (&str, i16) = ("share.version", 1);
 
 /// ApiVersions v3+ also lists features: `transaction.version`, finalized at the level the
 /// `transaction.version` setting gives (2 by default: Kafka 4 clients then use
-/// transactions version 2, KIP-890). The level is a setting, fixed while the broker runs,
-/// so the epoch of the finalized features is fixed too.
+/// transactions version 2, KIP-890), and `share.version` 1. The levels are fixed while
+/// the broker runs, so the epoch of the finalized features is fixed too.
 fn with_features(resp: ApiVersionsResponse, b: &Broker) -> ApiVersionsResponse {
-    let (name, max) = TRANSACTION_VERSION;
-    let level = b.transaction_version();
-    let supported = SupportedFeatureKey::default().with_name(name.into()).with_min_version(0).with_max_version(max);
-    let finalized = (level > 0).then(|| {
-        FinalizedFeatureKey::default()
-            .with_name(name.into())
-            .with_min_version_level(level)
-            .with_max_version_level(level)
-    });
-    resp.with_supported_features(vec![supported])
-        .with_finalized_features_epoch(1)
-        .with_finalized_features(finalized.into_iter().collect())
+    let features = [(TRANSACTION_VERSION, b.transaction_version()), (SHARE_VERSION, SHARE_VERSION.1)];
+    let supported = features
+        .iter()
+        .map(|((name, max), _)| {
+            SupportedFeatureKey::default().with_name((*name).into()).with_min_version(0).with_max_version(*max)
+        })
+        .collect();
+    let finalized = features
+        .iter()
+        .filter(|(_, level)| *level > 0)
+        .map(|((name, _), level)| {
+            FinalizedFeatureKey::default()
+                .with_name((*name).into())
+                .with_min_version_level(*level)
+                .with_max_version_level(*level)
+        })
+        .collect();
+    resp.with_supported_features(supported).with_finalized_features_epoch(1).with_finalized_features(finalized)
 }
 
 /// The KIP-511 answer to ApiVersions at a version this broker does not know: v0 with

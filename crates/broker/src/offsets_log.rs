@@ -23,12 +23,13 @@ use crate::partition::{Acks, Isolation};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 pub const TXN_TOPIC: &str = "__transaction_state";
+pub const SHARE_STATE_TOPIC: &str = "__share_group_state";
 /// How much one read of the offsets log fetches while replaying it.
 const REPLAY_READ_BYTES: usize = 1 << 20;
 
 /// Whether clients may not produce to the topic: only its coordinator writes it.
 pub fn is_internal(topic: &str) -> bool {
-    topic == OFFSETS_TOPIC || topic == TXN_TOPIC
+    topic == OFFSETS_TOPIC || topic == TXN_TOPIC || topic == SHARE_STATE_TOPIC
 }
 
 pub struct InternalLog {

@@ -96,7 +96,8 @@ pub async fn run_with(
     // Each partition of the coordinators' logs is read back by the broker that leads it,
     // when it starts leading it.
     tokio::spawn(crate::coordinators::follow_leaders(weak.clone(), Kind::Groups));
-    tokio::spawn(crate::coordinators::follow_leaders(weak, Kind::Transactions));
+    tokio::spawn(crate::coordinators::follow_leaders(weak.clone(), Kind::Transactions));
+    tokio::spawn(crate::coordinators::follow_leaders(weak, Kind::ShareState));
     crate::watchdog::start(&broker);
     crate::memory::start(&broker);
     crate::metrics::install(&broker);

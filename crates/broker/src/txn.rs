@@ -337,7 +337,17 @@ async fn peer_loop(broker: Weak<Broker>, mut inbox: mpsc::Receiver<(u64, Vec<u8>
                     txn_peers::send(b.replicas.driver(), to, &TxnMessage::Verified { req, error });
                 });
             }
-            TxnMessage::MarkersWritten { .. } | TxnMessage::Verified { .. } => {}
+            TxnMessage::ShareRead { req, key } => {
+                let reply = crate::share_state::answer_read(&b, req, &key);
+                txn_peers::send(b.replicas.driver(), to, &reply);
+            }
+            TxnMessage::ShareWrite { req, key, state } => {
+                tokio::spawn(async move {
+                    let reply = crate::share_state::answer_write(&b, req, &key, &state).await;
+                    txn_peers::send(b.replicas.driver(), to, &reply);
+                });
+            }
+            TxnMessage::MarkersWritten { .. } | TxnMessage::Verified { .. } | TxnMessage::ShareState { .. } => {}
         }
     }
 }

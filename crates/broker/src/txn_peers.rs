@@ -1,4 +1,5 @@
-//! What brokers send each other about transactions over the Raft transport's `T` channel
+//! What brokers send each other about transactions and share-group state (to the share
+//! coordinator of a key, `share_state`) over the Raft transport's `T` channel
 //! (mutual TLS when the internal listener has it), and the requests waiting for answers.
 //! Delivery is best effort: a request not answered in time counts as failed.
 
@@ -54,12 +55,32 @@ pub enum TxnMessage {
         req: u64,
         error: i16,
     },
+    /// Read a share-partition's state (the receiver is its share coordinator).
+    ShareRead {
+        req: u64,
+        key: String,
+    },
+    /// Replace a share-partition's state (answered once durable).
+    ShareWrite {
+        req: u64,
+        key: String,
+        state: Vec<u8>,
+    },
+    /// The answer to `ShareRead` and `ShareWrite`: 0 and the state read (if any), or an
+    /// error code.
+    ShareState {
+        req: u64,
+        error: i16,
+        state: Option<Vec<u8>>,
+    },
 }
 
 impl TxnMessage {
     pub fn reply_to(&self) -> Option<u64> {
         match self {
-            TxnMessage::MarkersWritten { req, .. } | TxnMessage::Verified { req, .. } => Some(*req),
+            TxnMessage::MarkersWritten { req, .. }
+            | TxnMessage::Verified { req, .. }
+            | TxnMessage::ShareState { req, .. } => Some(*req),
             _ => None,
         }
     }

@@ -464,6 +464,24 @@ impl Controller {
         self.until_applied(|s| s.config_changes.contains(&change_id), "the configs were not applied here in time").await
     }
 
+    /// Replaces a group's dynamic configs (checked by the caller), committed by the
+    /// controller; returns once applied here.
+    pub async fn alter_group_configs(&self, group: String, configs: BTreeMap<String, String>) -> Outcome {
+        let change_id = Uuid::new_v4();
+        self.run(Call::AlterGroupConfigs { group, configs, change_id }).await?;
+        self.until_applied(|s| s.config_changes.contains(&change_id), "the configs were not applied here in time").await
+    }
+
+    /// A group's dynamic configs, as this broker has applied the metadata log.
+    pub fn group_configs(&self, group: &str) -> BTreeMap<String, String> {
+        self.read().group_configs.get(group).cloned().unwrap_or_default()
+    }
+
+    /// The groups that have dynamic configs.
+    pub fn groups_with_configs(&self) -> Vec<String> {
+        self.read().group_configs.keys().cloned().collect()
+    }
+
     /// The cluster-wide dynamic broker configs, as this broker has applied the metadata log.
     pub fn broker_defaults(&self) -> BTreeMap<String, String> {
         self.read().broker_defaults.clone()

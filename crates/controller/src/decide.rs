@@ -170,6 +170,10 @@ impl Controller {
                 let rec = Record::BrokerDefaults { configs, change_id };
                 self.propose(&rec, |s| s.config_changes.contains(&change_id)).await
             }
+            Call::AlterGroupConfigs { group, configs, change_id } => {
+                let rec = Record::GroupConfigs { group, configs, change_id };
+                self.propose(&rec, |s| s.config_changes.contains(&change_id)).await
+            }
             Call::AlterClientQuotas { changes, change_id } => {
                 let rec = Record::ClientQuotas { changes, change_id };
                 self.propose(&rec, |s| s.config_changes.contains(&change_id)).await

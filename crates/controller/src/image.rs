@@ -60,6 +60,8 @@ pub(crate) struct Image {
     pub quotas: Arc<quota::Table>,
     /// The cluster-wide dynamic broker configs.
     pub broker_defaults: BTreeMap<String, String>,
+    /// Groups' dynamic configs, by group.
+    pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl Image {
@@ -81,7 +83,8 @@ impl Image {
             | Record::Drain { .. }
             | Record::ScramCredentials { .. }
             | Record::Acls { .. }
-            | Record::ClientQuotas { .. } => None,
+            | Record::ClientQuotas { .. }
+            | Record::GroupConfigs { .. } => None,
             Record::BrokerDefaults { configs, .. } => Some(Effect::BrokerDefaults { configs: configs.clone() }),
             Record::CreateTopic { name, id, seq, replicas, configs } => {
                 (!self.topics.contains_key(name)).then(|| Effect::CreateTopic {
@@ -244,6 +247,14 @@ impl Image {
             }
             Record::BrokerDefaults { configs, change_id } => {
                 self.broker_defaults = configs;
+                self.changed(change_id);
+            }
+            Record::GroupConfigs { group, configs, change_id } => {
+                if configs.is_empty() {
+                    self.group_configs.remove(&group);
+                } else {
+                    self.group_configs.insert(group, configs);
+                }
                 self.changed(change_id);
             }
             Record::ClientQuotas { changes, change_id } => {

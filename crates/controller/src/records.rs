@@ -214,6 +214,13 @@ pub(crate) enum Record {
         configs: BTreeMap<String, String>,
         change_id: Uuid,
     },
+    /// A group's dynamic configs (`kafka-configs --entity-type groups`), whole; an empty
+    /// map removes them.
+    GroupConfigs {
+        group: String,
+        configs: BTreeMap<String, String>,
+        change_id: Uuid,
+    },
     /// DeleteRecords: every replica of the partition moves its log start to `offset` (at
     /// most the high watermark when it was asked). Kept out of the partition's own log,
     /// where an entry would take an offset that Kafka's DeleteRecords does not.
@@ -375,6 +382,12 @@ pub(crate) enum Call {
     },
     /// New cluster-wide dynamic broker configs, whole, checked by the broker that took them.
     AlterBrokerDefaults {
+        configs: BTreeMap<String, String>,
+        change_id: Uuid,
+    },
+    /// A group's new dynamic configs, whole, checked by the broker that took them.
+    AlterGroupConfigs {
+        group: String,
         configs: BTreeMap<String, String>,
         change_id: Uuid,
     },

@@ -16,8 +16,12 @@ use kafka_protocol::error::ResponseError as E;
 use crate::consumer::{ConsumerGroup, HeartbeatIn, HeartbeatOut, Topics, Tp};
 use crate::group::{Group, JoinRequest, JoinResult, Pending, State, SyncResult, Timing};
 use crate::records::{partition_for, ConsumerGroupValue, ConsumerMemberValue, GroupValue, Key, OffsetValue};
+use crate::share_group::ShareGroup;
 
 mod offsets;
+mod share;
+
+pub use share::{ShareGroupSummary, ShareMemberSummary};
 
 pub type LogFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
@@ -68,6 +72,11 @@ pub struct CoordinatorConfig {
     /// GROUP_MAX_SIZE_REACHED.
     pub group_max_size: usize,
     pub consumer_group_max_size: usize,
+    /// Share groups: `group.share.session.timeout.ms`, `group.share.heartbeat.interval.ms`,
+    /// `group.share.max.size`.
+    pub share_session_timeout_ms: i32,
+    pub share_heartbeat_interval_ms: i32,
+    pub share_group_max_size: usize,
 }
 
 impl Default for CoordinatorConfig {
@@ -83,6 +92,9 @@ impl Default for CoordinatorConfig {
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             group_max_size: i32::MAX as usize,
             consumer_group_max_size: i32::MAX as usize,
+            share_session_timeout_ms: 45_000,
+            share_heartbeat_interval_ms: 5_000,
+            share_group_max_size: 200,
         }
     }
 }
@@ -153,9 +165,10 @@ struct Owned {
 }
 
 pub struct Coordinator {
-    /// Lock order: `groups` before `consumer_groups`.
+    /// Lock order: `groups`, then `consumer_groups`, then `share_groups`.
     groups: Mutex<HashMap<String, Group>>,
     consumer_groups: Mutex<HashMap<String, ConsumerGroup>>,
+    share_groups: Mutex<HashMap<String, ShareGroup>>,
     owned: Mutex<Owned>,
     log: Arc<dyn GroupLog>,
     config: CoordinatorConfig,
@@ -170,6 +183,7 @@ impl Coordinator {
         Coordinator {
             groups: Mutex::new(HashMap::new()),
             consumer_groups: Mutex::new(HashMap::new()),
+            share_groups: Mutex::new(HashMap::new()),
             owned: Mutex::new(Owned::default()),
             log,
             config,
@@ -320,6 +334,7 @@ impl Coordinator {
         let parts = self.log.partitions();
         groups.retain(|id, _| partition_for(id, parts) != p);
         consumer.retain(|id, _| partition_for(id, parts) != p);
+        self.lock_share().retain(|id, _| partition_for(id, parts) != p);
         let read = match read {
             Ok(r) => r,
             Err(e) => {
@@ -426,6 +441,7 @@ impl Coordinator {
         }
         groups.retain(|id, _| partition_for(id, parts) != p);
         consumer.retain(|id, _| partition_for(id, parts) != p);
+        self.lock_share().retain(|id, _| partition_for(id, parts) != p);
     }
 
     pub fn partition_for(&self, group: &str) -> i32 {
@@ -561,6 +577,7 @@ impl Coordinator {
                 written.push((id.clone(), self.log.append(self.partition_for(id), g.changes(id, None))));
             }
         }
+        self.expire_share_members(t.now);
         for (id, w) in written {
             if let Err(e) = w.await {
                 tracing::warn!(group = %id, error = %e, "could not persist expired members");
@@ -620,6 +637,7 @@ impl Coordinator {
             state: g.state.name(),
             group_type: "classic",
         }));
+        out.extend(self.share_listings());
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out
     }

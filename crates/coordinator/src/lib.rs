@@ -16,10 +16,12 @@ pub mod consumer;
 mod coordinator;
 pub mod group;
 pub mod records;
+pub mod share_group;
 
 pub use consumer::{HeartbeatIn, HeartbeatOut, Topics, Tp};
 pub use coordinator::{
     Committed, ConsumerGroupSummary, ConsumerMemberSummary, Coordinator, CoordinatorConfig, GroupListing, GroupLog,
-    GroupSummary, LogFuture, MemberSummary, Records, Replay,
+    GroupSummary, LogFuture, MemberSummary, Records, Replay, ShareGroupSummary, ShareMemberSummary,
 };
 pub use group::{JoinRequest, JoinResult, State, SyncResult};
+pub use share_group::{ShareHeartbeatIn, ShareHeartbeatOut};

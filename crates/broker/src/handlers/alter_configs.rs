@@ -1,6 +1,6 @@
 //! IncrementalAlterConfigs (key 44: SET, DELETE, APPEND, SUBTRACT per config) and the
 //! older AlterConfigs (key 33: replace every override of a resource), for topics and for
-//! the broker's dynamic settings.
+//! the broker's dynamic settings, and for groups' configs (`group_configs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use super::str_bytes;
 use crate::authz::Access;
 use crate::broker::Broker;
 use crate::config_change::{apply, validate, Outcome, OP_SET};
-use crate::config_change::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use crate::config_change::{RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC};
 use crate::ctx::{Ctx, Reply};
 use crate::errors;
 use runnel_controller::TopicConfigChange as TopicChange;
@@ -31,6 +31,8 @@ enum Altered {
     Broker(BTreeMap<String, String>),
     /// New cluster-wide dynamic settings, for the controller to commit.
     Defaults(BTreeMap<String, String>),
+    /// A group's new configs, for the controller to commit.
+    Group(String, BTreeMap<String, String>),
 }
 
 /// Computes the new override map for a resource with `change`, validates it and, unless
@@ -87,6 +89,16 @@ fn alter(
             Ok(if validate_only { Altered::Done } else { Altered::Broker(map) })
         }
         RESOURCE_BROKER => Err((ResponseError::InvalidRequest, format!("Unexpected broker id {name}"))),
+        RESOURCE_GROUP if name.is_empty() => {
+            Err((ResponseError::InvalidRequest, "Group name must not be empty".into()))
+        }
+        RESOURCE_GROUP => {
+            let mut map = b.controller().group_configs(name);
+            change(&mut map)?;
+            crate::group_configs::validate(&map, &b.catalog.settings())
+                .map_err(|msg| (ResponseError::InvalidConfig, msg))?;
+            Ok(if validate_only { Altered::Done } else { Altered::Group(name.to_string(), map) })
+        }
         other => Err((ResponseError::InvalidRequest, format!("Unsupported resource type {other}"))),
     }
 }
@@ -232,6 +244,7 @@ fn finish<R: Send + 'static>(
                 Ok(Altered::Topic(name, change)) => b.controller().alter_topic_configs(&name, change).await,
                 Ok(Altered::Broker(map)) => set_broker_configs(&b, map).await,
                 Ok(Altered::Defaults(map)) => b.controller().alter_broker_defaults(map).await,
+                Ok(Altered::Group(group, map)) => b.controller().alter_group_configs(group, map).await,
                 Ok(Altered::Done) => Ok(()),
                 Err(e) => Err(e),
             };

@@ -1,7 +1,6 @@
 //! ConsumerGroupDescribe (key 69, KIP-848): epochs, assignor, and each member's current
 //! and target assignment.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
@@ -15,16 +14,11 @@ use crate::ctx::{now, Ctx, Reply};
 use runnel_security::acl::Operation;
 
 fn assignment(b: &Broker, tps: &[Tp]) -> Assignment {
-    let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
-    for (id, p) in tps {
-        by_topic.entry(*id).or_default().push(*p);
-    }
     Assignment::default().with_topic_partitions(
-        by_topic
+        super::by_named_topic(b, tps)
             .into_iter()
-            .map(|(id, parts)| {
-                let name = b.catalog.topic_by_id(id).map(|t| t.name.to_string()).unwrap_or_default();
-                TopicPartitions::default().with_topic_id(id).with_topic_name(topic_name(&name)).with_partitions(parts)
+            .map(|(id, name, parts)| {
+                TopicPartitions::default().with_topic_id(id).with_topic_name(name).with_partitions(parts)
             })
             .collect(),
     )

@@ -2,7 +2,6 @@
 //! revocations and leave, all in one request; the coordinator answers with the member's
 //! epoch and, when it changed, its assignment.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
@@ -16,7 +15,7 @@ use crate::ctx::{now, Ctx, Reply};
 use runnel_security::acl::Operation;
 
 /// The catalog as the coordinator's view of topics.
-struct CatalogTopics<'a>(&'a Broker);
+pub(crate) struct CatalogTopics<'a>(pub &'a Broker);
 
 impl Topics for CatalogTopics<'_> {
     fn resolve(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
@@ -77,12 +76,8 @@ pub fn handle(b: &Arc<Broker>, r: ConsumerGroupHeartbeatRequest, v: i16, ctx: &C
                 .with_heartbeat_interval_ms(interval),
             Ok(out) => {
                 let assignment = out.assignment.map(|tps| {
-                    let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
-                    for (id, p) in tps {
-                        by_topic.entry(id).or_default().push(p);
-                    }
                     Assignment::default().with_topic_partitions(
-                        by_topic
+                        super::by_topic(tps)
                             .into_iter()
                             .map(|(id, parts)| TopicPartitions::default().with_topic_id(id).with_partitions(parts))
                             .collect(),

@@ -1,4 +1,5 @@
-//! DeleteGroups (key 42): removes empty groups and their committed offsets.
+//! DeleteGroups (key 42): removes empty groups and their committed offsets; a share
+//! group's share-partition state goes with it.
 
 use std::sync::Arc;
 
@@ -17,10 +18,24 @@ pub fn handle(b: &Arc<Broker>, r: DeleteGroupsRequest, _v: i16, ctx: &Ctx) -> Re
         for id in r.groups_names {
             let code = match access.group(Operation::Delete, &id.0) {
                 false => kafka_protocol::error::ResponseError::GroupAuthorizationFailed.code(),
-                true => b.group_coordinator.delete(&id.0).await.err().map_or(0, |e| e.code()),
+                true => delete(&b, &id.0).await.err().map_or(0, |e| e.code()),
             };
             results.push(DeletableGroupResult::default().with_group_id(id).with_error_code(code));
         }
         Some(DeleteGroupsResponse::default().with_results(results).into())
     })
+}
+
+async fn delete(b: &Broker, group: &str) -> Result<(), kafka_protocol::error::ResponseError> {
+    if let Some(e) = b.group_coordinator.owner_error(group) {
+        return Err(e);
+    }
+    if !b.group_coordinator.delete_share(group)? {
+        return b.group_coordinator.delete(group).await;
+    }
+    // Its state is kept by the share coordinators of its keys: each deletes what it serves.
+    for written in b.share_state.delete_group(group) {
+        written.await.map_err(|_| kafka_protocol::error::ResponseError::CoordinatorNotAvailable)?;
+    }
+    Ok(())
 }

@@ -1,5 +1,5 @@
 //! DescribeConfigs (key 32): topic configs (override, else the broker's value, with where
-//! it came from) and broker settings.
+//! it came from), broker settings and group configs.
 
 use std::sync::Arc;
 
@@ -52,6 +52,13 @@ pub fn handle(b: &Arc<Broker>, r: DescribeConfigsRequest, v: i16, ctx: &Ctx) -> 
                 )),
                 RESOURCE_BROKER if b.is_named(name) => out.with_configs(broker_entries(&settings, keys.as_deref(), v)),
                 RESOURCE_BROKER => fail(out, ResponseError::InvalidRequest, format!("Unexpected broker id {name}")),
+                crate::config_change::RESOURCE_GROUP => out.with_configs(crate::config_view::group_entries(
+                    &b.controller().group_configs(name),
+                    &settings,
+                    keys.as_deref(),
+                    r.include_synonyms,
+                    v,
+                )),
                 other => fail(out, ResponseError::InvalidRequest, format!("Unsupported resource type {other}")),
             }
         })

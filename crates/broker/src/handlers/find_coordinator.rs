@@ -1,6 +1,7 @@
 //! FindCoordinator (key 10): a group's coordinator is the leader of its
 //! `__consumer_offsets` partition, a transactional id's the leader of its
-//! `__transaction_state` partition (`coordinators::locate`; a single broker leads them
+//! `__transaction_state` partition, a share-partition's state's the leader of its
+//! `__share_group_state` partition (`coordinators::locate`; a single broker leads them
 //! all). v4+ asks for many keys at once.
 
 use std::sync::Arc;
@@ -18,6 +19,8 @@ use runnel_security::acl::Operation;
 
 const KEY_GROUP: i8 = 0;
 const KEY_TRANSACTION: i8 = 1;
+/// A share-partition's state: `group:topicId:partition` (KIP-932).
+const KEY_SHARE: i8 = 2;
 
 /// (node id, host, port) of the coordinator of one key.
 fn lookup(
@@ -39,6 +42,11 @@ fn lookup(
             ));
         }
         KEY_TRANSACTION => Kind::Transactions,
+        // Brokers ask for it; as Kafka, only the cluster may.
+        KEY_SHARE if !ctx.access.cluster(Operation::ClusterAction) => {
+            return Err((ResponseError::ClusterAuthorizationFailed, "Cluster authorization failed.".into()));
+        }
+        KEY_SHARE => Kind::ShareState,
         _ => return Err((ResponseError::InvalidRequest, format!("unknown coordinator key type {key_type}"))),
     };
     let info = crate::coordinators::locate(b, kind, key)?;

@@ -1,8 +1,8 @@
 //! ListConfigResources (key 74): the resources DescribeConfigs can be asked about, by type
 //! (KIP-1142, v1); v0 was ListClientMetricsResources (KIP-714) and lists client-metrics
 //! subscriptions only. Like Kafka, it needs DESCRIBE_CONFIGS on the cluster. Runnel has
-//! topic and broker configs; client-metrics subscriptions, group configs and broker
-//! loggers it has none of, so those types list nothing.
+//! topic, broker and group configs (groups with configs set are listed); client-metrics
+//! subscriptions and broker loggers it has none of, so those types list nothing.
 
 use std::sync::Arc;
 
@@ -13,12 +13,11 @@ use runnel_security::acl::Operation;
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::config_change::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use crate::config_change::{RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC};
 use crate::ctx::{now, Ctx, Reply};
 
 const RESOURCE_BROKER_LOGGER: i8 = 8;
 const RESOURCE_CLIENT_METRICS: i8 = 16;
-const RESOURCE_GROUP: i8 = 32;
 
 pub fn handle(b: &Arc<Broker>, r: ListConfigResourcesRequest, v: i16, ctx: &Ctx) -> Reply {
     let resp = ListConfigResourcesResponse::default();
@@ -37,7 +36,8 @@ pub fn handle(b: &Arc<Broker>, r: ListConfigResourcesRequest, v: i16, ctx: &Ctx)
         let names: Vec<String> = match t {
             RESOURCE_TOPIC => b.catalog.topics_snapshot().iter().map(|t| t.name.to_string()).collect(),
             RESOURCE_BROKER => b.controller().live_brokers().iter().map(|i| i.id.to_string()).collect(),
-            RESOURCE_BROKER_LOGGER | RESOURCE_CLIENT_METRICS | RESOURCE_GROUP => Vec::new(),
+            RESOURCE_GROUP => b.controller().groups_with_configs(),
+            RESOURCE_BROKER_LOGGER | RESOURCE_CLIENT_METRICS => Vec::new(),
             // A type Kafka does not define.
             _ => return now(resp.with_error_code(ResponseError::InvalidRequest.code())),
         };

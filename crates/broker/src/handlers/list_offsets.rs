@@ -36,7 +36,7 @@ fn find_record(batch: Vec<u8>, from: i64, below: i64, pick: impl Fn(i64) -> bool
 }
 
 /// `isolation`: with read_committed, nothing at or past the last stable offset is found.
-fn lookup(p: &Partition, ts: i64, isolation: Isolation) -> Result<(i64, i64), ResponseError> {
+pub(crate) fn lookup(p: &Partition, ts: i64, isolation: Isolation) -> Result<(i64, i64), ResponseError> {
     let hw = match isolation {
         Isolation::ReadUncommitted => p.high_watermark(),
         Isolation::ReadCommitted => p.last_stable_offset(),

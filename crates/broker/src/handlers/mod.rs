@@ -17,6 +17,7 @@ pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_quorum;
+pub mod describe_share_group_offsets;
 pub mod describe_topic_partitions;
 pub mod elect_leaders;
 pub mod fetch;
@@ -35,6 +36,10 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
+pub mod share_acknowledge;
+pub mod share_fetch;
+pub mod share_group_describe;
+pub mod share_group_heartbeat;
 pub mod sync_group;
 pub mod txn;
 pub mod txn_admin;
@@ -51,4 +56,30 @@ pub(crate) fn str_bytes(s: &str) -> StrBytes {
 
 pub(crate) fn topic_name(s: &str) -> TopicName {
     TopicName(str_bytes(s))
+}
+
+/// Partitions grouped by topic id, as assignments are sent.
+pub(crate) fn by_topic(
+    tps: impl IntoIterator<Item = (uuid::Uuid, i32)>,
+) -> std::collections::BTreeMap<uuid::Uuid, Vec<i32>> {
+    let mut out: std::collections::BTreeMap<uuid::Uuid, Vec<i32>> = std::collections::BTreeMap::new();
+    for (id, p) in tps {
+        out.entry(id).or_default().push(p);
+    }
+    out
+}
+
+/// Partitions grouped by topic, with each topic's name (empty if it is gone), as group
+/// descriptions list them.
+pub(crate) fn by_named_topic(
+    b: &crate::broker::Broker,
+    tps: &[(uuid::Uuid, i32)],
+) -> Vec<(uuid::Uuid, TopicName, Vec<i32>)> {
+    by_topic(tps.iter().copied())
+        .into_iter()
+        .map(|(id, parts)| {
+            let name = b.catalog.topic_by_id(id).map(|t| t.name.to_string()).unwrap_or_default();
+            (id, topic_name(&name), parts)
+        })
+        .collect()
 }

@@ -1,0 +1,204 @@
+//! Share groups on a partition leader (KIP-932): the share-partitions this broker serves
+//! (one [`SharePartition`] per group and partition it leads), the members' share sessions,
+//! and the state kept durable through the share coordinator (`runnel-share`'s
+//! [`StateStore`] over `__share_group_state`, here or on the broker leading the key's state
+//! partition).
+//!
+//! A share-partition is read back from its state the first time it is used in a leader's
+//! term, with the state epoch raised (so a former leader's late write is fenced), and
+//! dropped when leadership moves. Every acknowledgement is durable before it is answered:
+//! writes of one share-partition go one at a time, each with its state as of the write.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError as E;
+pub use runnel_share::Acquired;
+use runnel_share::{state_key, Limits, SharePartition, Snapshot};
+use runnel_sync::LockExt;
+use runnel_wire::Batches;
+use uuid::Uuid;
+
+use crate::broker::Broker;
+use crate::errors;
+use crate::partition::{Isolation, Partition};
+
+pub use crate::share_session::Tp;
+use crate::share_session::{Entry, Loaded};
+
+/// What a ShareFetch of one partition got.
+pub struct Fetched {
+    pub records: Bytes,
+    pub acquired: Vec<Acquired>,
+}
+
+/// How long a write of share state may take (`share.coordinator.write.timeout.ms`).
+fn write_timeout(b: &Broker) -> Duration {
+    Duration::from_millis(b.config.settings.i64("share.coordinator.write.timeout.ms").max(1) as u64)
+}
+
+fn limits(b: &Broker, group: &str) -> Limits {
+    let configs = b.controller().group_configs(group);
+    let settings = b.catalog.settings();
+    let g = |name: &str| crate::group_configs::value(&configs, &settings, name);
+    Limits {
+        lock_ms: g("share.record.lock.duration.ms").max(1),
+        delivery_limit: g("share.delivery.count.limit").clamp(1, i16::MAX as i64) as i16,
+        max_locks: g("share.partition.max.record.locks").max(1) as usize,
+    }
+}
+
+pub fn lock_duration_ms(b: &Broker, group: &str) -> i32 {
+    limits(b, group).lock_ms.min(i32::MAX as i64) as i32
+}
+
+fn leader_partition(b: &Broker, topic: Uuid, p: i32) -> Result<Arc<Partition>, E> {
+    let t = b.catalog.topic_by_id(topic).ok_or(E::UnknownTopicOrPartition)?;
+    let part = t.partitions.get(p as usize).cloned().ok_or(E::UnknownTopicOrPartition)?;
+    if let Some(e) = part.leader_error() {
+        return Err(errors::partition(&e));
+    }
+    Ok(part)
+}
+
+/// The share-partition of (group, topic, p), read back if this term has not used it yet.
+async fn open(b: &Broker, group: &str, topic: Uuid, p: i32) -> Result<(Arc<Entry>, Arc<Partition>), E> {
+    let part = leader_partition(b, topic, p)?;
+    let term = part.current_leader_term().ok_or(E::NotLeaderOrFollower)?;
+    let key = (group.to_string(), topic, p);
+    let entry = b.shares.entry(&key);
+    let current = |entry: &Entry| entry.state.lock_or_stop().as_ref().is_some_and(|l| l.term == term);
+    if current(&entry) {
+        return Ok((entry, part));
+    }
+    let gate = entry.gate.lock().await;
+    if current(&entry) {
+        return Ok((entry.clone(), part));
+    }
+    let skey = state_key(group, topic, p);
+    let mut sp = match crate::share_state::read(b, &skey).await? {
+        Some(snapshot) => SharePartition::from_snapshot(&snapshot),
+        None => {
+            let reset = crate::group_configs::get(
+                &b.controller().group_configs(group),
+                &b.catalog.settings(),
+                "share.auto.offset.reset",
+            );
+            let start = match reset.strip_prefix("by_duration:").and_then(crate::group_configs::duration_ms) {
+                // The first record at or after that time, else the end (ListOffsets' rule).
+                Some(ago) => {
+                    let at =
+                        crate::handlers::list_offsets::lookup(&part, crate::now_ms() - ago, Isolation::ReadUncommitted);
+                    at.ok().map(|(offset, _)| offset).filter(|o| *o >= 0).unwrap_or_else(|| part.high_watermark())
+                }
+                None if reset == "earliest" => part.log_start_offset(),
+                None => part.high_watermark(),
+            };
+            SharePartition::new(start, 0)
+        }
+    };
+    // A new epoch for this leader: what an earlier leader still writes is fenced.
+    let snapshot = Snapshot { state_epoch: sp.state_epoch() + 1, ..sp.snapshot() };
+    sp = SharePartition::from_snapshot(&snapshot);
+    crate::share_state::write(b, &skey, snapshot, write_timeout(b)).await?;
+    *entry.state.lock_or_stop() = Some(Loaded { part: sp, term });
+    drop(gate);
+    tracing::debug!(group, %topic, partition = p, term, "share-partition loaded");
+    Ok((entry, part))
+}
+
+/// Writes the share-partition's state as it is now; durable when it returns.
+async fn persist(b: &Broker, group: &str, topic: Uuid, p: i32, entry: &Entry) -> Result<(), E> {
+    let _gate = entry.gate.lock().await;
+    let snapshot = entry.state.lock_or_stop().as_ref().map(|l| l.part.snapshot());
+    let Some(snapshot) = snapshot else { return Err(E::NotLeaderOrFollower) };
+    crate::share_state::write(b, &state_key(group, topic, p), snapshot, write_timeout(b)).await
+}
+
+/// Hands `member` records of (topic, p): at most `max_records`, read within `max_bytes`.
+pub async fn fetch(
+    b: &Broker,
+    group: &str,
+    member: &str,
+    (topic, p): Tp,
+    max_records: usize,
+    max_bytes: usize,
+) -> Result<Fetched, E> {
+    let (entry, part) = open(b, group, topic, p).await?;
+    let limits = limits(b, group);
+    let now = crate::now_ms();
+    let (from, hw) = {
+        let mut state = entry.state.lock_or_stop();
+        let l = state.as_mut().ok_or(E::NotLeaderOrFollower)?;
+        l.part.expire(now, &limits);
+        l.part.truncate_to(part.log_start_offset());
+        let hw = part.high_watermark();
+        if !l.part.has_available(hw, &limits) {
+            return Ok(Fetched { records: Bytes::new(), acquired: Vec::new() });
+        }
+        (l.part.next_fetch_offset(), hw)
+    };
+    if from >= hw {
+        return Ok(Fetched { records: Bytes::new(), acquired: Vec::new() });
+    }
+    let read =
+        part.read(from, max_bytes, true, Isolation::ReadUncommitted, false).map_err(|e| errors::partition(&e))?;
+    let bytes = read.plan.and_then(|plan| plan.execute().map_err(Into::into)).map_err(|e| errors::read(&e))?;
+    let batches: Vec<(i64, i64, bool)> = Batches::new(&bytes)
+        .filter_map(Result::ok)
+        .map(|(h, _)| (h.base_offset, h.last_offset(), h.is_control()))
+        .collect();
+    let acquired = {
+        let mut state = entry.state.lock_or_stop();
+        let l = state.as_mut().ok_or(E::NotLeaderOrFollower)?;
+        l.part.acquire(member, &batches, max_records, now, &limits)
+    };
+    if acquired.is_empty() {
+        return Ok(Fetched { records: Bytes::new(), acquired });
+    }
+    Ok(Fetched { records: Bytes::from(bytes), acquired })
+}
+
+/// Applies `member`'s acknowledgements on (topic, p) and makes them durable.
+pub async fn acknowledge(
+    b: &Broker,
+    group: &str,
+    member: &str,
+    (topic, p): Tp,
+    batches: &[(i64, i64, Vec<i8>)],
+) -> Result<(), E> {
+    let (entry, _) = open(b, group, topic, p).await?;
+    let limits = limits(b, group);
+    {
+        let mut state = entry.state.lock_or_stop();
+        let l = state.as_mut().ok_or(E::NotLeaderOrFollower)?;
+        l.part.acknowledge(member, batches, &limits)?;
+    }
+    persist(b, group, topic, p, &entry).await
+}
+
+/// A member's share session closed: what it holds on these partitions is released.
+pub async fn release(b: &Broker, group: &str, member: &str, parts: &[Tp]) {
+    for &(topic, p) in parts {
+        let key = (group.to_string(), topic, p);
+        let Some(entry) = b.shares.parts.lock_or_stop().get(&key).cloned() else { continue };
+        let limits = limits(b, group);
+        let released = entry.state.lock_or_stop().as_mut().map_or(0, |l| l.part.release_member(member, &limits));
+        if released > 0 {
+            if let Err(e) = persist(b, group, topic, p, &entry).await {
+                tracing::debug!(group, %topic, partition = p, ?e, "released records not persisted");
+            }
+        }
+    }
+}
+
+/// The earliest lock deadline among `group`'s share-partitions of `parts` (a waiting fetch
+/// looks again then: the records come free).
+pub fn next_deadline(b: &Broker, group: &str, parts: &[Tp]) -> Option<i64> {
+    let entries: Vec<Arc<Entry>> = {
+        let map = b.shares.parts.lock_or_stop();
+        parts.iter().filter_map(|(topic, p)| map.get(&(group.to_string(), *topic, *p)).cloned()).collect()
+    };
+    entries.iter().filter_map(|e| e.state.lock_or_stop().as_ref().and_then(|l| l.part.next_deadline())).min()
+}

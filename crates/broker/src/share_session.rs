@@ -1,0 +1,96 @@
+//! The state behind share groups on a partition leader, owned by the broker: the
+//! share-partitions it serves (each behind its own lock, loaded and written by `share`)
+//! and the members' share sessions (KIP-932), with the rules of their epochs.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use kafka_protocol::error::ResponseError as E;
+use runnel_share::SharePartition;
+use runnel_sync::LockExt;
+use uuid::Uuid;
+
+/// (topic id, partition).
+pub type Tp = (Uuid, i32);
+/// (group, topic id, partition).
+pub(crate) type Key = (String, Uuid, i32);
+
+pub(crate) struct Loaded {
+    pub part: SharePartition,
+    /// The leader term it was read back in.
+    pub term: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Entry {
+    pub state: Mutex<Option<Loaded>>,
+    /// Loads and writes of the share-partition's state, one at a time.
+    pub gate: tokio::sync::Mutex<()>,
+}
+
+struct Session {
+    /// The epoch the next request must carry.
+    next_epoch: i32,
+    parts: BTreeSet<Tp>,
+}
+
+#[derive(Default)]
+pub struct Shares {
+    pub(crate) parts: Mutex<HashMap<Key, Arc<Entry>>>,
+    sessions: Mutex<HashMap<(String, String), Session>>,
+}
+
+/// How a share session request stands.
+pub struct SessionView {
+    /// Every partition of the session (after this request's changes).
+    pub parts: Vec<Tp>,
+    /// A new session: the response lists every partition.
+    pub full: bool,
+}
+
+impl Shares {
+    /// Opens, continues or closes (epoch -1) the share session of (group, member).
+    pub fn session(
+        &self,
+        group: &str,
+        member: &str,
+        epoch: i32,
+        add: &[Tp],
+        forget: &[Tp],
+        max_sessions: usize,
+    ) -> Result<SessionView, E> {
+        let key = (group.to_string(), member.to_string());
+        let mut sessions = self.sessions.lock_or_stop();
+        match epoch {
+            0 => {
+                if !sessions.contains_key(&key) && sessions.len() >= max_sessions {
+                    return Err(E::ShareSessionLimitReached);
+                }
+                let parts: BTreeSet<Tp> = add.iter().copied().collect();
+                let view = SessionView { parts: parts.iter().copied().collect(), full: true };
+                sessions.insert(key, Session { next_epoch: 1, parts });
+                Ok(view)
+            }
+            -1 => {
+                let s = sessions.remove(&key).ok_or(E::ShareSessionNotFound)?;
+                Ok(SessionView { parts: s.parts.into_iter().collect(), full: false })
+            }
+            e => {
+                let s = sessions.get_mut(&key).ok_or(E::ShareSessionNotFound)?;
+                if s.next_epoch != e {
+                    return Err(E::InvalidShareSessionEpoch);
+                }
+                s.next_epoch = if e == i32::MAX { 1 } else { e + 1 };
+                s.parts.extend(add.iter().copied());
+                for tp in forget {
+                    s.parts.remove(tp);
+                }
+                Ok(SessionView { parts: s.parts.iter().copied().collect(), full: false })
+            }
+        }
+    }
+
+    pub(crate) fn entry(&self, key: &Key) -> Arc<Entry> {
+        self.parts.lock_or_stop().entry(key.clone()).or_default().clone()
+    }
+}

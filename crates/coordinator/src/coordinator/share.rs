@@ -1,0 +1,148 @@
+//! The coordinator's share groups (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe and
+//! their rows in ListGroups. Membership is in memory (see `share_group.rs`); the state of
+//! the partitions they read is the share coordinator's (`runnel-share`).
+
+use std::collections::HashMap;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::error::ResponseError as E;
+use runnel_sync::LockExt;
+
+use super::{Coordinator, GroupListing};
+use crate::consumer::{Topics, Tp};
+use crate::share_group::{ShareGroup, ShareHeartbeatIn, ShareHeartbeatOut, ShareLimits};
+
+/// A ShareGroupDescribe answer.
+pub struct ShareGroupSummary {
+    pub state: &'static str,
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub members: Vec<ShareMemberSummary>,
+    /// The topics its members subscribe to or were assigned (DescribeShareGroupOffsets).
+    pub topics: Vec<String>,
+}
+
+pub struct ShareMemberSummary {
+    pub member_id: String,
+    pub rack_id: Option<String>,
+    pub epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed: Vec<String>,
+    pub assigned: Vec<Tp>,
+}
+
+impl Coordinator {
+    pub(super) fn lock_share(&self) -> MutexGuard<'_, HashMap<String, ShareGroup>> {
+        self.share_groups.lock_or_stop()
+    }
+
+    pub fn share_heartbeat_interval_ms(&self) -> i32 {
+        self.config.share_heartbeat_interval_ms
+    }
+
+    fn share_limits(&self) -> ShareLimits {
+        ShareLimits {
+            session: Duration::from_millis(self.config.share_session_timeout_ms.max(0) as u64),
+            max_size: self.config.share_group_max_size,
+        }
+    }
+
+    /// ShareGroupHeartbeat. A group id taken by a classic or consumer group is refused.
+    pub fn share_heartbeat(
+        &self,
+        group_id: &str,
+        req: ShareHeartbeatIn,
+        topics: &dyn Topics,
+    ) -> Result<ShareHeartbeatOut, (E, String)> {
+        if group_id.is_empty() {
+            return Err((E::InvalidGroupId, "empty group id".into()));
+        }
+        if let Some(e) = self.owner_error(group_id) {
+            return Err((e, "this broker does not coordinate the group now".into()));
+        }
+        let classic = self.lock();
+        let consumer = self.lock_consumer();
+        if classic.contains_key(group_id) || consumer.contains_key(group_id) {
+            return Err((E::GroupIdNotFound, format!("Group {group_id} is not a share group.")));
+        }
+        let mut groups = self.lock_share();
+        let g = groups.entry(group_id.to_string()).or_default();
+        g.heartbeat(req, topics, Instant::now(), &self.share_limits())
+    }
+
+    pub fn describe_share(&self, group_id: &str) -> Result<Option<ShareGroupSummary>, E> {
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
+        let groups = self.lock_share();
+        let Some(g) = groups.get(group_id) else { return Ok(None) };
+        Ok(Some(ShareGroupSummary {
+            state: g.state(),
+            group_epoch: g.group_epoch,
+            assignment_epoch: g.assignment_epoch,
+            topics: g
+                .subscribed_topics()
+                .into_iter()
+                .chain(g.initialized.iter())
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            members: g
+                .members
+                .values()
+                .map(|m| ShareMemberSummary {
+                    member_id: m.id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    epoch: m.epoch,
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    subscribed: m.subscribed.clone(),
+                    assigned: m.assigned.iter().copied().collect(),
+                })
+                .collect(),
+        }))
+    }
+
+    /// Whether `group_id` is a share group here.
+    pub fn is_share_group(&self, group_id: &str) -> bool {
+        self.lock_share().contains_key(group_id)
+    }
+
+    /// DeleteGroups of a share group: only an empty one.
+    pub fn delete_share(&self, group_id: &str) -> Result<bool, E> {
+        let mut groups = self.lock_share();
+        match groups.get(group_id) {
+            None => Ok(false),
+            Some(g) if !g.members.is_empty() => Err(E::NonEmptyGroup),
+            Some(_) => {
+                groups.remove(group_id);
+                Ok(true)
+            }
+        }
+    }
+
+    pub(super) fn expire_share_members(&self, now: Instant) {
+        let session = self.share_limits().session;
+        for (id, g) in self.lock_share().iter_mut() {
+            let gone = g.expire(now, session);
+            if gone > 0 {
+                tracing::info!(group = %id, members = gone, "share group member sessions expired");
+            }
+        }
+    }
+
+    pub(super) fn share_listings(&self) -> Vec<GroupListing> {
+        self.lock_share()
+            .iter()
+            .map(|(id, g)| GroupListing {
+                group_id: id.clone(),
+                protocol_type: "share".into(),
+                state: g.state(),
+                group_type: "share",
+            })
+            .collect()
+    }
+}
