@@ -353,6 +353,56 @@ def test_kafka_share_groups_tool(share_broker, java_build, tmp_path):  # noqa: F
     assert re.search(r"GroupIdNotFoundException|not found|does not exist", out), out
 
 
+def test_kafka_share_groups_reset_delete_offsets_and_delete(share_broker, java_build, tmp_path):  # noqa: F811
+    """kafka-share-groups.sh on an empty group (AlterShareGroupOffsets, DeleteShareGroupOffsets,
+    DeleteGroups): after 20 records over 2 partitions were accepted, --reset-offsets --to-earliest
+    moves every START-OFFSET back to 0 and the group reads all 20 again, each for the first time
+    (delivery count 1); --delete-offsets forgets the topic's state (nothing left to describe);
+    --delete removes the group from --list. A group with a member is not reset."""
+    tools = Tools(java_build / "lib", share_broker)
+    topic = unique_topic("share-reset")
+    group = f"{topic}-g"
+    create_topic(share_broker.bootstrap, topic, 2)
+    r = sharecheck(java_build, share_broker.bootstrap, "consume", topic, group, 20, 1, broker=share_broker)
+    assert r["distinct"] == 20 and r["duplicates"] == 0, r
+    wait_for(lambda: group_state(tools, group) == ("Empty", 0), "the group Empty after its member left", 30)
+
+    out = sg(tools, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute")
+    rows, described = offsets_table(tools, group)
+    assert sorted(rows) == [0, 1] and all(row["START-OFFSET"] == "0" for row in rows.values()), out + described
+    assert all(row["LAG"] == "10" for row in rows.values()), described
+
+    none = tmp_path / "none.txt"
+    none.write_text("")
+    again = sharecheck(java_build, share_broker.bootstrap, "drain", topic, group, 20, 1, none, broker=share_broker)
+    assert again["distinct"] == 20 and again["duplicates"] == 0, again
+    assert again["delivery_counts"] == {"1": 20}, again
+    wait_for(lambda: group_state(tools, group) == ("Empty", 0), "the group Empty after the second member left", 30)
+
+    out = sg(tools, "--delete-offsets", "--group", group, "--topic", topic)
+    assert "Error" not in out and "Exception" not in out, out
+    rows, described = offsets_table(tools, group)
+    assert rows == {}, described
+
+    out = sg(tools, "--delete", "--group", group)
+    assert "Error" not in out and "Exception" not in out, out
+    assert group not in sg(tools, "--list").split()
+
+    member = Member(java_build, tmp_path, share_broker.bootstrap, topic, group, "reset-m1")
+    try:
+        def joined():
+            out = sg(tools, "--describe", "--group", group, "--state")
+            return re.search(rf"^{re.escape(group)}\s+\S+\s+\(\d+\)\s+Stable\s+1\s*$", out, re.M)
+
+        wait_for(joined, "a member in the group (re-created)", 60, member.report)
+        p = tools.run(SHARE_GROUPS, "--reset-offsets", "--group", group, "--topic", topic, "--to-latest", "--execute",
+                      expect_rc=1)
+        assert f"Share group '{group}' is not empty." in p.stderr, p.stdout + p.stderr
+        member.stop()
+    finally:
+        member.kill()
+
+
 # ------------------------------------------------------------------------------ 3-broker failover
 
 

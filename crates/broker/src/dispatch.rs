@@ -79,6 +79,8 @@ api_table! {
     ShareGroupDescribe(1, 1) => |b, r, v, ctx| handlers::share_group_describe::handle(b, r, v, ctx);
     ShareFetch(1, 1) => |b, r, v, ctx| handlers::share_fetch::handle(b, r, v, ctx);
     ShareAcknowledge(1, 1) => |b, r, v, ctx| handlers::share_acknowledge::handle(b, r, v, ctx);
+    AlterShareGroupOffsets(0, 0) => |b, r, v, ctx| handlers::share_group_offsets::alter(b, r, v, ctx);
+    DeleteShareGroupOffsets(0, 0) => |b, r, v, ctx| handlers::share_group_offsets::delete(b, r, v, ctx);
     DescribeShareGroupOffsets(0, 1) => |b, r, v, ctx| handlers::describe_share_group_offsets::handle(b, r, v, ctx);
     DescribeAcls(1, 3) => |b, r, v, ctx| handlers::acls::describe(b, r, v, ctx);
     CreateAcls(1, 3) => |b, r, v, ctx| handlers::acls::create(b, r, v, ctx);

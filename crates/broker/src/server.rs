@@ -97,7 +97,8 @@ pub async fn run_with(
     // when it starts leading it.
     tokio::spawn(crate::coordinators::follow_leaders(weak.clone(), Kind::Groups));
     tokio::spawn(crate::coordinators::follow_leaders(weak.clone(), Kind::Transactions));
-    tokio::spawn(crate::coordinators::follow_leaders(weak, Kind::ShareState));
+    tokio::spawn(crate::coordinators::follow_leaders(weak.clone(), Kind::ShareState));
+    tokio::spawn(crate::share::sweep_sessions(weak));
     crate::watchdog::start(&broker);
     crate::memory::start(&broker);
     crate::metrics::install(&broker);

@@ -113,7 +113,13 @@ async fn persist(b: &Broker, group: &str, topic: Uuid, p: i32, entry: &Entry) ->
     let _gate = entry.gate.lock().await;
     let snapshot = entry.state.lock_or_stop().as_ref().map(|l| l.part.snapshot());
     let Some(snapshot) = snapshot else { return Err(E::NotLeaderOrFollower) };
-    crate::share_state::write(b, &state_key(group, topic, p), snapshot, write_timeout(b)).await
+    let written = crate::share_state::write(b, &state_key(group, topic, p), snapshot, write_timeout(b)).await;
+    if written == Err(E::FencedStateEpoch) {
+        // The state was replaced since it was read (a newer leader, or the group's offsets
+        // altered): what is in memory is stale, the next use reads it back.
+        *entry.state.lock_or_stop() = None;
+    }
+    written
 }
 
 /// Hands `member` records of (topic, p): at most `max_records`, read within `max_bytes`.
@@ -178,8 +184,30 @@ pub async fn acknowledge(
     persist(b, group, topic, p, &entry).await
 }
 
-/// A member's share session closed: what it holds on these partitions is released.
-pub async fn release(b: &Broker, group: &str, member: &str, parts: &[Tp]) {
+/// A member's share session closed: what it holds on these partitions is released. The
+/// group's last session here takes its share-partitions out of memory.
+pub async fn close_session(b: &Broker, group: &str, member: &str, parts: &[Tp]) {
+    release(b, group, member, parts).await;
+    if !b.shares.has_sessions(group) {
+        b.shares.forget_group(group);
+    }
+}
+
+/// Ends share sessions idle for longer than a member's session may be, every second, as
+/// if their members had closed them.
+pub async fn sweep_sessions(broker: std::sync::Weak<Broker>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(b) = broker.upgrade() else { return };
+        let idle = Duration::from_millis(b.config.settings.i64("group.share.session.timeout.ms").max(1) as u64);
+        for (group, member, parts) in b.shares.expire_idle(idle) {
+            tracing::debug!(group, member, "share session expired");
+            close_session(&b, &group, &member, &parts).await;
+        }
+    }
+}
+
+async fn release(b: &Broker, group: &str, member: &str, parts: &[Tp]) {
     for &(topic, p) in parts {
         let key = (group.to_string(), topic, p);
         let Some(entry) = b.shares.parts.lock_or_stop().get(&key).cloned() else { continue };

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use kafka_protocol::error::ResponseError as E;
 use runnel_share::SharePartition;
@@ -32,6 +33,7 @@ struct Session {
     /// The epoch the next request must carry.
     next_epoch: i32,
     parts: BTreeSet<Tp>,
+    last_used: Instant,
 }
 
 #[derive(Default)]
@@ -68,7 +70,7 @@ impl Shares {
                 }
                 let parts: BTreeSet<Tp> = add.iter().copied().collect();
                 let view = SessionView { parts: parts.iter().copied().collect(), full: true };
-                sessions.insert(key, Session { next_epoch: 1, parts });
+                sessions.insert(key, Session { next_epoch: 1, parts, last_used: Instant::now() });
                 Ok(view)
             }
             -1 => {
@@ -81,6 +83,7 @@ impl Shares {
                     return Err(E::InvalidShareSessionEpoch);
                 }
                 s.next_epoch = if e == i32::MAX { 1 } else { e + 1 };
+                s.last_used = Instant::now();
                 s.parts.extend(add.iter().copied());
                 for tp in forget {
                     s.parts.remove(tp);
@@ -92,5 +95,36 @@ impl Shares {
 
     pub(crate) fn entry(&self, key: &Key) -> Arc<Entry> {
         self.parts.lock_or_stop().entry(key.clone()).or_default().clone()
+    }
+
+    /// Ends the sessions not used for `idle` (their members crashed or left without
+    /// closing them): (group, member, partitions) of each.
+    pub fn expire_idle(&self, idle: Duration) -> Vec<(String, String, Vec<Tp>)> {
+        let now = Instant::now();
+        let mut gone = Vec::new();
+        self.sessions.lock_or_stop().retain(|(group, member), s| {
+            let keep = now.duration_since(s.last_used) <= idle;
+            if !keep {
+                gone.push((group.clone(), member.clone(), s.parts.iter().copied().collect()));
+            }
+            keep
+        });
+        gone
+    }
+
+    pub fn has_sessions(&self, group: &str) -> bool {
+        self.sessions.lock_or_stop().keys().any(|(g, _)| g == group)
+    }
+
+    /// Drops the group's share-partitions from memory (it has no session here any more):
+    /// their next use reads their state back, with whatever changed it meanwhile
+    /// (AlterShareGroupOffsets, DeleteShareGroupOffsets).
+    pub fn forget_group(&self, group: &str) {
+        self.parts.lock_or_stop().retain(|(g, _, _), _| g != group);
+    }
+
+    /// Drops one share-partition from memory: its state was changed elsewhere.
+    pub(crate) fn forget(&self, key: &Key) {
+        self.parts.lock_or_stop().remove(key);
     }
 }

@@ -22,6 +22,7 @@ fn transient(e: E) -> bool {
 enum Op {
     Read,
     Write(Snapshot),
+    Delete,
 }
 
 async fn call(b: &Broker, key: &str, op: &Op, timeout: Duration) -> Result<Option<Snapshot>, E> {
@@ -43,8 +44,11 @@ async fn once(b: &Broker, key: &str, op: &Op, deadline: Instant) -> Result<Optio
     if leader.id == b.node_id() {
         return match op {
             Op::Read => b.share_state.read(key),
-            Op::Write(s) => {
-                let written = b.share_state.write(key, s.clone())?;
+            Op::Write(_) | Op::Delete => {
+                let written = match op {
+                    Op::Write(s) => b.share_state.write(key, s.clone())?,
+                    _ => b.share_state.delete(key)?,
+                };
                 match tokio::time::timeout_at(deadline, written).await {
                     Ok(Ok(())) => Ok(None),
                     Ok(Err(e)) => {
@@ -62,6 +66,7 @@ async fn once(b: &Broker, key: &str, op: &Op, deadline: Instant) -> Result<Optio
         .ask(b.replicas.driver(), leader.id, wait, |req| match op {
             Op::Read => TxnMessage::ShareRead { req, key: key.to_string() },
             Op::Write(s) => TxnMessage::ShareWrite { req, key: key.to_string(), state: s.encode().to_vec() },
+            Op::Delete => TxnMessage::ShareDelete { req, key: key.to_string() },
         })
         .await;
     match asked {
@@ -84,6 +89,12 @@ pub async fn write(b: &Broker, key: &str, snapshot: Snapshot, timeout: Duration)
     call(b, key, &Op::Write(snapshot), timeout).await.map(|_| ())
 }
 
+/// Deletes the state of `key`; durable when it returns Ok.
+pub async fn delete(b: &Broker, key: &str) -> Result<(), E> {
+    let timeout = Duration::from_millis(b.config.settings.i64("share.coordinator.write.timeout.ms").max(1) as u64);
+    call(b, key, &Op::Delete, timeout).await.map(|_| ())
+}
+
 /// A peer's `ShareRead`, answered from this broker's store.
 pub fn answer_read(b: &Broker, req: u64, key: &str) -> TxnMessage {
     match b.share_state.read(key) {
@@ -92,16 +103,19 @@ pub fn answer_read(b: &Broker, req: u64, key: &str) -> TxnMessage {
     }
 }
 
-/// A peer's `ShareWrite`, answered once durable here.
-pub async fn answer_write(b: &Broker, req: u64, key: &str, state: &[u8]) -> TxnMessage {
-    let error = match Snapshot::decode(state) {
-        Err(_) => E::InvalidRequest,
-        Ok(s) => match b.share_state.write(key, s) {
-            Err(e) => e,
-            Ok(written) => match written.await {
-                Ok(()) => return TxnMessage::ShareState { req, error: 0, state: None },
-                Err(_) => E::NotCoordinator,
-            },
+/// A peer's `ShareWrite` (a state) or `ShareDelete` (none), answered once durable here.
+pub async fn answer_write(b: &Broker, req: u64, key: &str, state: Option<&[u8]>) -> TxnMessage {
+    let written = match state.map(Snapshot::decode) {
+        None => b.share_state.delete(key).map_err(Some),
+        Some(Err(_)) => Err(None),
+        Some(Ok(s)) => b.share_state.write(key, s).map_err(Some),
+    };
+    let error = match written {
+        Err(None) => E::InvalidRequest,
+        Err(Some(e)) => e,
+        Ok(written) => match written.await {
+            Ok(()) => return TxnMessage::ShareState { req, error: 0, state: None },
+            Err(_) => E::NotCoordinator,
         },
     };
     TxnMessage::ShareState { req, error: error.code(), state: None }

@@ -343,7 +343,13 @@ async fn peer_loop(broker: Weak<Broker>, mut inbox: mpsc::Receiver<(u64, Vec<u8>
             }
             TxnMessage::ShareWrite { req, key, state } => {
                 tokio::spawn(async move {
-                    let reply = crate::share_state::answer_write(&b, req, &key, &state).await;
+                    let reply = crate::share_state::answer_write(&b, req, &key, Some(&state)).await;
+                    txn_peers::send(b.replicas.driver(), to, &reply);
+                });
+            }
+            TxnMessage::ShareDelete { req, key } => {
+                tokio::spawn(async move {
+                    let reply = crate::share_state::answer_write(&b, req, &key, None).await;
                     txn_peers::send(b.replicas.driver(), to, &reply);
                 });
             }

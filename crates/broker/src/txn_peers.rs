@@ -66,8 +66,13 @@ pub enum TxnMessage {
         key: String,
         state: Vec<u8>,
     },
-    /// The answer to `ShareRead` and `ShareWrite`: 0 and the state read (if any), or an
-    /// error code.
+    /// Delete a share-partition's state (answered once durable).
+    ShareDelete {
+        req: u64,
+        key: String,
+    },
+    /// The answer to `ShareRead`, `ShareWrite` and `ShareDelete`: 0 and the state read (if
+    /// any), or an error code.
     ShareState {
         req: u64,
         error: i16,

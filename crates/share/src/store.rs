@@ -104,23 +104,16 @@ impl StateStore {
         Ok(self.log.append(p, vec![(encode_key(key), Some(value))]))
     }
 
-    /// Forgets every key of `group` that this coordinator serves (DeleteShareGroupOffsets,
-    /// DeleteGroups); durable when the futures resolve.
-    pub fn delete_group(&self, group: &str) -> Vec<LogFuture> {
-        let prefix = format!("{group}:");
+    /// Deletes the state of `key` (its group's offsets were deleted, or the group); durable
+    /// when the future resolves.
+    pub fn delete(&self, key: &str) -> Result<LogFuture, E> {
+        if let Some(e) = self.owner_error(key) {
+            return Err(e);
+        }
+        let p = self.partition_for(key);
         let mut inner = self.lock();
-        let keys: Vec<String> = inner
-            .states
-            .keys()
-            .filter(|k| k.starts_with(&prefix) && k[prefix.len()..].matches(':').count() == 1)
-            .cloned()
-            .collect();
-        keys.into_iter()
-            .map(|k| {
-                inner.states.remove(&k);
-                self.log.append(self.partition_for(&k), vec![(encode_key(&k), None)])
-            })
-            .collect()
+        inner.states.remove(key);
+        Ok(self.log.append(p, vec![(encode_key(key), None)]))
     }
 
     /// Every key this coordinator serves for `group`: (topic id, partition, state).
@@ -237,9 +230,7 @@ mod tests {
         assert_eq!(again.read(&key), Ok(Some(snap.clone())));
         assert_eq!(again.group_states("g:1"), vec![(topic, 4, snap)]);
         assert!(again.group_states("g").is_empty());
-        for f in again.delete_group("g:1") {
-            f.await.unwrap();
-        }
+        again.delete(&key).unwrap().await.unwrap();
         assert_eq!(again.read(&key), Ok(None));
         again.unload_partition(p);
         assert_eq!(again.read(&key), Err(E::CoordinatorLoadInProgress));

@@ -30,12 +30,17 @@ async fn delete(b: &Broker, group: &str) -> Result<(), kafka_protocol::error::Re
     if let Some(e) = b.group_coordinator.owner_error(group) {
         return Err(e);
     }
-    if !b.group_coordinator.delete_share(group)? {
+    let Some(share) = b.group_coordinator.describe_share(group)? else {
         return b.group_coordinator.delete(group).await;
+    };
+    if !share.members.is_empty() {
+        return Err(kafka_protocol::error::ResponseError::NonEmptyGroup);
     }
-    // Its state is kept by the share coordinators of its keys: each deletes what it serves.
-    for written in b.share_state.delete_group(group) {
-        written.await.map_err(|_| kafka_protocol::error::ResponseError::CoordinatorNotAvailable)?;
+    // Its share-partitions' state, wherever its share coordinators keep it.
+    for name in &share.topics {
+        if let Some(topic) = b.catalog.topic(name) {
+            super::share_group_offsets::forget_topic(b, group, topic.id, topic.partitions.len()).await?;
+        }
     }
-    Ok(())
+    b.group_coordinator.delete_share(group).map(|_| ())
 }

@@ -40,6 +40,7 @@ pub mod share_acknowledge;
 pub mod share_fetch;
 pub mod share_group_describe;
 pub mod share_group_heartbeat;
+pub mod share_group_offsets;
 pub mod sync_group;
 pub mod txn;
 pub mod txn_admin;

@@ -54,7 +54,7 @@ pub fn handle(b: &Arc<crate::broker::Broker>, r: ShareAcknowledgeRequest, _v: i1
     Box::pin(async move {
         let codes = acknowledge_all(&b, &group, &member, acks).await;
         if epoch == -1 {
-            share::release(&b, &group, &member, &view.parts).await;
+            share::close_session(&b, &group, &member, &view.parts).await;
         }
         let mut topics: BTreeMap<uuid::Uuid, Vec<PartitionData>> = BTreeMap::new();
         let mut endpoints: BTreeMap<i32, NodeEndpoint> = BTreeMap::new();

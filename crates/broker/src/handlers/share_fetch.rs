@@ -133,7 +133,7 @@ pub fn handle(b: &Arc<Broker>, r: ShareFetchRequest, _v: i16, ctx: &Ctx) -> Repl
         let lock_ms = share::lock_duration_ms(&b, &group);
         if epoch == -1 {
             // The session closed: what the member still holds goes back.
-            share::release(&b, &group, &member, &view.parts).await;
+            share::close_session(&b, &group, &member, &view.parts).await;
             let parts = ack_codes.keys().map(|tp| Part { tp: *tp, error: 0, records: Bytes::new(), acquired: vec![] });
             return Some(respond(&b, parts.collect(), &ack_codes, lock_ms, &listener).into());
         }

@@ -106,9 +106,30 @@ impl Coordinator {
         }))
     }
 
-    /// Whether `group_id` is a share group here.
-    pub fn is_share_group(&self, group_id: &str) -> bool {
-        self.lock_share().contains_key(group_id)
+    /// A share group whose offsets are about to change (AlterShareGroupOffsets,
+    /// DeleteShareGroupOffsets): created empty if it does not exist, refused while it has
+    /// members. `added` join the topics it has read, `removed` leave them. Returns the
+    /// topics it had read before the change.
+    pub fn share_offsets_change(&self, group_id: &str, added: &[String], removed: &[String]) -> Result<Vec<String>, E> {
+        if let Some(e) = self.owner_error(group_id) {
+            return Err(e);
+        }
+        let classic = self.lock();
+        let consumer = self.lock_consumer();
+        if classic.contains_key(group_id) || consumer.contains_key(group_id) {
+            return Err(E::GroupIdNotFound);
+        }
+        let mut groups = self.lock_share();
+        let g = groups.entry(group_id.to_string()).or_default();
+        if !g.members.is_empty() {
+            return Err(E::NonEmptyGroup);
+        }
+        let before = g.initialized.iter().cloned().collect();
+        g.initialized.extend(added.iter().cloned());
+        for t in removed {
+            g.initialized.remove(t);
+        }
+        Ok(before)
     }
 
     /// DeleteGroups of a share group: only an empty one.
