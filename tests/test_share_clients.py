@@ -15,6 +15,7 @@ report). No test asserts on how long anything takes; every wait is bounded.
 import json
 import logging
 import os
+import shutil
 import subprocess
 import time
 
@@ -48,7 +49,11 @@ def share_broker(tmp_path):
 
 
 def log_tail(broker):
-    return f"\n--- broker log (tail) ---\n{broker.log_tail(40)}" if hasattr(broker, "log_tail") else ""
+    """The broker's log tail (ours only), without its start-up lines about coordinators."""
+    if not hasattr(broker, "log_tail"):
+        return ""
+    lines = [line for line in broker.log_tail(400).splitlines() if "coordinating the" not in line]
+    return "\n--- broker log (tail) ---\n" + "\n".join(lines[-30:])
 
 
 # ------------------------------------------------------------------------------ librdkafka
@@ -78,13 +83,32 @@ def produce(bootstrap, topic, keys, partitions):
     assert p.flush(30) == 0, "records left unsent"
 
 
-def share_consumer(bootstrap, group, client_id, topic, **extra):
+class Fences(logging.Handler):
+    """Collects librdkafka's log lines saying the member was fenced (debug=cgrp logs each:
+    "member fenced - rejoining"), for `share_consumer(..., fences=...)`."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines = []
+
+    def emit(self, record):
+        line = record.getMessage()
+        if "fenced" in line.lower():
+            self.lines.append(line)
+
+
+def share_consumer(bootstrap, group, client_id, topic, fences=None, **extra):
     from confluent_kafka import ShareConsumer
 
     conf = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": client_id, **extra}
-    if DEBUG:
-        conf["debug"] = "cgrp,fetch,protocol"
-        conf["logger"] = logging.getLogger(f"rdkafka.{client_id}")
+    debug = ["cgrp", "fetch", "protocol"] if DEBUG else ["cgrp"] if fences else []
+    if debug:
+        log = logging.getLogger(f"rdkafka.{client_id}")
+        log.setLevel(logging.DEBUG)
+        if fences is not None:
+            log.addHandler(fences)
+        conf["debug"] = ",".join(debug)
+        conf["logger"] = log
     c = ShareConsumer(conf)
     c.subscribe([topic])
     return c
@@ -138,15 +162,18 @@ def commit_errors(result):
 def test_librdkafka_two_share_consumers_get_every_record_once(share_broker):
     """Two librdkafka share consumers in one group (implicit acknowledgement) on a 6-partition
     topic, the records produced in batches while both poll: together they get each of the 200
-    records exactly once, with delivery count 1, and both get some."""
+    records exactly once, with delivery count 1, and both get some. Neither is ever fenced: a
+    member heartbeating with the epoch it was last given keeps its membership (the coordinator
+    answers with the new epoch and assignment when another member joined)."""
     n, partitions = 200, 6
     topic = unique_topic("rdk-share")
     group = f"{topic}-g"
     create_topic(share_broker.bootstrap, topic, partitions)
     set_earliest(share_broker.bootstrap, group)
     keys = [f"k{i}" for i in range(n)]
-    tally, commit_errs = Tally(), []
-    consumers = {name: share_consumer(share_broker.bootstrap, group, name, topic) for name in ("rdk-a", "rdk-b")}
+    tally, commit_errs, fences = Tally(), [], Fences()
+    consumers = {name: share_consumer(share_broker.bootstrap, group, name, topic, fences)
+                 for name in ("rdk-a", "rdk-b")}
     try:
         batches = [keys[i:i + 20] for i in range(0, n, 20)]
 
@@ -168,7 +195,8 @@ def test_librdkafka_two_share_consumers_get_every_record_once(share_broker):
     finally:
         for c in consumers.values():
             c.close()
-    detail = tally.summary() + log_tail(share_broker)
+    detail = f"{tally.summary()}\nfenced: {fences.lines[:6]}" + log_tail(share_broker)
+    assert fences.lines == [], detail
     assert sorted(tally.times()) == sorted(keys), detail
     assert len(tally.deliveries) == n, detail
     assert tally.counts() == {1: n}, detail
@@ -236,8 +264,10 @@ def test_librdkafka_explicit_release_reject_accept(share_broker):
 
 def test_librdkafka_implicit_mode_consumes_everything_and_the_acks_stick(share_broker):
     """Default (implicit) acknowledgement, one consumer, 50 records on 3 partitions: every record
-    arrives once with delivery count 1; close() sends the last poll's acknowledgements. A new
-    consumer in the group then gets only the 5 records produced after that, not one of the 50."""
+    arrives once with delivery count 1; commit_sync accepts the last poll's records (librdkafka
+    2.16's close() alone sends no acknowledgement for them: its final ShareAcknowledge is empty,
+    and the broker then rightly releases them). A new consumer in the group then gets only the 5
+    records produced after that, not one of the 50."""
     n, partitions = 50, 3
     topic = unique_topic("rdk-share-i")
     group = f"{topic}-g"
@@ -249,10 +279,12 @@ def test_librdkafka_implicit_mode_consumes_everything_and_the_acks_stick(share_b
     try:
         wait_for(lambda: first.take("1", c.poll(0.5)) is not None and len(first.times()) == n,
                  "all 50 records", 30, first.summary, interval_s=0)
+        errs = commit_errors(c.commit_sync(15))
     finally:
         c.close()
     detail = first.summary() + log_tail(share_broker)
     assert len(first.deliveries) == n and first.counts() == {1: n} and first.errors == [], detail
+    assert errs == [], (errs, detail)
 
     late = [f"k{i}" for i in range(n, n + 5)]
     second = Tally()
@@ -264,11 +296,12 @@ def test_librdkafka_implicit_mode_consumes_everything_and_the_acks_stick(share_b
         deadline = time.monotonic() + QUIET_S
         while time.monotonic() < deadline:
             second.take("2", c.poll(0.3))
+        errs = commit_errors(c.commit_sync(15))
     finally:
         c.close()
     detail = second.summary() + log_tail(share_broker)
     assert sorted(k for k, _, _ in second.deliveries) == sorted(late), detail
-    assert second.counts() == {1: 5} and second.errors == [], detail
+    assert second.counts() == {1: 5} and second.errors == [] and errs == [], (errs, detail)
 
 
 # ------------------------------------------------------------------------------ franz-go
@@ -282,8 +315,7 @@ def sharecheck_bin():
     if "build sharecheck" in build_sh.read_text():
         cmd, cwd = [str(build_sh)], ROOT
     else:
-        env_go = "go" if subprocess.run(["which", "go"], capture_output=True).returncode == 0 else "/usr/local/go/bin/go"
-        cmd = [env_go, "build", "-trimpath", "-o", str(SHARECHECK), "./sharecheck"]
+        cmd = [shutil.which("go") or "/usr/local/go/bin/go", "build", "-trimpath", "-o", str(SHARECHECK), "./sharecheck"]
         cwd = ROOT / "tests" / "go"
     try:
         res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600,
@@ -295,7 +327,7 @@ def sharecheck_bin():
     return SHARECHECK
 
 
-def sharecheck(binary, broker, mode, topic, group, records, *extra, timeout_s=40):
+def sharecheck(binary, broker, mode, topic, group, records, *extra, timeout_s=25):
     args = [str(binary), "--bootstrap", broker.bootstrap, "--mode", mode, "--topic", topic, "--group", group,
             "--records", str(records), "--timeout-s", str(timeout_s), "--quiet-ms", str(int(QUIET_S * 1000)),
             *map(str, extra)] + (["--debug"] if DEBUG else [])
@@ -316,13 +348,14 @@ def test_franz_go_two_share_consumers_get_every_record_once(share_broker, sharec
     """Two franz-go share consumers in one group on a 6-partition topic, 200 records produced in
     batches while both poll, accepted implicitly (the next poll; at the end MarkAcks + FlushAcks):
     every record once with delivery count 1, both consumers got some and were assigned
-    partitions, DescribeShareGroupOffsets shows lag 0 on every partition, and the group is Empty
-    once both closed."""
+    partitions, no heartbeat was answered FENCED_MEMBER_EPOCH, DescribeShareGroupOffsets shows lag
+    0 on every partition, and the group is Empty once both closed."""
     topic = unique_topic("franz-share")
     group = f"{topic}-g"
     create_topic(share_broker.bootstrap, topic, 6)
     r, report = sharecheck(sharecheck_bin, share_broker, "consume", topic, group, 200, "--clients", 2)
     assert r["group_configs"]["share.auto.offset.reset"] == "earliest", report
+    assert r["heartbeats_fenced"] == 0, report
     assert (r["deliveries"], r["distinct"], r["duplicates"], r["missing"]) == (200, 200, 0, None), report
     assert r["delivery_counts"] == {"1": 200}, report
     assert all(v > 0 for v in r["per_client"].values()) and len(r["per_client"]) == 2, report

@@ -403,6 +403,36 @@ def test_kafka_share_groups_reset_delete_offsets_and_delete(share_broker, java_b
         member.kill()
 
 
+def test_share_group_and_its_state_survive_a_kill9(tmp_path, java_build):  # noqa: F811
+    """A single broker killed with kill -9 and started again: the share group is still listed
+    (Empty), its partitions keep their start offsets (the 20 records accepted before the kill),
+    and a new member of the group reads only the 10 records produced after them."""
+    if external():
+        pytest.skip("kills the broker")
+    b = start_broker(tmp_path, "restart")
+    try:
+        tools = Tools(java_build / "lib", b)
+        topic = unique_topic("share-restart")
+        group = f"{topic}-g"
+        create_topic(b.bootstrap, topic, 2)
+        r = sharecheck(java_build, b.bootstrap, "consume", topic, group, 20, 1, broker=b)
+        assert r["distinct"] == 20 and r["duplicates"] == 0, r
+        sharecheck(java_build, b.bootstrap, "produce", topic, 10, 20, broker=b)
+        b.kill9()
+        b.start()
+        wait_for(lambda: group in sg(tools, "--list").split(), "the group listed after the restart", 60, b.log_tail)
+        rows, out = offsets_table(tools, group)
+        assert sorted(rows) == [0, 1], out
+        assert all(row["START-OFFSET"] == "10" and row["LAG"] == "5" for row in rows.values()), out
+        accepted = tmp_path / "accepted.txt"
+        accepted.write_text("\n".join(f"k{i}" for i in range(20)) + "\n")
+        again = sharecheck(java_build, b.bootstrap, "drain", topic, group, 30, 1, accepted, broker=b)
+        assert again["distinct"] == 10 and again["duplicates"] == 0 and again["missing"] == 0, again
+        assert again["excluded_delivered"] == {}, again
+    finally:
+        b.kill9()
+
+
 # ------------------------------------------------------------------------------ 3-broker failover
 
 

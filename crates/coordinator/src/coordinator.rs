@@ -334,7 +334,8 @@ impl Coordinator {
         let parts = self.log.partitions();
         groups.retain(|id, _| partition_for(id, parts) != p);
         consumer.retain(|id, _| partition_for(id, parts) != p);
-        self.lock_share().retain(|id, _| partition_for(id, parts) != p);
+        let mut share = self.lock_share();
+        share.retain(|id, _| partition_for(id, parts) != p);
         let read = match read {
             Ok(r) => r,
             Err(e) => {
@@ -352,6 +353,10 @@ impl Coordinator {
                     continue;
                 }
             };
+            if let Key::ShareGroup { .. } = key {
+                self.restore_share(&mut share, key, value);
+                continue;
+            }
             let group = groups.entry(key.group().to_string()).or_insert_with(|| Group::new(key.group(), now));
             match (key, value) {
                 (Key::Offset { topic, partition, .. }, Some(v)) => match OffsetValue::decode(v) {
@@ -380,6 +385,8 @@ impl Coordinator {
                 (Key::ConsumerGroup { group: id }, None) => {
                     consumer.remove(&id);
                 }
+                // Read above, before a classic group would be made for its id.
+                (Key::ShareGroup { .. }, _) => {}
                 (Key::ConsumerMember { group: id, member_id }, value) => {
                     let decoded = match value.map(|raw| ConsumerMemberValue::decode(raw.clone()).map(|v| (v, raw))) {
                         Some(Err(e)) => {
@@ -577,7 +584,7 @@ impl Coordinator {
                 written.push((id.clone(), self.log.append(self.partition_for(id), g.changes(id, None))));
             }
         }
-        self.expire_share_members(t.now);
+        self.expire_share_members(t.now).await;
         for (id, w) in written {
             if let Err(e) = w.await {
                 tracing::warn!(group = %id, error = %e, "could not persist expired members");

@@ -17,6 +17,8 @@
 //! ConsumerGroupValue v0  group_epoch i32, assignment_epoch i32, assignor string,
 //!                        topics [name string, id uuid, partitions i32]
 //! ConsumerMemberKey v5   group string, member_id string
+//! ShareGroupKey v11     group string
+//! ShareGroupValue v0     group_epoch i32, topics [string]   (the topics it has read)
 //! ConsumerMemberValue v0 epoch i32, instance_id string?, rack_id string?, client_id string,
 //!                        client_host string, assignor string?, subscribed [string],
 //!                        assigned [topic_id uuid, partition i32], target [same],
@@ -37,6 +39,39 @@ pub enum Key {
     Group { group: String },
     ConsumerGroup { group: String },
     ConsumerMember { group: String, member_id: String },
+    ShareGroup { group: String },
+}
+
+/// A share group as the log keeps it: its epoch and the topics it has read (its members
+/// join again after the coordinator moves).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShareGroupValue {
+    pub group_epoch: i32,
+    pub topics: Vec<String>,
+}
+
+impl ShareGroupValue {
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_i16(0);
+        b.put_i32(self.group_epoch);
+        b.put_i32(self.topics.len() as i32);
+        for t in &self.topics {
+            put_str(&mut b, t);
+        }
+        b.freeze()
+    }
+
+    pub fn decode(raw: Bytes) -> Result<ShareGroupValue, RecordError> {
+        let mut r = Reader(raw);
+        if r.i16()? != 0 {
+            return Err(RecordError("unsupported share group version"));
+        }
+        let group_epoch = r.i32()?;
+        let n = r.count(2)?;
+        let topics = (0..n).map(|_| r.str()).collect::<Result<_, _>>()?;
+        Ok(ShareGroupValue { group_epoch, topics })
+    }
 }
 
 /// A KIP-848 group's own state (its members are separate records).
@@ -197,6 +232,10 @@ impl Key {
                 put_str(&mut b, group);
                 put_str(&mut b, member_id);
             }
+            Key::ShareGroup { group } => {
+                b.put_i16(11);
+                put_str(&mut b, group);
+            }
         }
         b.freeze()
     }
@@ -208,6 +247,7 @@ impl Key {
             2 => Ok(Key::Group { group: r.str()? }),
             3 => Ok(Key::ConsumerGroup { group: r.str()? }),
             5 => Ok(Key::ConsumerMember { group: r.str()?, member_id: r.str()? }),
+            11 => Ok(Key::ShareGroup { group: r.str()? }),
             _ => Err(RecordError("unknown key version")),
         }
     }
@@ -217,7 +257,8 @@ impl Key {
             Key::Offset { group, .. }
             | Key::Group { group }
             | Key::ConsumerGroup { group }
-            | Key::ConsumerMember { group, .. } => group,
+            | Key::ConsumerMember { group, .. }
+            | Key::ShareGroup { group } => group,
         }
     }
 }

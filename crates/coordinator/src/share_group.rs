@@ -11,10 +11,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use kafka_protocol::error::ResponseError as E;
 use uuid::Uuid;
 
 use crate::consumer::{Topics, Tp};
+use crate::records::{Key, ShareGroupValue};
 
 pub struct ShareMember {
     pub id: String,
@@ -36,9 +38,11 @@ pub struct ShareGroup {
     pub members: BTreeMap<String, ShareMember>,
     /// Topic name → (id, partitions) as of the last assignment.
     topics: BTreeMap<String, (Uuid, i32)>,
-    /// Every topic the group was assigned since this coordinator has served it, so that
-    /// its offsets can be described after its members are gone.
+    /// Every topic the group was assigned (or had its offsets altered on), so that its
+    /// offsets can be described after its members are gone.
     pub initialized: BTreeSet<String>,
+    /// What the log holds for the group, so that only changes are written.
+    saved: Option<Bytes>,
 }
 
 pub struct ShareHeartbeatIn {
@@ -66,6 +70,29 @@ pub struct ShareLimits {
 }
 
 impl ShareGroup {
+    /// As read back from the log.
+    pub fn restore(v: ShareGroupValue, raw: Bytes) -> ShareGroup {
+        ShareGroup {
+            group_epoch: v.group_epoch,
+            assignment_epoch: v.group_epoch,
+            initialized: v.topics.into_iter().collect(),
+            saved: Some(raw),
+            ..ShareGroup::default()
+        }
+    }
+
+    /// The record to write if the group's epoch or topics changed since the last one.
+    pub fn changes(&mut self, group_id: &str) -> Vec<(Bytes, Option<Bytes>)> {
+        let value =
+            ShareGroupValue { group_epoch: self.group_epoch, topics: self.initialized.iter().cloned().collect() };
+        let raw = value.encode();
+        if self.saved.as_ref() == Some(&raw) {
+            return Vec::new();
+        }
+        self.saved = Some(raw.clone());
+        vec![(Key::ShareGroup { group: group_id.to_string() }.encode(), Some(raw))]
+    }
+
     pub fn state(&self) -> &'static str {
         if self.members.is_empty() {
             "Empty"

@@ -125,6 +125,39 @@ func logger(name string, level kgo.LogLevel) kgo.Logger {
 	return kgo.BasicLogger(os.Stderr, level, func() string { return time.Now().Format("15:04:05.000 ") + name + " " })
 }
 
+// fenceCounter passes everything to its logger and counts the heartbeats that came back
+// FENCED_MEMBER_EPOCH (franz-go logs each one, then drops its assignment and rejoins).
+type fenceCounter struct {
+	kgo.Logger
+	mu    sync.Mutex
+	count int
+}
+
+func (f *fenceCounter) Level() kgo.LogLevel {
+	return max(f.Logger.Level(), kgo.LogLevelInfo)
+}
+
+func (f *fenceCounter) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	if strings.Contains(msg, "lost membership") {
+		for _, kv := range keyvals {
+			if err, ok := kv.(error); ok && errors.Is(err, kerr.FencedMemberEpoch) {
+				f.mu.Lock()
+				f.count++
+				f.mu.Unlock()
+			}
+		}
+	}
+	if level <= f.Logger.Level() {
+		f.Logger.Log(level, msg, keyvals...)
+	}
+}
+
+func (f *fenceCounter) fenced() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.count
+}
+
 func setEarliest(ctx context.Context, cl *kgo.Client, group string) (map[string]string, error) {
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	res := kmsg.NewIncrementalAlterConfigsRequestResource()
@@ -191,8 +224,10 @@ func run(out map[string]any, bootstrap, mode, topic, group string, n, nclients i
 		redeliv: map[int]bool{}, done: make(chan struct{})}
 
 	cls := make([]*kgo.Client, nclients)
+	fences := make([]*fenceCounter, nclients)
 	for i := range cls {
 		idx := i
+		fences[i] = &fenceCounter{Logger: logger(fmt.Sprintf("share-%d", i), level)}
 		cl, err := kgo.NewClient(
 			kgo.SeedBrokers(bootstrap),
 			kgo.ClientID(fmt.Sprintf("sharecheck-%s-%d", mode, i)),
@@ -207,7 +242,7 @@ func run(out map[string]any, bootstrap, mode, topic, group string, n, nclients i
 					}
 				}
 			}),
-			kgo.WithLogger(logger(fmt.Sprintf("share-%d", i), level)),
+			kgo.WithLogger(fences[i]),
 		)
 		if err != nil {
 			return err
@@ -278,6 +313,15 @@ func run(out map[string]any, bootstrap, mode, topic, group string, n, nclients i
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
+	if waitErr != nil && lastOffsets == nil {
+		// For the report: where the share partitions stand (a fresh deadline: ctx is done).
+		dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		lastOffsets, err = describeOffsets(dctx, adm, group, topic)
+		dcancel()
+		if err != nil {
+			lastOffsets = map[string]any{"error": err.Error()}
+		}
+	}
 	out["offsets"] = lastOffsets
 
 	if waitErr == nil {
@@ -311,6 +355,11 @@ func run(out map[string]any, bootstrap, mode, topic, group string, n, nclients i
 		}
 	}
 
+	fenced := 0
+	for _, f := range fences {
+		fenced += f.fenced()
+	}
+	out["heartbeats_fenced"] = fenced
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	summarize(out, s, nclients)

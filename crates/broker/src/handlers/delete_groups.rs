@@ -42,5 +42,5 @@ async fn delete(b: &Broker, group: &str) -> Result<(), kafka_protocol::error::Re
             super::share_group_offsets::forget_topic(b, group, topic.id, topic.partitions.len()).await?;
         }
     }
-    b.group_coordinator.delete_share(group).map(|_| ())
+    b.group_coordinator.delete_share(group).await.map(|_| ())
 }

@@ -49,23 +49,27 @@ pub fn handle(b: &Arc<Broker>, r: ShareGroupHeartbeatRequest, _v: i16, ctx: &Ctx
         client_host: format!("/{}", ctx.peer.ip()),
         subscribed: r.subscribed_topic_names.as_ref().map(|ts| ts.iter().map(|t| t.0.to_string()).collect()),
     };
-    now(match b.group_coordinator.share_heartbeat(&group, req, &CatalogTopics(b)) {
-        Err((code, msg)) => resp
-            .with_error_code(code.code())
-            .with_error_message(Some(str_bytes(&msg)))
-            .with_member_id(Some(r.member_id.clone())),
-        Ok(out) => {
-            let assignment = out.assignment.map(|tps| {
-                Assignment::default().with_topic_partitions(
-                    super::by_topic(tps)
-                        .into_iter()
-                        .map(|(id, parts)| TopicPartitions::default().with_topic_id(id).with_partitions(parts))
-                        .collect(),
-                )
-            });
-            resp.with_member_id(Some(str_bytes(&out.member_id)))
-                .with_member_epoch(out.member_epoch)
-                .with_assignment(assignment)
-        }
+    let (b, member_id) = (b.clone(), r.member_id.clone());
+    Box::pin(async move {
+        let resp = match b.group_coordinator.share_heartbeat(&group, req, &CatalogTopics(&b)).await {
+            Err((code, msg)) => resp
+                .with_error_code(code.code())
+                .with_error_message(Some(str_bytes(&msg)))
+                .with_member_id(Some(member_id)),
+            Ok(out) => {
+                let assignment = out.assignment.map(|tps| {
+                    Assignment::default().with_topic_partitions(
+                        super::by_topic(tps)
+                            .into_iter()
+                            .map(|(id, parts)| TopicPartitions::default().with_topic_id(id).with_partitions(parts))
+                            .collect(),
+                    )
+                });
+                resp.with_member_id(Some(str_bytes(&out.member_id)))
+                    .with_member_epoch(out.member_epoch)
+                    .with_assignment(assignment)
+            }
+        };
+        Some(resp.into())
     })
 }

@@ -24,24 +24,21 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::ctx::{now, Ctx, Reply};
 
-/// Authorizes a change of `group`'s offsets and readies the group (see
-/// `Coordinator::share_offsets_change`).
-fn ready(b: &Broker, ctx: &Ctx, group: &str, added: &[String], removed: &[String]) -> Result<(), ResponseError> {
-    if !ctx.access.group(Operation::Read, group) {
-        return Err(ResponseError::GroupAuthorizationFailed);
-    }
-    b.group_coordinator.share_offsets_change(group, added, removed).map(|_| ())
-}
-
 pub fn alter(b: &Arc<Broker>, r: AlterShareGroupOffsetsRequest, _v: i16, ctx: &Ctx) -> Reply {
     let group = r.group_id.0.to_string();
-    let names: Vec<String> = r.topics.iter().map(|t| t.topic_name.0.to_string()).collect();
-    if let Err(e) = ready(b, ctx, &group, &names, &[]) {
-        return now(AlterShareGroupOffsetsResponse::default().with_error_code(e.code()));
+    if !ctx.access.group(Operation::Read, &group) {
+        return now(
+            AlterShareGroupOffsetsResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code())
+        );
     }
+    let names: Vec<String> = r.topics.iter().map(|t| t.topic_name.0.to_string()).collect();
     let readable: Vec<bool> = names.iter().map(|n| ctx.access.topic(Operation::Read, n)).collect();
     let b = b.clone();
     Box::pin(async move {
+        // Readies the group (created empty if new, refused with members) and records the topics.
+        if let Err(e) = b.group_coordinator.share_offsets_change(&group, &names, &[]).await {
+            return Some(AlterShareGroupOffsetsResponse::default().with_error_code(e.code()).into());
+        }
         let mut responses = Vec::with_capacity(r.topics.len());
         for (t, may_read) in r.topics.into_iter().zip(readable) {
             let topic = b.catalog.topic(&t.topic_name.0);
@@ -99,13 +96,18 @@ pub(crate) async fn forget_topic(
 
 pub fn delete(b: &Arc<Broker>, r: DeleteShareGroupOffsetsRequest, _v: i16, ctx: &Ctx) -> Reply {
     let group = r.group_id.0.to_string();
-    let names: Vec<String> = r.topics.iter().map(|t| t.topic_name.0.to_string()).collect();
-    if let Err(e) = ready(b, ctx, &group, &[], &names) {
-        return now(DeleteShareGroupOffsetsResponse::default().with_error_code(e.code()));
+    if !ctx.access.group(Operation::Read, &group) {
+        return now(
+            DeleteShareGroupOffsetsResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code())
+        );
     }
+    let names: Vec<String> = r.topics.iter().map(|t| t.topic_name.0.to_string()).collect();
     let readable: Vec<bool> = names.iter().map(|n| ctx.access.topic(Operation::Read, n)).collect();
     let b = b.clone();
     Box::pin(async move {
+        if let Err(e) = b.group_coordinator.share_offsets_change(&group, &[], &names).await {
+            return Some(DeleteShareGroupOffsetsResponse::default().with_error_code(e.code()).into());
+        }
         let mut responses = Vec::with_capacity(r.topics.len());
         for (t, may_read) in r.topics.into_iter().zip(readable) {
             let topic = b.catalog.topic(&t.topic_name.0);

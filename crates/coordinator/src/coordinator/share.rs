@@ -3,6 +3,8 @@
 //! the partitions they read is the share coordinator's (`runnel-share`).
 
 use std::collections::HashMap;
+
+use bytes::Bytes;
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -11,6 +13,7 @@ use runnel_sync::LockExt;
 
 use super::{Coordinator, GroupListing};
 use crate::consumer::{Topics, Tp};
+use crate::records::{Key, ShareGroupValue};
 use crate::share_group::{ShareGroup, ShareHeartbeatIn, ShareHeartbeatOut, ShareLimits};
 
 /// A ShareGroupDescribe answer.
@@ -49,12 +52,21 @@ impl Coordinator {
         }
     }
 
-    /// ShareGroupHeartbeat. A group id taken by a classic or consumer group is refused.
-    pub fn share_heartbeat(
+    /// Whether `group_id` is taken by a group of another type: a consumer group, or a
+    /// classic group with members or committed offsets.
+    fn other_type(&self, group_id: &str) -> bool {
+        let classic = self.lock();
+        let taken = classic.get(group_id).is_some_and(|g| !g.is_empty() || !g.offsets.is_empty());
+        taken || self.lock_consumer().contains_key(group_id)
+    }
+
+    /// ShareGroupHeartbeat. A group id taken by a classic or consumer group is refused. A
+    /// change of the group's epoch or topics is durable before the answer.
+    pub async fn share_heartbeat(
         &self,
         group_id: &str,
         req: ShareHeartbeatIn,
-        topics: &dyn Topics,
+        topics: &(dyn Topics + Sync),
     ) -> Result<ShareHeartbeatOut, (E, String)> {
         if group_id.is_empty() {
             return Err((E::InvalidGroupId, "empty group id".into()));
@@ -62,14 +74,20 @@ impl Coordinator {
         if let Some(e) = self.owner_error(group_id) {
             return Err((e, "this broker does not coordinate the group now".into()));
         }
-        let classic = self.lock();
-        let consumer = self.lock_consumer();
-        if classic.contains_key(group_id) || consumer.contains_key(group_id) {
+        if self.other_type(group_id) {
             return Err((E::GroupIdNotFound, format!("Group {group_id} is not a share group.")));
         }
-        let mut groups = self.lock_share();
-        let g = groups.entry(group_id.to_string()).or_default();
-        g.heartbeat(req, topics, Instant::now(), &self.share_limits())
+        let (out, written) = {
+            let mut groups = self.lock_share();
+            let g = groups.entry(group_id.to_string()).or_default();
+            let out = g.heartbeat(req, topics, Instant::now(), &self.share_limits());
+            let records = g.changes(group_id);
+            (out, (!records.is_empty()).then(|| self.log.append(self.partition_for(group_id), records)))
+        };
+        if let Some(written) = written {
+            written.await.map_err(|e| (self.not_durable(group_id), format!("group state not durable: {e}")))?;
+        }
+        out
     }
 
     pub fn describe_share(&self, group_id: &str) -> Result<Option<ShareGroupSummary>, E> {
@@ -110,47 +128,83 @@ impl Coordinator {
     /// DeleteShareGroupOffsets): created empty if it does not exist, refused while it has
     /// members. `added` join the topics it has read, `removed` leave them. Returns the
     /// topics it had read before the change.
-    pub fn share_offsets_change(&self, group_id: &str, added: &[String], removed: &[String]) -> Result<Vec<String>, E> {
+    pub async fn share_offsets_change(
+        &self,
+        group_id: &str,
+        added: &[String],
+        removed: &[String],
+    ) -> Result<Vec<String>, E> {
         if let Some(e) = self.owner_error(group_id) {
             return Err(e);
         }
-        let classic = self.lock();
-        let consumer = self.lock_consumer();
-        if classic.contains_key(group_id) || consumer.contains_key(group_id) {
+        if self.other_type(group_id) {
             return Err(E::GroupIdNotFound);
         }
-        let mut groups = self.lock_share();
-        let g = groups.entry(group_id.to_string()).or_default();
-        if !g.members.is_empty() {
-            return Err(E::NonEmptyGroup);
-        }
-        let before = g.initialized.iter().cloned().collect();
-        g.initialized.extend(added.iter().cloned());
-        for t in removed {
-            g.initialized.remove(t);
+        let (before, written) = {
+            let mut groups = self.lock_share();
+            let g = groups.entry(group_id.to_string()).or_default();
+            if !g.members.is_empty() {
+                return Err(E::NonEmptyGroup);
+            }
+            let before = g.initialized.iter().cloned().collect();
+            g.initialized.extend(added.iter().cloned());
+            for t in removed {
+                g.initialized.remove(t);
+            }
+            let records = g.changes(group_id);
+            (before, (!records.is_empty()).then(|| self.log.append(self.partition_for(group_id), records)))
+        };
+        if let Some(written) = written {
+            written.await.map_err(|_| self.not_durable(group_id))?;
         }
         Ok(before)
     }
 
-    /// DeleteGroups of a share group: only an empty one.
-    pub fn delete_share(&self, group_id: &str) -> Result<bool, E> {
-        let mut groups = self.lock_share();
-        match groups.get(group_id) {
-            None => Ok(false),
-            Some(g) if !g.members.is_empty() => Err(E::NonEmptyGroup),
-            Some(_) => {
-                groups.remove(group_id);
-                Ok(true)
+    /// DeleteGroups of a share group: only an empty one; its record gets a tombstone.
+    pub async fn delete_share(&self, group_id: &str) -> Result<bool, E> {
+        let written = {
+            let mut groups = self.lock_share();
+            match groups.get(group_id) {
+                None => return Ok(false),
+                Some(g) if !g.members.is_empty() => return Err(E::NonEmptyGroup),
+                Some(_) => {
+                    groups.remove(group_id);
+                    let tombstone = vec![(Key::ShareGroup { group: group_id.to_string() }.encode(), None)];
+                    self.log.append(self.partition_for(group_id), tombstone)
+                }
             }
+        };
+        written.await.map_err(|_| self.not_durable(group_id))?;
+        Ok(true)
+    }
+
+    /// A share group read back from the log.
+    pub(super) fn restore_share(&self, groups: &mut HashMap<String, ShareGroup>, key: Key, value: Option<Bytes>) {
+        let Key::ShareGroup { group } = key else { return };
+        match value.map(|raw| ShareGroupValue::decode(raw.clone()).map(|v| (v, raw))) {
+            None => {
+                groups.remove(&group);
+            }
+            Some(Ok((v, raw))) => {
+                groups.insert(group, ShareGroup::restore(v, raw));
+            }
+            Some(Err(e)) => tracing::warn!(error = %e, "skipping an unreadable share group record"),
         }
     }
 
-    pub(super) fn expire_share_members(&self, now: Instant) {
+    pub(super) async fn expire_share_members(&self, now: Instant) {
         let session = self.share_limits().session;
+        let mut written = Vec::new();
         for (id, g) in self.lock_share().iter_mut() {
             let gone = g.expire(now, session);
             if gone > 0 {
                 tracing::info!(group = %id, members = gone, "share group member sessions expired");
+                written.push((id.clone(), self.log.append(self.partition_for(id), g.changes(id))));
+            }
+        }
+        for (id, w) in written {
+            if let Err(e) = w.await {
+                tracing::warn!(group = %id, error = %e, "could not persist a share group's new epoch");
             }
         }
     }
