@@ -61,7 +61,7 @@ def log_tail(broker):
 
 def set_earliest(bootstrap, group):
     """share.auto.offset.reset=earliest on the group (IncrementalAlterConfigs, GROUP resource),
-    read back with DescribeConfigs."""
+    until DescribeConfigs reads it back (Kafka applies group configs asynchronously)."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
     admin = admin_client(bootstrap)
@@ -69,9 +69,14 @@ def set_earliest(bootstrap, group):
     for f in admin.incremental_alter_configs(
             [ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])]).values():
         f.result(timeout=15)
-    for f in admin.describe_configs([ConfigResource(ResourceType.GROUP, group)]).values():
-        configs = {k: v.value for k, v in f.result(timeout=15).items()}
-    assert configs.get("share.auto.offset.reset") == "earliest", configs
+    configs = {}
+
+    def applied():
+        for f in admin.describe_configs([ConfigResource(ResourceType.GROUP, group)]).values():
+            configs.update({k: v.value for k, v in f.result(timeout=15).items()})
+        return configs.get("share.auto.offset.reset") == "earliest"
+
+    wait_for(applied, "share.auto.offset.reset=earliest described", 15, lambda: str(configs), interval_s=0.2)
 
 
 def produce(bootstrap, topic, keys, partitions):

@@ -231,3 +231,17 @@ pub async fn follow_leaders(broker: Weak<Broker>, kind: Kind) {
         }
     }
 }
+
+/// The catalog as the group coordinator's view of topics.
+pub struct CatalogTopics<'a>(pub &'a Broker);
+
+impl runnel_coordinator::Topics for CatalogTopics<'_> {
+    fn resolve(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+        self.0.catalog.topic(name).map(|t| (t.id, t.partitions.len() as i32))
+    }
+
+    fn names(&self) -> Vec<String> {
+        let topics = self.0.catalog.topics_snapshot();
+        topics.iter().filter(|t| !crate::offsets_log::is_internal(&t.name)).map(|t| t.name.to_string()).collect()
+    }
+}

@@ -20,7 +20,11 @@ use runnel_sync::LockExt;
 use runnel_wire::Batches;
 use uuid::Uuid;
 
+use runnel_security::acl::Operation;
+use std::collections::HashMap;
+
 use crate::broker::Broker;
+use crate::ctx::Ctx;
 use crate::errors;
 use crate::partition::{Isolation, Partition};
 
@@ -229,4 +233,75 @@ pub fn next_deadline(b: &Broker, group: &str, parts: &[Tp]) -> Option<i64> {
         parts.iter().filter_map(|(topic, p)| map.get(&(group.to_string(), *topic, *p)).cloned()).collect()
     };
     entries.iter().filter_map(|e| e.state.lock_or_stop().as_ref().and_then(|l| l.part.next_deadline())).min()
+}
+
+/// Acknowledgement batches: (first offset, last offset, types).
+pub type AckBatches = Vec<(i64, i64, Vec<i8>)>;
+
+/// Whether the topic of `tp` exists (Some) and may be read by this client (true).
+pub fn readable(b: &Broker, ctx: &Ctx, tp: &Tp) -> Result<(), E> {
+    let topic = b.catalog.topic_by_id(tp.0).ok_or(E::UnknownTopicId)?;
+    if !ctx.access.topic(Operation::Read, &topic.name) {
+        return Err(E::TopicAuthorizationFailed);
+    }
+    Ok(())
+}
+
+/// Applies each partition's acknowledgements; the error code of each.
+pub async fn acknowledge_all(
+    b: &Broker,
+    group: &str,
+    member: &str,
+    acks: Vec<(Tp, Result<AckBatches, E>)>,
+) -> HashMap<Tp, i16> {
+    let mut out = HashMap::new();
+    for (tp, batches) in acks {
+        let result = match batches {
+            Ok(batches) => acknowledge(b, group, member, tp, &batches).await,
+            Err(e) => Err(e),
+        };
+        out.insert(tp, result.err().map_or(0, |e| e.code()));
+    }
+    out
+}
+
+/// The leader of (topic, p) as the client should see it, and its endpoint for the listener.
+pub fn leader_of(b: &Broker, tp: &Tp, listener: &str) -> (i32, i32, Option<(String, u16)>) {
+    let part = b.catalog.topic_by_id(tp.0).and_then(|t| t.partitions.get(tp.1 as usize).cloned());
+    let Some(part) = part else { return (-1, -1, None) };
+    let (leader, epoch) = b.partition_leader(&part);
+    let endpoint = b
+        .controller()
+        .live_brokers()
+        .into_iter()
+        .find(|i| i.id == leader)
+        .and_then(|i| i.endpoint(listener).map(|(h, p)| (h.to_string(), p)));
+    (leader, epoch, endpoint)
+}
+
+/// The (group, member) a share request comes from, once checked: both named, and READ on
+/// the group.
+pub fn member_of(
+    group: Option<&kafka_protocol::messages::GroupId>,
+    member: Option<&kafka_protocol::protocol::StrBytes>,
+    ctx: &Ctx,
+) -> Result<(String, String), (E, &'static str)> {
+    let group = group.map(|g| g.0.to_string()).unwrap_or_default();
+    let member = member.map(|m| m.to_string()).unwrap_or_default();
+    if group.is_empty() || member.is_empty() {
+        return Err((E::InvalidRequest, "A share request needs a group id and a member id."));
+    }
+    if !ctx.access.group(Operation::Read, &group) {
+        return Err((E::GroupAuthorizationFailed, "Group authorization failed."));
+    }
+    Ok((group, member))
+}
+
+/// Forgets the state of every partition of `topic` for `group`.
+pub(crate) async fn forget_topic(b: &Broker, group: &str, topic: uuid::Uuid, partitions: usize) -> Result<(), E> {
+    for p in 0..partitions as i32 {
+        crate::share_state::delete(b, &state_key(group, topic, p)).await?;
+        b.shares.forget(&(group.to_string(), topic, p));
+    }
+    Ok(())
 }

@@ -2,7 +2,7 @@
 // ShareFetch, ShareAcknowledge) against a broker, for tests/test_share_clients.py.
 //
 // It sets the group config share.auto.offset.reset=earliest on --group
-// (IncrementalAlterConfigs on a GROUP resource, read back with DescribeConfigs),
+// (IncrementalAlterConfigs on a GROUP resource, until DescribeConfigs reads it back),
 // starts the share consumers subscribed to --topic (which must exist), and only
 // then produces --records records with keys and values k0..k<N-1>, in batches
 // while the consumers poll, so that every member of the group can get some.
@@ -178,27 +178,37 @@ func setEarliest(ctx context.Context, cl *kgo.Client, group string) (map[string]
 			return nil, fmt.Errorf("IncrementalAlterConfigs %s: %w (%v)", r.ResourceName, err, r.ErrorMessage)
 		}
 	}
-	dreq := kmsg.NewPtrDescribeConfigsRequest()
-	dres := kmsg.NewDescribeConfigsRequestResource()
-	dres.ResourceType = kmsg.ConfigResourceTypeGroupConfig
-	dres.ResourceName = group
-	dreq.Resources = append(dreq.Resources, dres)
-	dresp, err := dreq.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, fmt.Errorf("DescribeConfigs: %w", err)
-	}
-	got := map[string]string{}
-	for _, r := range dresp.Resources {
-		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-			return nil, fmt.Errorf("DescribeConfigs %s: %w", r.ResourceName, err)
+	// Kafka applies group configs asynchronously: read back until the value shows.
+	for {
+		dreq := kmsg.NewPtrDescribeConfigsRequest()
+		dres := kmsg.NewDescribeConfigsRequestResource()
+		dres.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+		dres.ResourceName = group
+		dreq.Resources = append(dreq.Resources, dres)
+		dresp, err := dreq.RequestWith(ctx, cl)
+		if err != nil {
+			return nil, fmt.Errorf("DescribeConfigs: %w", err)
 		}
-		for _, c := range r.Configs {
-			if strings.HasPrefix(c.Name, "share.") && c.Value != nil {
-				got[c.Name] = *c.Value
+		got := map[string]string{}
+		for _, r := range dresp.Resources {
+			if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+				return nil, fmt.Errorf("DescribeConfigs %s: %w", r.ResourceName, err)
+			}
+			for _, c := range r.Configs {
+				if strings.HasPrefix(c.Name, "share.") && c.Value != nil {
+					got[c.Name] = *c.Value
+				}
 			}
 		}
+		if got["share.auto.offset.reset"] == "earliest" {
+			return got, nil
+		}
+		select {
+		case <-ctx.Done():
+			return got, fmt.Errorf("share.auto.offset.reset never described as earliest: %v", got)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return got, nil
 }
 
 func run(out map[string]any, bootstrap, mode, topic, group string, n, nclients int,

@@ -7,26 +7,13 @@ use std::sync::Arc;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
 use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
-use runnel_coordinator::{HeartbeatIn, Topics};
+use runnel_coordinator::HeartbeatIn;
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::coordinators::CatalogTopics;
 use crate::ctx::{now, Ctx, Reply};
 use runnel_security::acl::Operation;
-
-/// The catalog as the coordinator's view of topics.
-pub(crate) struct CatalogTopics<'a>(pub &'a Broker);
-
-impl Topics for CatalogTopics<'_> {
-    fn resolve(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
-        self.0.catalog.topic(name).map(|t| (t.id, t.partitions.len() as i32))
-    }
-
-    fn names(&self) -> Vec<String> {
-        let topics = self.0.catalog.topics_snapshot();
-        topics.iter().filter(|t| !crate::offsets_log::is_internal(&t.name)).map(|t| t.name.to_string()).collect()
-    }
-}
 
 pub fn handle(b: &Arc<Broker>, r: ConsumerGroupHeartbeatRequest, v: i16, ctx: &Ctx) -> Reply {
     let interval = b.group_coordinator.consumer_heartbeat_interval_ms();

@@ -39,7 +39,7 @@ async fn delete(b: &Broker, group: &str) -> Result<(), kafka_protocol::error::Re
     // Its share-partitions' state, wherever its share coordinators keep it.
     for name in &share.topics {
         if let Some(topic) = b.catalog.topic(name) {
-            super::share_group_offsets::forget_topic(b, group, topic.id, topic.partitions.len()).await?;
+            crate::share::forget_topic(b, group, topic.id, topic.partitions.len()).await?;
         }
     }
     b.group_coordinator.delete_share(group).await.map(|_| ())

@@ -12,10 +12,9 @@ use kafka_protocol::messages::share_acknowledge_response::{
 };
 use kafka_protocol::messages::{BrokerId, ShareAcknowledgeRequest, ShareAcknowledgeResponse};
 
-use super::share_fetch::{acknowledge_all, leader_of, member_of, readable};
 use super::str_bytes;
 use crate::ctx::{now, Ctx, Reply};
-use crate::share;
+use crate::share::{self, acknowledge_all, leader_of, member_of, readable};
 
 pub fn handle(b: &Arc<crate::broker::Broker>, r: ShareAcknowledgeRequest, _v: i16, ctx: &Ctx) -> Reply {
     let top = |code: ResponseError, msg: &str| {

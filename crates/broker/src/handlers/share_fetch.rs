@@ -15,75 +15,12 @@ use kafka_protocol::messages::share_fetch_response::{
     AcquiredRecords, LeaderIdAndEpoch, NodeEndpoint, PartitionData, ShareFetchableTopicResponse,
 };
 use kafka_protocol::messages::{BrokerId, ShareFetchRequest, ShareFetchResponse};
-use runnel_security::acl::Operation;
 use tokio::time::Instant;
 
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::ctx::{now, Ctx, Reply};
-use crate::share::{self, Tp};
-
-/// Acknowledgement batches: (first offset, last offset, types).
-pub(crate) type AckBatches = Vec<(i64, i64, Vec<i8>)>;
-
-/// Whether the topic of `tp` exists (Some) and may be read by this client (true).
-pub(crate) fn readable(b: &Broker, ctx: &Ctx, tp: &Tp) -> Result<(), ResponseError> {
-    let topic = b.catalog.topic_by_id(tp.0).ok_or(ResponseError::UnknownTopicId)?;
-    if !ctx.access.topic(Operation::Read, &topic.name) {
-        return Err(ResponseError::TopicAuthorizationFailed);
-    }
-    Ok(())
-}
-
-/// Applies each partition's acknowledgements; the error code of each.
-pub(crate) async fn acknowledge_all(
-    b: &Broker,
-    group: &str,
-    member: &str,
-    acks: Vec<(Tp, Result<AckBatches, ResponseError>)>,
-) -> HashMap<Tp, i16> {
-    let mut out = HashMap::new();
-    for (tp, batches) in acks {
-        let result = match batches {
-            Ok(batches) => share::acknowledge(b, group, member, tp, &batches).await,
-            Err(e) => Err(e),
-        };
-        out.insert(tp, result.err().map_or(0, |e| e.code()));
-    }
-    out
-}
-
-/// The leader of (topic, p) as the client should see it, and its endpoint for the listener.
-pub(crate) fn leader_of(b: &Broker, tp: &Tp, listener: &str) -> (i32, i32, Option<(String, u16)>) {
-    let part = b.catalog.topic_by_id(tp.0).and_then(|t| t.partitions.get(tp.1 as usize).cloned());
-    let Some(part) = part else { return (-1, -1, None) };
-    let (leader, epoch) = b.partition_leader(&part);
-    let endpoint = b
-        .controller()
-        .live_brokers()
-        .into_iter()
-        .find(|i| i.id == leader)
-        .and_then(|i| i.endpoint(listener).map(|(h, p)| (h.to_string(), p)));
-    (leader, epoch, endpoint)
-}
-
-/// The (group, member) a share request comes from, once checked: both named, and READ on
-/// the group.
-pub(crate) fn member_of(
-    group: Option<&kafka_protocol::messages::GroupId>,
-    member: Option<&kafka_protocol::protocol::StrBytes>,
-    ctx: &Ctx,
-) -> Result<(String, String), (ResponseError, &'static str)> {
-    let group = group.map(|g| g.0.to_string()).unwrap_or_default();
-    let member = member.map(|m| m.to_string()).unwrap_or_default();
-    if group.is_empty() || member.is_empty() {
-        return Err((ResponseError::InvalidRequest, "A share request needs a group id and a member id."));
-    }
-    if !ctx.access.group(Operation::Read, &group) {
-        return Err((ResponseError::GroupAuthorizationFailed, "Group authorization failed."));
-    }
-    Ok((group, member))
-}
+use crate::share::{self, acknowledge_all, leader_of, member_of, readable, Tp};
 
 struct Part {
     tp: Tp,

@@ -10,9 +10,9 @@ use kafka_protocol::messages::{ShareGroupHeartbeatRequest, ShareGroupHeartbeatRe
 use runnel_coordinator::ShareHeartbeatIn;
 use runnel_security::acl::Operation;
 
-use super::consumer_group_heartbeat::CatalogTopics;
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::coordinators::CatalogTopics;
 use crate::ctx::{now, Ctx, Reply};
 
 pub fn handle(b: &Arc<Broker>, r: ShareGroupHeartbeatRequest, _v: i16, ctx: &Ctx) -> Reply {

@@ -80,20 +80,6 @@ async fn set_start(b: &Broker, group: &str, topic: uuid::Uuid, p: i32, offset: i
     Ok(())
 }
 
-/// Forgets the state of every partition of `topic` for `group`.
-pub(crate) async fn forget_topic(
-    b: &Broker,
-    group: &str,
-    topic: uuid::Uuid,
-    partitions: usize,
-) -> Result<(), ResponseError> {
-    for p in 0..partitions as i32 {
-        crate::share_state::delete(b, &state_key(group, topic, p)).await?;
-        b.shares.forget(&(group.to_string(), topic, p));
-    }
-    Ok(())
-}
-
 pub fn delete(b: &Arc<Broker>, r: DeleteShareGroupOffsetsRequest, _v: i16, ctx: &Ctx) -> Reply {
     let group = r.group_id.0.to_string();
     if !ctx.access.group(Operation::Read, &group) {
@@ -117,7 +103,7 @@ pub fn delete(b: &Arc<Broker>, r: DeleteShareGroupOffsetsRequest, _v: i16, ctx: 
                 None => Err(ResponseError::UnknownTopicOrPartition),
                 Some(topic) => {
                     out.topic_id = topic.id;
-                    forget_topic(&b, &group, topic.id, topic.partitions.len()).await
+                    crate::share::forget_topic(&b, &group, topic.id, topic.partitions.len()).await
                 }
             };
             if let Err(e) = done {
