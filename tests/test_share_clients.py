@@ -15,22 +15,14 @@ report). No test asserts on how long anything takes; every wait is bounded.
 import json
 import logging
 import os
-import shutil
 import subprocess
 import time
 
 import pytest
 
-from conftest import CACHE, ROOT, Broker, External, admin_client, create_topic, unique_topic, wait_for
-
-SHARE_SETTINGS = {  # as in test_share_groups.py
-    "group.share.min.record.lock.duration.ms": "1000",
-    "group.share.record.lock.duration.ms": "3000",
-    "group.share.min.session.timeout.ms": "6000",
-    "group.share.session.timeout.ms": "6000",
-    "group.share.min.heartbeat.interval.ms": "1000",
-    "group.share.heartbeat.interval.ms": "1000",
-}
+from conftest import CACHE, Broker, External, admin_client, create_topic, unique_topic, wait_for
+from test_franz_go import clientcheck_bin  # noqa: F401  (session fixture: runs tests/go/build.sh)
+from test_share_groups import SHARE_SETTINGS
 DEBUG = os.environ.get("RUNNEL_SHARE_CLIENT_DEBUG", "") not in ("", "0")
 QUIET_S = 1.5  # how long consumers keep polling after completion, to see duplicates arrive
 SHARECHECK = CACHE / "go" / "sharecheck"
@@ -313,22 +305,8 @@ def test_librdkafka_implicit_mode_consumes_everything_and_the_acks_stick(share_b
 
 
 @pytest.fixture(scope="session")
-def sharecheck_bin():
-    """tests/go/sharecheck, built into .cache/go/sharecheck: by tests/go/build.sh when it lists
-    the program, else with the same `go build` (incremental through Go's build cache)."""
-    build_sh = ROOT / "tests" / "go" / "build.sh"
-    if "build sharecheck" in build_sh.read_text():
-        cmd, cwd = [str(build_sh)], ROOT
-    else:
-        cmd = [shutil.which("go") or "/usr/local/go/bin/go", "build", "-trimpath", "-o", str(SHARECHECK), "./sharecheck"]
-        cwd = ROOT / "tests" / "go"
-    try:
-        res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600,
-                             env={**os.environ, "GOTOOLCHAIN": "local"})
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"building sharecheck did not finish in 600s\n{e.stdout or ''}{e.stderr or ''}")
-    assert res.returncode == 0, f"{' '.join(cmd)} failed\n{res.stdout}{res.stderr}"
-    assert SHARECHECK.is_file(), f"{SHARECHECK} missing after {' '.join(cmd)}"
+def sharecheck_bin(clientcheck_bin):  # noqa: F811  (the imported fixture: runs tests/go/build.sh, which builds sharecheck too)
+    assert SHARECHECK.is_file(), f"tests/go/build.sh succeeded but {SHARECHECK} is missing"
     return SHARECHECK
 
 

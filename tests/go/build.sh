@@ -40,3 +40,4 @@ build seccheck
 build txncheck
 build rackcheck
 build saramacheck
+build sharecheck

@@ -211,7 +211,8 @@ pub async fn sweep_sessions(broker: std::sync::Weak<Broker>) {
     }
 }
 
-async fn release(b: &Broker, group: &str, member: &str, parts: &[Tp]) {
+/// What `member` holds on these partitions goes back to the group.
+pub async fn release(b: &Broker, group: &str, member: &str, parts: &[Tp]) {
     for &(topic, p) in parts {
         let key = (group.to_string(), topic, p);
         let Some(entry) = b.shares.parts.lock_or_stop().get(&key).cloned() else { continue };

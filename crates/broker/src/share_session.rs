@@ -48,6 +48,9 @@ pub struct SessionView {
     pub parts: Vec<Tp>,
     /// A new session: the response lists every partition.
     pub full: bool,
+    /// The partitions of the member's session this new one replaced (what the member holds
+    /// there goes back to the group).
+    pub replaced: Vec<Tp>,
 }
 
 impl Shares {
@@ -69,13 +72,14 @@ impl Shares {
                     return Err(E::ShareSessionLimitReached);
                 }
                 let parts: BTreeSet<Tp> = add.iter().copied().collect();
-                let view = SessionView { parts: parts.iter().copied().collect(), full: true };
-                sessions.insert(key, Session { next_epoch: 1, parts, last_used: Instant::now() });
+                let mut view = SessionView { parts: parts.iter().copied().collect(), full: true, replaced: Vec::new() };
+                let old = sessions.insert(key, Session { next_epoch: 1, parts, last_used: Instant::now() });
+                view.replaced = old.map(|s| s.parts.into_iter().collect()).unwrap_or_default();
                 Ok(view)
             }
             -1 => {
                 let s = sessions.remove(&key).ok_or(E::ShareSessionNotFound)?;
-                Ok(SessionView { parts: s.parts.into_iter().collect(), full: false })
+                Ok(SessionView { parts: s.parts.into_iter().collect(), full: false, replaced: Vec::new() })
             }
             e => {
                 let s = sessions.get_mut(&key).ok_or(E::ShareSessionNotFound)?;
@@ -88,7 +92,7 @@ impl Shares {
                 for tp in forget {
                     s.parts.remove(tp);
                 }
-                Ok(SessionView { parts: s.parts.iter().copied().collect(), full: false })
+                Ok(SessionView { parts: s.parts.iter().copied().collect(), full: false, replaced: Vec::new() })
             }
         }
     }

@@ -2,7 +2,8 @@
 //! to, and the coordinator assigns them partitions with Kafka's `simple` assignor. Members
 //! of a share group may read the same partition at once (the partition's leader hands each
 //! record to one of them), so an assignment changes at once, without the revocation steps of
-//! a consumer group: every member's epoch is the group's.
+//! a consumer group: a member's next heartbeat, at the epoch it was last given, gets the
+//! group's epoch and its new assignment.
 //!
 //! Membership is kept in memory: after the coordinator moves, members heartbeat to the new
 //! one, get UNKNOWN_MEMBER_ID and join again, and the partitions' state (kept by the share
@@ -179,6 +180,9 @@ impl ShareGroup {
         let Some(m) = self.members.get_mut(&id) else {
             return Err((E::UnknownMemberId, format!("Member {id} is not a member of the share group.")));
         };
+        // A member's epoch moves only in its own heartbeats, so the one it sends next (the
+        // epoch it was given) is the one it is checked against.
+        m.epoch = self.assignment_epoch;
         let assignment = (m.sent.as_ref() != Some(&m.assigned)).then(|| {
             m.sent = Some(m.assigned.clone());
             m.assigned.iter().copied().collect()
@@ -229,9 +233,6 @@ impl ShareGroup {
         }
         self.assignment_epoch = self.group_epoch;
         self.initialized.extend(self.topics.keys().cloned());
-        for m in self.members.values_mut() {
-            m.epoch = self.group_epoch;
-        }
     }
 }
 
@@ -282,13 +283,14 @@ mod tests {
         let b = g.heartbeat(join("b", &["t"]), &topics, now, &LIMITS).unwrap();
         assert_eq!(b.member_epoch, 2);
         assert_eq!(b.assignment.map(|a| a.len()), Some(1));
-        // a heartbeats at its epoch and gets the new one with its new assignment; epoch 0
-        // (a join) must name topics, and an epoch it never had is fenced.
+        // a heartbeats at the epoch it was given (1) and gets the group's with its new
+        // assignment; epoch 0 (a join) must name topics, and an epoch it never had is fenced.
         assert_eq!(g.heartbeat(beat("a", 0), &topics, now, &LIMITS).unwrap_err().0, E::InvalidRequest);
-        assert_eq!(g.heartbeat(beat("a", 7), &topics, now, &LIMITS).unwrap_err().0, E::FencedMemberEpoch);
-        let a = g.heartbeat(beat("a", 2), &topics, now, &LIMITS).unwrap();
-        assert_eq!(a.assignment.map(|a| a.len()), Some(1));
-        // Unchanged: not resent.
+        assert_eq!(g.heartbeat(beat("a", 2), &topics, now, &LIMITS).unwrap_err().0, E::FencedMemberEpoch);
+        let a = g.heartbeat(beat("a", 1), &topics, now, &LIMITS).unwrap();
+        assert_eq!((a.member_epoch, a.assignment.map(|a| a.len())), (2, Some(1)));
+        // b, at its epoch, is not fenced by a's heartbeat either. Unchanged: not resent.
+        assert_eq!(g.heartbeat(beat("b", 2), &topics, now, &LIMITS).unwrap().assignment, None);
         assert_eq!(g.heartbeat(beat("a", 2), &topics, now, &LIMITS).unwrap().assignment, None);
         // A third member on two partitions: one partition is shared.
         g.heartbeat(join("c", &["t"]), &topics, now, &LIMITS).unwrap();
@@ -307,15 +309,15 @@ mod tests {
         let now = Instant::now();
         g.heartbeat(join("a", &["t"]), &topics, now, &LIMITS).unwrap();
         g.heartbeat(join("b", &["t"]), &topics, now, &LIMITS).unwrap();
-        let a = g.heartbeat(beat("a", 2), &topics, now, &LIMITS).unwrap();
+        let a = g.heartbeat(beat("a", 1), &topics, now, &LIMITS).unwrap();
         assert_eq!(a.assignment.map(|a| a.len()), Some(2));
         let left = g.heartbeat(beat("b", -1), &topics, now, &LIMITS).unwrap();
         assert_eq!(left.member_epoch, -1);
-        let a = g.heartbeat(beat("a", 3), &topics, now, &LIMITS).unwrap();
-        assert_eq!(a.assignment.map(|a| a.len()), Some(4));
+        let a = g.heartbeat(beat("a", 2), &topics, now, &LIMITS).unwrap();
+        assert_eq!((a.member_epoch, a.assignment.map(|a| a.len())), (3, Some(4)));
         topics.0.insert("t".into(), (t, 6));
         let a = g.heartbeat(beat("a", 3), &topics, now, &LIMITS).unwrap();
-        assert_eq!(a.assignment.map(|a| a.len()), Some(6));
+        assert_eq!((a.member_epoch, a.assignment.map(|a| a.len())), (4, Some(6)));
         assert_eq!(g.expire(now + Duration::from_secs(46), LIMITS.session), 1);
         assert_eq!(g.state(), "Empty");
     }
