@@ -208,6 +208,17 @@ def test_delivery_count_limit_archives_records(tmp_path, java_build, where):  # 
             b.kill9()
 
 
+def test_read_committed_group_skips_aborted_transactions(share_broker, java_build):  # noqa: F811
+    """A group with share.isolation.level=read_committed is handed the records of committed
+    transactions only: 20 committed around 10 aborted, all 20 arrive once, no aborted one."""
+    topic = unique_topic("share-txn")
+    group = f"{topic}-g"
+    create_topic(share_broker.bootstrap, topic, 1)
+    r = sharecheck(java_build, share_broker.bootstrap, "committed", topic, group, broker=share_broker)
+    assert (r["distinct"], r["duplicates"], r["missing"]) == (20, 0, 0), r
+    assert r["excluded_delivered"] == {}, r
+
+
 def test_new_group_starts_at_the_log_end(share_broker, java_build):  # noqa: F811
     """Without group configs share.auto.offset.reset is latest (DescribeConfigs says so, as a
     default): records produced before the group's share partitions were initialized are never

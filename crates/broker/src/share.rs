@@ -53,6 +53,15 @@ fn limits(b: &Broker, group: &str) -> Limits {
     }
 }
 
+/// The group's `share.isolation.level`.
+fn isolation(b: &Broker, group: &str) -> Isolation {
+    let configs = b.controller().group_configs(group);
+    match crate::group_configs::get(&configs, &b.catalog.settings(), "share.isolation.level").as_str() {
+        "read_committed" => Isolation::ReadCommitted,
+        _ => Isolation::ReadUncommitted,
+    }
+}
+
 pub fn lock_duration_ms(b: &Broker, group: &str) -> i32 {
     limits(b, group).lock_ms.min(i32::MAX as i64) as i32
 }
@@ -137,13 +146,19 @@ pub async fn fetch(
 ) -> Result<Fetched, E> {
     let (entry, part) = open(b, group, topic, p).await?;
     let limits = limits(b, group);
+    let isolation = isolation(b, group);
     let now = crate::now_ms();
     let (from, hw) = {
         let mut state = entry.state.lock_or_stop();
         let l = state.as_mut().ok_or(E::NotLeaderOrFollower)?;
         l.part.expire(now, &limits);
         l.part.truncate_to(part.log_start_offset());
-        let hw = part.high_watermark();
+        // What may be handed out: up to the high watermark, or with read_committed up to
+        // the last stable offset.
+        let hw = match isolation {
+            Isolation::ReadCommitted => part.last_stable_offset(),
+            Isolation::ReadUncommitted => part.high_watermark(),
+        };
         if !l.part.has_available(hw, &limits) {
             return Ok(Fetched { records: Bytes::new(), acquired: Vec::new() });
         }
@@ -152,12 +167,23 @@ pub async fn fetch(
     if from >= hw {
         return Ok(Fetched { records: Bytes::new(), acquired: Vec::new() });
     }
-    let read =
-        part.read(from, max_bytes, true, Isolation::ReadUncommitted, false).map_err(|e| errors::partition(&e))?;
+    let read = part.read(from, max_bytes, true, isolation, false).map_err(|e| errors::partition(&e))?;
+    let aborted = read.aborted;
     let bytes = read.plan.and_then(|plan| plan.execute().map_err(Into::into)).map_err(|e| errors::read(&e))?;
+    // Control batches, and with read_committed the batches of aborted transactions, are
+    // never handed out (the client skips them as gaps).
+    let skipped = |h: &runnel_wire::BatchHeader| {
+        h.is_control()
+            || (h.is_transactional()
+                && aborted.iter().any(|a| {
+                    a.producer_id == h.producer_id
+                        && a.first_offset <= h.base_offset
+                        && h.last_offset() <= a.last_offset
+                }))
+    };
     let batches: Vec<(i64, i64, bool)> = Batches::new(&bytes)
         .filter_map(Result::ok)
-        .map(|(h, _)| (h.base_offset, h.last_offset(), h.is_control()))
+        .map(|(h, _)| (h.base_offset, h.last_offset(), skipped(&h)))
         .collect();
     let acquired = {
         let mut state = entry.state.lock_or_stop();

@@ -177,6 +177,10 @@ public final class ShareCheck {
                     limit(bootstrap, a.get(0), a.get(1), Integer.parseInt(a.get(2)), Integer.parseInt(a.get(3)),
                             a.size() > 4 && a.get(4).equals("group"));
                     break;
+                case "committed":
+                    need(a, 2, "TOPIC GROUP");
+                    committed(bootstrap, a.get(0), a.get(1));
+                    break;
                 case "latest":
                     need(a, 3, "TOPIC GROUP N");
                     latest(bootstrap, a.get(0), a.get(1), Integer.parseInt(a.get(2)));
@@ -351,6 +355,41 @@ public final class ShareCheck {
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         return new KafkaProducer<>(p);
+    }
+
+    /**
+     * A transactional producer commits k0..k9, aborts aborted0..aborted9, commits k10..k19 (all to
+     * partition 0); a group with share.isolation.level=read_committed then gets k0..k19 only.
+     */
+    private static void committed(String bootstrap, String topic, String group) throws Exception {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "sharecheck-txn-" + group);
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        Set<String> aborted = new TreeSet<>();
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
+            producer.initTransactions();
+            for (int round = 0; round < 3; round++) {
+                producer.beginTransaction();
+                for (int i = 0; i < 10; i++) {
+                    String key = round == 1 ? "aborted" + i : "k" + (round == 0 ? i : 10 + i);
+                    producer.send(new ProducerRecord<>(topic, 0, key, "v"));
+                    if (round == 1) {
+                        aborted.add(key);
+                    }
+                }
+                producer.flush();
+                if (round == 1) {
+                    producer.abortTransaction();
+                } else {
+                    producer.commitTransaction();
+                }
+            }
+        }
+        earliestFor(bootstrap, group, Map.of("share.isolation.level", "read_committed"));
+        consume(bootstrap, topic, group, 20, 1, false, aborted);
     }
 
     /** Produces k&lt;i&gt;/v&lt;i&gt; for START &lt;= i &lt; START+N to partition i mod P; returns P. */
