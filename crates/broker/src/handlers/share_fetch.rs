@@ -39,11 +39,19 @@ pub fn handle(b: &Arc<Broker>, r: ShareFetchRequest, _v: i16, ctx: &Ctx) -> Repl
     };
     let epoch = r.share_session_epoch;
     let mut added = Vec::new();
+    // Partitions that do not exist are answered with an error and not kept in the session,
+    // so a session holds only real partitions, however many requests name others.
+    let mut unknown = Vec::new();
     let mut acks = Vec::new();
     for t in &r.topics {
+        let partitions = b.catalog.topic_by_id(t.topic_id).map(|topic| topic.partitions.len());
         for p in &t.partitions {
             let tp = (t.topic_id, p.partition_index);
-            added.push(tp);
+            match partitions {
+                None => unknown.push((tp, ResponseError::UnknownTopicId)),
+                Some(n) if tp.1 < 0 || tp.1 as usize >= n => unknown.push((tp, ResponseError::UnknownTopicOrPartition)),
+                Some(_) => added.push(tp),
+            }
             if !p.acknowledgement_batches.is_empty() {
                 let batches = p
                     .acknowledgement_batches
@@ -129,6 +137,9 @@ pub fn handle(b: &Arc<Broker>, r: ShareFetchRequest, _v: i16, ctx: &Ctx) -> Repl
             .filter(|p| view.full || p.error != 0 || !p.acquired.is_empty() || ack_codes.contains_key(&p.tp))
             .collect();
         let mut parts = parts;
+        for (tp, e) in &unknown {
+            parts.push(Part { tp: *tp, error: e.code(), records: Bytes::new(), acquired: vec![] });
+        }
         for tp in ack_codes.keys() {
             if !parts.iter().any(|p| p.tp == *tp) {
                 parts.push(Part { tp: *tp, error: 0, records: Bytes::new(), acquired: vec![] });
