@@ -223,13 +223,19 @@ pub async fn close_session(b: &Broker, group: &str, member: &str, parts: &[Tp]) 
     }
 }
 
-/// Ends share sessions idle for longer than a member's session may be, every second, as
-/// if their members had closed them.
+/// How long a share session may go unused before it is ended: a member may go without
+/// fetching for as long as its client lets it go without polling (Kafka's
+/// `max.poll.interval.ms`, 5 minutes by default) and still be in the group.
+const SESSION_IDLE_MAX: Duration = Duration::from_secs(300);
+
+/// Ends share sessions idle for longer than a member could stay in its group without
+/// fetching (crashed clients), every second, as if their members had closed them.
 pub async fn sweep_sessions(broker: std::sync::Weak<Broker>) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let Some(b) = broker.upgrade() else { return };
-        let idle = Duration::from_millis(b.config.settings.i64("group.share.session.timeout.ms").max(1) as u64);
+        let session = Duration::from_millis(b.config.settings.i64("group.share.session.timeout.ms").max(1) as u64);
+        let idle = SESSION_IDLE_MAX + session;
         for (group, member, parts) in b.shares.expire_idle(idle) {
             tracing::debug!(group, member, "share session expired");
             close_session(&b, &group, &member, &parts).await;
@@ -238,7 +244,7 @@ pub async fn sweep_sessions(broker: std::sync::Weak<Broker>) {
 }
 
 /// What `member` holds on these partitions goes back to the group.
-pub async fn release(b: &Broker, group: &str, member: &str, parts: &[Tp]) {
+async fn release(b: &Broker, group: &str, member: &str, parts: &[Tp]) {
     for &(topic, p) in parts {
         let key = (group.to_string(), topic, p);
         let Some(entry) = b.shares.parts.lock_or_stop().get(&key).cloned() else { continue };

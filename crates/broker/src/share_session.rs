@@ -48,9 +48,6 @@ pub struct SessionView {
     pub parts: Vec<Tp>,
     /// A new session: the response lists every partition.
     pub full: bool,
-    /// The partitions of the member's session this new one replaced (what the member holds
-    /// there goes back to the group).
-    pub replaced: Vec<Tp>,
 }
 
 impl Shares {
@@ -72,14 +69,16 @@ impl Shares {
                     return Err(E::ShareSessionLimitReached);
                 }
                 let parts: BTreeSet<Tp> = add.iter().copied().collect();
-                let mut view = SessionView { parts: parts.iter().copied().collect(), full: true, replaced: Vec::new() };
-                let old = sessions.insert(key, Session { next_epoch: 1, parts, last_used: Instant::now() });
-                view.replaced = old.map(|s| s.parts.into_iter().collect()).unwrap_or_default();
+                // As Kafka: a member's new session replaces its old one; what it acquired
+                // stays its own until acknowledged or the locks run out (the client may be
+                // processing those records still).
+                let view = SessionView { parts: parts.iter().copied().collect(), full: true };
+                sessions.insert(key, Session { next_epoch: 1, parts, last_used: Instant::now() });
                 Ok(view)
             }
             -1 => {
                 let s = sessions.remove(&key).ok_or(E::ShareSessionNotFound)?;
-                Ok(SessionView { parts: s.parts.into_iter().collect(), full: false, replaced: Vec::new() })
+                Ok(SessionView { parts: s.parts.into_iter().collect(), full: false })
             }
             e => {
                 let s = sessions.get_mut(&key).ok_or(E::ShareSessionNotFound)?;
@@ -92,7 +91,7 @@ impl Shares {
                 for tp in forget {
                     s.parts.remove(tp);
                 }
-                Ok(SessionView { parts: s.parts.iter().copied().collect(), full: false, replaced: Vec::new() })
+                Ok(SessionView { parts: s.parts.iter().copied().collect(), full: false })
             }
         }
     }

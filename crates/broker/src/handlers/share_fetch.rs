@@ -75,10 +75,6 @@ pub fn handle(b: &Arc<Broker>, r: ShareFetchRequest, _v: i16, ctx: &Ctx) -> Repl
     let b = b.clone();
     Box::pin(async move {
         let ack_codes = acknowledge_all(&b, &group, &member, acks).await;
-        if !view.replaced.is_empty() {
-            // The member started over: what its old session held is not coming back to it.
-            share::release(&b, &group, &member, &view.replaced).await;
-        }
         let lock_ms = share::lock_duration_ms(&b, &group);
         if epoch == -1 {
             // The session closed: what the member still holds goes back.
