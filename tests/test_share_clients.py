@@ -22,7 +22,12 @@ import pytest
 
 from conftest import CACHE, Broker, External, admin_client, create_topic, unique_topic, wait_for
 from test_franz_go import clientcheck_bin  # noqa: F401  (session fixture: runs tests/go/build.sh)
-from test_share_groups import SHARE_SETTINGS
+from test_share_groups import SHARE_SETTINGS as SHORT_SETTINGS
+
+# The short sessions of test_share_groups.py, with Kafka's 30 s lock: no test here waits for a
+# lock to expire, and a consumer slowed down by a busy machine must not lose its records to
+# another before it acknowledges them.
+SHARE_SETTINGS = {**SHORT_SETTINGS, "group.share.record.lock.duration.ms": "30000"}
 DEBUG = os.environ.get("RUNNEL_SHARE_CLIENT_DEBUG", "") not in ("", "0")
 QUIET_S = 1.5  # how long consumers keep polling after completion, to see duplicates arrive
 SHARECHECK = CACHE / "go" / "sharecheck"

@@ -123,7 +123,7 @@ def test_consumers_in_one_share_group_get_every_record_once(share_broker, java_b
     group = f"{topic}-g"
     create_topic(share_broker.bootstrap, topic, 6)
     r = sharecheck(java_build, share_broker.bootstrap, "consume", topic, group, 300, 3, broker=share_broker)
-    assert (r["deliveries"], r["distinct"], r["duplicates"], r["missing"]) == (300, 300, 0, 0), r
+    assert (r["deliveries"], r["distinct"], r["duplicates"], r["missing"]) == (300, 300, 0, 0), json.dumps(r)
     assert r["delivery_counts"] == {"1": 300}, r
     assert r["commit_errors"] == 0, r
     assert sum(r["per_consumer"].values()) == 300, r

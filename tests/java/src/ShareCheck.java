@@ -548,7 +548,9 @@ public final class ShareCheck {
      *  more); keys in `excluded` are not expected and must not arrive. */
     private static void consume(String bootstrap, String topic, String group, int n, int consumers,
                                 boolean doProduce, Set<String> excluded) throws Exception {
-        earliestFor(bootstrap, group, Map.of());
+        // Kafka's default lock (30 s), not the tests' short one: a consumer slowed down by a
+        // busy machine must not lose its records to another before it acknowledges them.
+        earliestFor(bootstrap, group, Map.of("share.record.lock.duration.ms", "30000"));
         if (doProduce) {
             produce(bootstrap, topic, 0, n);
         }
