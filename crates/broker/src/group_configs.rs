@@ -23,7 +23,19 @@ const fn int(name: &'static str, synonym: &'static str, min: &'static str, max: 
     GroupConfig { name, kind: Kind::Int, synonym: Some(synonym), bounds: Some((min, max)), default: "" }
 }
 
+/// A boolean with no broker setting behind it (an empty default: not set).
+const fn boolean(name: &'static str, default: &'static str) -> GroupConfig {
+    GroupConfig { name, kind: Kind::Bool, synonym: None, bounds: None, default }
+}
+
 pub const GROUP_CONFIGS: &[GroupConfig] = &[
+    int(
+        "consumer.assignment.interval.ms",
+        "group.consumer.assignment.interval.ms",
+        "group.consumer.min.assignment.interval.ms",
+        "group.consumer.max.assignment.interval.ms",
+    ),
+    boolean("consumer.assignor.offload.enable", ""),
     int(
         "consumer.heartbeat.interval.ms",
         "group.consumer.heartbeat.interval.ms",
@@ -36,6 +48,13 @@ pub const GROUP_CONFIGS: &[GroupConfig] = &[
         "group.consumer.min.session.timeout.ms",
         "group.consumer.max.session.timeout.ms",
     ),
+    int(
+        "share.assignment.interval.ms",
+        "group.share.assignment.interval.ms",
+        "group.share.min.assignment.interval.ms",
+        "group.share.max.assignment.interval.ms",
+    ),
+    boolean("share.assignor.offload.enable", ""),
     GroupConfig { name: "share.auto.offset.reset", kind: Kind::Str, synonym: None, bounds: None, default: "latest" },
     int(
         "share.delivery.count.limit",
@@ -68,12 +87,20 @@ pub const GROUP_CONFIGS: &[GroupConfig] = &[
         "group.share.min.record.lock.duration.ms",
         "group.share.max.record.lock.duration.ms",
     ),
+    boolean("share.renew.acknowledge.enable", "true"),
     int(
         "share.session.timeout.ms",
         "group.share.session.timeout.ms",
         "group.share.min.session.timeout.ms",
         "group.share.max.session.timeout.ms",
     ),
+    int(
+        "streams.assignment.interval.ms",
+        "group.streams.assignment.interval.ms",
+        "group.streams.min.assignment.interval.ms",
+        "group.streams.max.assignment.interval.ms",
+    ),
+    boolean("streams.assignor.offload.enable", ""),
     int(
         "streams.heartbeat.interval.ms",
         "group.streams.heartbeat.interval.ms",
@@ -198,6 +225,11 @@ pub fn validate(map: &BTreeMap<String, String>, settings: &Settings) -> Result<(
             }
             _ => {}
         }
+        if c.kind == Kind::Bool && !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") {
+            return Err(format!(
+                "Invalid value {v} for configuration {name}: Expected value to be either true or false"
+            ));
+        }
         if c.kind != Kind::Int {
             continue;
         }
@@ -269,6 +301,10 @@ mod tests {
         assert!(one("share.heartbeat.interval.ms", "15000").is_ok());
         assert!(one("share.session.timeout.ms", "45000").is_ok());
         assert!(one("no.such.config", "1").is_err());
+        assert!(one("share.renew.acknowledge.enable", "false").is_ok());
+        assert!(one("consumer.assignor.offload.enable", "yes").is_err());
+        assert!(one("share.assignment.interval.ms", "15001").is_err());
+        assert_eq!(GROUP_CONFIGS.len(), 20, "Kafka 4.3's GroupConfig defines 20");
         // The heartbeat must stay below the session timeout.
         let both = [("share.heartbeat.interval.ms", "15000"), ("share.session.timeout.ms", "45000")];
         assert!(validate(&both.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), &s).is_ok());
