@@ -91,7 +91,6 @@ impl Broker {
             group_max_size: s.usize("group.max.size").max(1),
             consumer_group_max_size: s.usize("group.consumer.max.size").max(1),
             share_session_timeout_ms: s.i64("group.share.session.timeout.ms") as i32,
-            share_heartbeat_interval_ms: s.i64("group.share.heartbeat.interval.ms") as i32,
             share_group_max_size: s.usize("group.share.max.size").max(1),
         };
         let authorizer = crate::authz::policy(s)?;

@@ -37,11 +37,6 @@ pub struct Fetched {
     pub acquired: Vec<Acquired>,
 }
 
-/// How long a write of share state may take (`share.coordinator.write.timeout.ms`).
-fn write_timeout(b: &Broker) -> Duration {
-    Duration::from_millis(b.config.settings.i64("share.coordinator.write.timeout.ms").max(1) as u64)
-}
-
 fn limits(b: &Broker, group: &str) -> Limits {
     let configs = b.controller().group_configs(group);
     let settings = b.catalog.settings();
@@ -114,7 +109,7 @@ async fn open(b: &Broker, group: &str, topic: Uuid, p: i32) -> Result<(Arc<Entry
     // A new epoch for this leader: what an earlier leader still writes is fenced.
     let snapshot = Snapshot { state_epoch: sp.state_epoch() + 1, ..sp.snapshot() };
     sp = SharePartition::from_snapshot(&snapshot);
-    crate::share_state::write(b, &skey, snapshot, write_timeout(b)).await?;
+    crate::share_state::write(b, &skey, snapshot).await?;
     *entry.state.lock_or_stop() = Some(Loaded { part: sp, term });
     drop(gate);
     tracing::debug!(group, %topic, partition = p, term, "share-partition loaded");
@@ -126,7 +121,7 @@ async fn persist(b: &Broker, group: &str, topic: Uuid, p: i32, entry: &Entry) ->
     let _gate = entry.gate.lock().await;
     let snapshot = entry.state.lock_or_stop().as_ref().map(|l| l.part.snapshot());
     let Some(snapshot) = snapshot else { return Err(E::NotLeaderOrFollower) };
-    let written = crate::share_state::write(b, &state_key(group, topic, p), snapshot, write_timeout(b)).await;
+    let written = crate::share_state::write(b, &state_key(group, topic, p), snapshot).await;
     if written == Err(E::FencedStateEpoch) {
         // The state was replaced since it was read (a newer leader, or the group's offsets
         // altered): what is in memory is stale, the next use reads it back.

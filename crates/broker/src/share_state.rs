@@ -78,21 +78,25 @@ async fn once(b: &Broker, key: &str, op: &Op, deadline: Instant) -> Result<Optio
     }
 }
 
+/// How long a read or write of share state may take, retries included
+/// (`share.coordinator.write.timeout.ms`).
+fn timeout(b: &Broker) -> Duration {
+    Duration::from_millis(b.config.settings.i64("share.coordinator.write.timeout.ms").max(1) as u64)
+}
+
 /// The state of `key`, if it has one.
 pub async fn read(b: &Broker, key: &str) -> Result<Option<Snapshot>, E> {
-    let timeout = Duration::from_millis(b.config.settings.i64("share.coordinator.write.timeout.ms").max(1) as u64);
-    call(b, key, &Op::Read, timeout).await
+    call(b, key, &Op::Read, timeout(b)).await
 }
 
 /// Replaces the state of `key`; durable when it returns Ok.
-pub async fn write(b: &Broker, key: &str, snapshot: Snapshot, timeout: Duration) -> Result<(), E> {
-    call(b, key, &Op::Write(snapshot), timeout).await.map(|_| ())
+pub async fn write(b: &Broker, key: &str, snapshot: Snapshot) -> Result<(), E> {
+    call(b, key, &Op::Write(snapshot), timeout(b)).await.map(|_| ())
 }
 
 /// Deletes the state of `key`; durable when it returns Ok.
 pub async fn delete(b: &Broker, key: &str) -> Result<(), E> {
-    let timeout = Duration::from_millis(b.config.settings.i64("share.coordinator.write.timeout.ms").max(1) as u64);
-    call(b, key, &Op::Delete, timeout).await.map(|_| ())
+    call(b, key, &Op::Delete, timeout(b)).await.map(|_| ())
 }
 
 /// A peer's `ShareRead`, answered from this broker's store.

@@ -72,10 +72,8 @@ pub struct CoordinatorConfig {
     /// GROUP_MAX_SIZE_REACHED.
     pub group_max_size: usize,
     pub consumer_group_max_size: usize,
-    /// Share groups: `group.share.session.timeout.ms`, `group.share.heartbeat.interval.ms`,
-    /// `group.share.max.size`.
+    /// Share groups: `group.share.session.timeout.ms`, `group.share.max.size`.
     pub share_session_timeout_ms: i32,
-    pub share_heartbeat_interval_ms: i32,
     pub share_group_max_size: usize,
 }
 
@@ -93,7 +91,6 @@ impl Default for CoordinatorConfig {
             group_max_size: i32::MAX as usize,
             consumer_group_max_size: i32::MAX as usize,
             share_session_timeout_ms: 45_000,
-            share_heartbeat_interval_ms: 5_000,
             share_group_max_size: 200,
         }
     }

@@ -116,23 +116,6 @@ impl StateStore {
         Ok(self.log.append(p, vec![(encode_key(key), None)]))
     }
 
-    /// Every key this coordinator serves for `group`: (topic id, partition, state).
-    pub fn group_states(&self, group: &str) -> Vec<(Uuid, i32, Snapshot)> {
-        let prefix = format!("{group}:");
-        let inner = self.lock();
-        let mut out: Vec<(Uuid, i32, Snapshot)> = inner
-            .states
-            .iter()
-            .filter_map(|(k, s)| {
-                let rest = k.strip_prefix(&prefix)?;
-                let (topic, partition) = rest.split_once(':')?;
-                Some((Uuid::parse_str(topic).ok()?, partition.parse().ok()?, s.clone()))
-            })
-            .collect();
-        out.sort_by_key(|(t, p, _)| (*t, *p));
-        out
-    }
-
     /// The partitions of the state topic this coordinator serves.
     pub fn loaded_partitions(&self) -> Vec<i32> {
         let mut v: Vec<i32> = self.lock().loaded.iter().copied().collect();
@@ -227,9 +210,7 @@ mod tests {
 
         let again = StateStore::new(log);
         again.load_partition(p).unwrap();
-        assert_eq!(again.read(&key), Ok(Some(snap.clone())));
-        assert_eq!(again.group_states("g:1"), vec![(topic, 4, snap)]);
-        assert!(again.group_states("g").is_empty());
+        assert_eq!(again.read(&key), Ok(Some(snap)));
         again.delete(&key).unwrap().await.unwrap();
         assert_eq!(again.read(&key), Ok(None));
         again.unload_partition(p);

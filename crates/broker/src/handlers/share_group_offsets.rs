@@ -73,9 +73,7 @@ async fn set_start(b: &Broker, group: &str, topic: uuid::Uuid, p: i32, offset: i
     let key = state_key(group, topic, p);
     let epoch = crate::share_state::read(b, &key).await?.map_or(0, |s| s.state_epoch);
     let snapshot = Snapshot { state_epoch: epoch + 1, start: offset, batches: Vec::new() };
-    let timeout =
-        std::time::Duration::from_millis(b.config.settings.i64("share.coordinator.write.timeout.ms").max(1) as u64);
-    crate::share_state::write(b, &key, snapshot, timeout).await?;
+    crate::share_state::write(b, &key, snapshot).await?;
     b.shares.forget(&(group.to_string(), topic, p));
     Ok(())
 }

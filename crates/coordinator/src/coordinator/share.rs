@@ -41,10 +41,6 @@ impl Coordinator {
         self.share_groups.lock_or_stop()
     }
 
-    pub fn share_heartbeat_interval_ms(&self) -> i32 {
-        self.config.share_heartbeat_interval_ms
-    }
-
     fn share_limits(&self) -> ShareLimits {
         ShareLimits {
             session: Duration::from_millis(self.config.share_session_timeout_ms.max(0) as u64),
