@@ -4,7 +4,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Result;
-use tokio::sync::Notify;
 
 use runnel_controller::{parse_location, parse_voters, BrokerInfo, Controller, ControllerConfig, Endpoint};
 use runnel_coordinator::{Coordinator, CoordinatorConfig};
@@ -20,8 +19,8 @@ use runnel_txn::{LateHost, TxnConfig, TxnCoordinator};
 pub struct Broker {
     pub config: BrokerConfig,
     pub catalog: Arc<Catalog>,
-    /// Woken whenever a high watermark moves; long-polling fetches wait on it.
-    pub data_arrived: Arc<Notify>,
+    /// Long-polling fetches wait here for the high watermarks of their partitions.
+    pub arrivals: Arc<crate::arrivals::Arrivals>,
     pub fetch_sessions: FetchSessions,
     /// Consumer groups and committed offsets, kept in `__consumer_offsets`.
     pub group_coordinator: Coordinator,
@@ -70,7 +69,7 @@ impl Broker {
     pub async fn start(config: BrokerConfig) -> Result<Arc<Broker>> {
         crate::topic_config::check_broker_settings(&config.settings).map_err(anyhow::Error::msg)?;
         let catalog = Arc::new(Catalog::open(&config.data_dir, config.settings.clone())?);
-        let data_arrived = Arc::new(Notify::new());
+        let arrivals = Arc::new(crate::arrivals::Arrivals::default());
         let sessions = FetchSessions::new(config.settings.usize("max.incremental.fetch.session.cache.slots"));
         let s = &config.settings;
         let group_config = CoordinatorConfig {
@@ -103,7 +102,7 @@ impl Broker {
             id_expiration_ms: s.i64("transactional.id.expiration.ms").max(1),
         };
         let voters = parse_voters(s.get("controller.quorum.voters"))?;
-        let (replicas, links) = ReplicaManager::start(&config, &voters, catalog.clone(), data_arrived.clone()).await?;
+        let (replicas, links) = ReplicaManager::start(&config, &voters, catalog.clone(), arrivals.clone()).await?;
         let first = &config.listeners[0];
         let me = BrokerInfo {
             id: config.node_id,
@@ -158,7 +157,7 @@ impl Broker {
             txn_inbox: std::sync::Mutex::new(Some(links.txn_inbox)),
             config,
             catalog,
-            data_arrived,
+            arrivals,
             fetch_sessions: sessions,
             shutting_down: AtomicBool::new(false),
             serving: AtomicBool::new(false),

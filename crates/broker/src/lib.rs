@@ -13,6 +13,7 @@
 //! `offsets_log`). The binary crate `runnel` parses the command line and calls
 //! [`server::run`].
 
+mod arrivals;
 mod authz;
 pub mod broker;
 pub mod catalog;

@@ -180,6 +180,11 @@ impl Partition {
         self.hosted.as_ref().map(|h| (&h.replica, h.group))
     }
 
+    /// The Raft group of the replica hosted here (what a long poll on it waits for).
+    pub fn group(&self) -> Option<u64> {
+        self.hosted.as_ref().map(|h| h.group)
+    }
+
     fn lock(&self) -> Option<std::sync::MutexGuard<'_, Replica>> {
         self.hosted.as_ref().map(|h| driver::lock(&h.replica))
     }
@@ -257,7 +262,18 @@ impl Partition {
         let mut first = None;
         let mut last = None;
         for (bytes, h) in batches {
-            let p = r.propose_batch(bytes, h)?;
+            let p = match r.propose_batch(bytes, h) {
+                Ok(p) => p,
+                Err(e) => {
+                    if first.is_some() {
+                        // The earlier batches are proposed: their group must not wait for
+                        // a tick it may never get (a quiet group does not tick).
+                        drop(r);
+                        self.kick();
+                    }
+                    return Err(e.into());
+                }
+            };
             first.get_or_insert(p);
             last = Some(p);
         }

@@ -119,7 +119,7 @@ pub struct ControllerLinks {
 /// The driver's hooks: they only route (no locks beyond the replica the driver holds).
 struct RaftHooks {
     meta_ready: Arc<Notify>,
-    data_arrived: Arc<Notify>,
+    arrivals: Arc<crate::arrivals::Arrivals>,
     controller: mpsc::Sender<(u64, Vec<u8>)>,
     peers: mpsc::Sender<(u64, Vec<u8>)>,
     txn: mpsc::Sender<(u64, Vec<u8>)>,
@@ -130,7 +130,7 @@ impl Hooks for RaftHooks {
         if group == META_GROUP {
             self.meta_ready.notify_one();
         } else if moved {
-            self.data_arrived.notify_waiters();
+            self.arrivals.moved(group);
         }
     }
 
@@ -194,7 +194,7 @@ impl ReplicaManager {
         config: &BrokerConfig,
         voters: &[(i32, String)],
         catalog: Arc<Catalog>,
-        data_arrived: Arc<Notify>,
+        arrivals: Arc<crate::arrivals::Arrivals>,
     ) -> Result<(Arc<ReplicaManager>, ControllerLinks)> {
         let node_id = config.node_id;
         let voter = voters.iter().find(|(id, _)| *id == node_id).map(|(_, a)| a.clone());
@@ -218,7 +218,7 @@ impl ReplicaManager {
         let meta_ready = Arc::new(Notify::new());
         let hooks = RaftHooks {
             meta_ready: meta_ready.clone(),
-            data_arrived,
+            arrivals,
             controller: controller_tx,
             peers: peers_tx,
             txn: txn_tx,
@@ -620,10 +620,14 @@ pub async fn announce_leaders(manager: Arc<ReplicaManager>, controller: Arc<Cont
                     if !r.is_leader() {
                         continue;
                     }
-                    (r.term(), r.in_sync(lag_ticks))
+                    let term = r.term();
+                    // A quiet group's clocks stand, so its in-sync replicas are as they were.
+                    match announced.get(&group).filter(|(t, _)| r.is_quiet() && *t == term) {
+                        Some((_, in_sync)) => (term, in_sync.clone()),
+                        None => (term, r.in_sync(lag_ticks).into_iter().map(broker_of).collect::<Vec<i32>>()),
+                    }
                 };
                 led.insert(group);
-                let in_sync: Vec<i32> = in_sync.into_iter().map(broker_of).collect();
                 if refresh || announced.get(&group).is_none_or(|(t, s)| *t != term || *s != in_sync) {
                     announced.insert(group, (term, in_sync.clone()));
                     isr.push((group, term, in_sync));

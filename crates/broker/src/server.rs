@@ -192,7 +192,7 @@ pub async fn run_with(
     broker.shutting_down.store(true, Ordering::Release);
     broker.serving.store(false, Ordering::Release);
     // Long-polling fetches answer now instead of waiting out their max_wait_ms.
-    broker.data_arrived.notify_waiters();
+    broker.arrivals.wake_all();
     drop(listeners);
     let _ = shutdown_tx.send(true);
     let drained = tokio::time::timeout(

@@ -114,6 +114,7 @@ impl Controller {
             if single { vec![raft_id(cfg.node_id)] } else { cfg.voters.iter().map(|(id, _)| raft_id(*id)).collect() };
         let mut rc = ReplicaConfig::new(raft_id(cfg.node_id), voters);
         rc.deliver_committed = true;
+        rc.quiesce = false;
         let dir = cfg.data_dir.join(META_DIR);
         let mut meta = Replica::open(&dir, Default::default(), &rc, (cfg.now_ms)())
             .with_context(|| format!("opening {}", dir.display()))?;

@@ -1,5 +1,7 @@
 //! The multi-Raft driver of one broker: one task runs every group hosted here. It ticks
-//! them all every 100 ms, steps messages from peers into them, and handles their readies
+//! every awake group every 100 ms (a quiet one, idle, is left alone until something wakes
+//! it: `replica/quiet.rs`), pings peer brokers so that quiet groups learn of a dead one
+//! ([`Liveness`]), steps messages from peers into their groups, and handles their readies
 //! in rounds: collect every group with work (writing entries, no fsync), sync all the
 //! files written with one `syncfs` (or one fdatasync each), then finish every group and
 //! send its messages. A round costs one fsync however many groups it covers.
@@ -25,6 +27,7 @@ use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::{error, warn};
 
+use crate::liveness::{ping_incarnation, Liveness, LIVENESS_GROUP};
 use crate::queue;
 use crate::replica::Replica;
 use crate::transport::{PeerLinks, TcpTransport, Transport};
@@ -288,22 +291,31 @@ impl Driver {
         let mut ticker = tokio::time::interval(TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::new();
+        // Groups whose clocks run; the others are quiet. Owned by this task.
+        let mut awake = BTreeSet::new();
+        // A new incarnation at each start: the time, as the driver's clock gives it.
+        let mut liveness = Liveness::new(self.id, (self.now_ms)() as u64);
         loop {
             tokio::select! {
                 // In order rather than at random: ticks first, so a flood of messages
                 // cannot hold them up, and a simulation's run depends on its seed alone.
                 biased;
                 _ = ticker.tick() => {
-                    let ticked: Vec<u64> =
-                        self.groups().into_iter().filter(|(_, r)| lock(r).tick()).map(|(g, _)| g).collect();
-                    self.dirty.lock_or_stop().extend(ticked);
+                    self.tick(&mut awake, &mut liveness);
                 }
                 n = inbound.recv_many(&mut batch, INBOUND_BATCH_MAX) => {
                     if n == 0 {
                         return;
                     }
                     let mut touched = Vec::new();
+                    let mut restarted = Vec::new();
                     for (g, m) in batch.drain(..) {
+                        if liveness.heard(m.from, ping_incarnation(g, &m)) {
+                            restarted.push(m.from);
+                        }
+                        if g == LIVENESS_GROUP {
+                            continue;
+                        }
                         if g == FORWARD_GROUP {
                             // Hooks may propose (and kick), so no driver lock is held here.
                             self.hooks.on_forward(m.from, &m.context);
@@ -318,10 +330,13 @@ impl Driver {
                     if batch.capacity() > INBOUND_BATCH_KEEP {
                         batch = Vec::new();
                     }
+                    for peer in restarted {
+                        self.peer_gone(peer, &mut awake);
+                    }
                 }
                 _ = self.wake.notified() => {}
             }
-            if let Err(fatal) = self.handle_readies().await {
+            if let Err(fatal) = self.handle_readies(&mut awake).await {
                 (self.host.on_fatal)(fatal);
                 return;
             }
@@ -329,12 +344,61 @@ impl Driver {
         }
     }
 
-    async fn handle_readies(&self) -> Result<(), Fatal> {
+    /// Ticks the awake groups; a leader whose group is idle goes quiet, and a group gone
+    /// quiet leaves the awake set. Then pings the peers, and wakes the quiet groups of
+    /// those that went silent.
+    fn tick(&self, awake: &mut BTreeSet<u64>, liveness: &mut Liveness) {
+        let mut ticked = Vec::new();
+        let mut quiet = Vec::new();
+        for g in awake.iter().copied() {
+            let Some(r) = self.group(g) else {
+                quiet.push(g);
+                continue;
+            };
+            let mut out = Vec::new();
+            let mut rep = lock(&r);
+            if rep.tick() {
+                ticked.push(g);
+            }
+            rep.quiesce(|id| liveness.is_live(id), &mut out);
+            if rep.is_quiet() {
+                quiet.push(g);
+            }
+            drop(rep);
+            self.send(g, out);
+        }
+        for g in quiet {
+            awake.remove(&g);
+        }
+        self.dirty.lock_or_stop().extend(ticked);
+        for ping in liveness.pings() {
+            self.transport.send(LIVENESS_GROUP, ping);
+        }
+        for peer in liveness.tick() {
+            warn!(peer, "raft peer silent; waking the quiet groups it is a member of");
+            self.peer_gone(peer, awake);
+        }
+    }
+
+    /// The broker of Raft id `peer` went silent or restarted: the quiet groups it is a
+    /// member of wake (and follow it no more, if it led them).
+    fn peer_gone(&self, peer: u64, awake: &mut BTreeSet<u64>) {
+        for (g, r) in self.groups() {
+            if !awake.contains(&g) && lock(&r).peer_gone(peer) {
+                awake.insert(g);
+            }
+        }
+    }
+
+    async fn handle_readies(&self, awake: &mut BTreeSet<u64>) -> Result<(), Fatal> {
         loop {
             let dirty: Vec<u64> = std::mem::take(&mut *self.dirty.lock_or_stop()).into_iter().collect();
             if dirty.is_empty() {
                 return Ok(());
             }
+            // Whatever had work may have been woken (a proposal, a message); the next tick
+            // drops those that are still quiet.
+            awake.extend(dirty.iter().copied());
             let now = (self.now_ms)();
             let mut collected = Vec::new();
             let mut files = Vec::new();

@@ -11,6 +11,7 @@
 //! (append, replicate, one fsync per round) → commit (the high watermark moves) → response.
 
 pub mod driver;
+pub mod liveness;
 mod offsets;
 pub mod queue;
 pub mod replica;

@@ -25,7 +25,9 @@ use tokio::sync::oneshot;
 use crate::store::RaftLog;
 
 mod members;
+mod quiet;
 pub use members::Member;
+pub use quiet::QUIESCE;
 
 /// Timing and identity of a replica. Ticks are driven by the caller (100 ms in a broker).
 #[derive(Debug, Clone)]
@@ -41,6 +43,8 @@ pub struct ReplicaConfig {
     pub deliver_committed: bool,
     /// Bound on bytes proposed but not committed; proposals past it are refused.
     pub max_uncommitted_bytes: u64,
+    /// An idle group goes quiet (see `replica/quiet.rs`); the metadata group never does.
+    pub quiesce: bool,
 }
 
 impl ReplicaConfig {
@@ -54,6 +58,7 @@ impl ReplicaConfig {
             heartbeat_tick: 3,
             deliver_committed: false,
             max_uncommitted_bytes: 256 << 20,
+            quiesce: true,
         }
     }
 }
@@ -147,6 +152,9 @@ pub struct Replica {
     catch_up: std::collections::HashMap<u64, (u64, u64)>,
     /// A member not heard from for longer than this (twice the election timeout) is silent.
     silent_after_ticks: u64,
+    /// This replica may go quiet ([`ReplicaConfig::quiesce`]), and has: its clocks stand.
+    may_quiesce: bool,
+    quiet: bool,
 }
 
 impl Replica {
@@ -197,6 +205,8 @@ impl Replica {
             heard: std::collections::HashMap::new(),
             catch_up: std::collections::HashMap::new(),
             silent_after_ticks: 2 * cfg.election_tick as u64,
+            may_quiesce: cfg.quiesce,
+            quiet: false,
         })
     }
 
@@ -282,7 +292,11 @@ impl Replica {
         self.held_ticks = ticks;
     }
 
+    /// One tick of the group's clocks; none while it is quiet. True when Raft has work.
     pub fn tick(&mut self) -> bool {
+        if self.quiet {
+            return false;
+        }
         self.ticks += 1;
         if self.held_ticks > 0 {
             self.held_ticks -= 1;
@@ -304,7 +318,9 @@ impl Replica {
         if self.node.raft.prs().get(from).is_some() {
             self.heard.insert(from, self.ticks);
         }
+        let quiesce = self.quiesce_message(&m);
         self.node.step(m)?;
+        self.after_step(quiesce, from);
         let raft = &self.node.raft;
         if let (true, Some(p)) = (self.is_leader(), raft.prs().get(from)) {
             let committed = raft.raft_log.committed;
@@ -370,6 +386,7 @@ impl Replica {
     }
 
     pub fn campaign(&mut self) -> raft::Result<()> {
+        self.wake();
         self.node.campaign()
     }
 
@@ -392,6 +409,7 @@ impl Replica {
                 })
                 .collect(),
         );
+        self.wake();
         self.node.propose_conf_change(Vec::new(), cc).map_err(|e| match e {
             raft::Error::ProposalDropped => ProposeError::Busy,
             e => ProposeError::Invalid(e.to_string()),
@@ -399,6 +417,7 @@ impl Replica {
     }
 
     pub fn transfer_leader(&mut self, to: u64) {
+        self.wake();
         self.node.transfer_leader(to)
     }
 
@@ -543,6 +562,7 @@ impl Replica {
     }
 
     fn propose_raw(&mut self, data: Vec<u8>) -> Result<(), ProposeError> {
+        self.wake();
         match self.node.propose(Vec::new(), data) {
             Ok(()) => Ok(()),
             Err(raft::Error::ProposalDropped) if self.is_leader() => Err(ProposeError::Busy),

@@ -25,7 +25,12 @@
 //!   a restart finds everything below it still on disk (§5.4, leader completeness);
 //! - every acknowledged proposal (its commit wait returned true) is in the final log exactly
 //!   once, at its offset;
-//! - once the faults stop, every group's replicas converge.
+//! - once the faults stop, every group's replicas converge;
+//! - then, with nothing written, the groups go quiet (`replica/quiet.rs`): a whole second
+//!   passes with no Raft message at all (only the drivers' liveness pings); and when the
+//!   leader of group 1 then crashes for good, its quiet followers notice (the pings stop),
+//!   elect a leader within 10 s and acknowledge a write; once the node is back, everything
+//!   converges again.
 //!
 //! `RUNNEL_SIM_SEEDS=n` sets how many seeds run (default 24); `RUNNEL_SIM_SEED=s` runs one.
 //! A failure names its seed. `tests/sim.rs` drives bare replicas step by step instead.
@@ -98,6 +103,8 @@ struct Net {
     /// Directed links that lose everything: (from, to).
     cut: BTreeSet<(u64, u64)>,
     sent: u64,
+    /// Raft messages sent (not liveness pings).
+    raft_sent: u64,
     dropped: u64,
 }
 
@@ -109,6 +116,7 @@ impl Transport for SimTransport {
     fn send(&self, group: u64, msg: Message) {
         let mut net = guard(&self.net);
         net.sent += 1;
+        net.raft_sent += u64::from(group != runnel_raft::liveness::LIVENESS_GROUP);
         let copies = if !net.faulty {
             1
         } else if net.rng.gen_bool(0.03) {
@@ -422,6 +430,7 @@ impl Sim {
             inbound: BTreeMap::new(),
             cut: BTreeSet::new(),
             sent: 0,
+            raft_sent: 0,
             dropped: 0,
         };
         let nodes = (1..=NODES)
@@ -733,6 +742,73 @@ impl Sim {
         })
     }
 
+    async fn settle(&mut self, when: &str) {
+        for _ in 0..SETTLE_STEPS_MAX {
+            self.step(Phase::Quiet).await;
+            if self.converged() {
+                return;
+            }
+        }
+        panic!("the groups did not converge {when}:{}", self.describe());
+    }
+
+    /// Quiescence (see the module doc): converged idle groups send no Raft message for a
+    /// second; a leader that then crashes for good is replaced within 10 s by its quiet
+    /// followers, and the new leader acknowledges a write; then the node comes back.
+    async fn quiesce_then_lose_a_leader(&mut self) {
+        // The leaders see every member caught up at their next tick, and the followers
+        // stop at the leaders' last heartbeat.
+        for _ in 0..50 {
+            self.step(Phase::Quiet).await;
+        }
+        let before = guard(&self.net).raft_sent;
+        for _ in 0..100 {
+            self.step(Phase::Quiet).await;
+        }
+        let sent = guard(&self.net).raft_sent - before;
+        assert!(sent == 0, "idle converged groups sent {sent} Raft messages in a second:{}", self.describe());
+        let leader = |sim: &Sim| {
+            sim.nodes
+                .iter()
+                .position(|n| n.driver.as_ref().and_then(|d| d.group(1)).is_some_and(|r| lock(&r).is_leader()))
+        };
+        let old = leader(self).expect("a converged group has a leader");
+        self.crash(old, Duration::from_secs(3600), false).await;
+        let mut new = None;
+        for _ in 0..1_000 {
+            self.step(Phase::Quiet).await;
+            new = leader(self);
+            if new.is_some() {
+                break;
+            }
+        }
+        let Some(new) = new else {
+            panic!("the quiet followers of a crashed leader elected no leader in 10 s:{}", self.describe())
+        };
+        let acked = guard(&self.world).acked.len();
+        let value = format!("seed {} after the leader's crash", self.seed).into_bytes();
+        let mut b = BatchBuilder::new(1_000);
+        b.push(1_000, None, Some(&value));
+        let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
+        let driver = self.running(new).expect("the new leader runs");
+        let r = driver.group(1).expect("group 1");
+        let waiting = propose(&mut lock(&r), 1, &batch).expect("the new leader takes a write");
+        guard(&self.world).waiting.push(waiting);
+        driver.kick(1);
+        for _ in 0..500 {
+            self.step(Phase::Quiet).await;
+            if guard(&self.world).acked.len() > acked {
+                break;
+            }
+        }
+        assert!(
+            guard(&self.world).acked.len() > acked,
+            "the new leader acknowledged no write in 5 s:{}",
+            self.describe()
+        );
+        self.nodes[old].down_until = Some(Instant::now());
+    }
+
     fn describe(&self) -> String {
         let mut out = String::new();
         for node in &self.nodes {
@@ -743,9 +819,10 @@ impl Sim {
             for (g, r) in driver.groups() {
                 let r = lock(&r);
                 out += &format!(
-                    "\n{} group {g}: {:?} term {} leader {:?} log {}..{} hw {} raft {}..{} commit {}",
+                    "\n{} group {g}: {:?}{} term {} leader {:?} log {}..{} hw {} raft {}..{} commit {}",
                     node.id,
                     r.role(),
+                    if r.is_quiet() { " (quiet)" } else { "" },
                     r.term(),
                     r.leader(),
                     r.log().log_start_offset(),
@@ -832,15 +909,9 @@ async fn run_seed(seed: u64) {
     for _ in 0..CLEAN_STEPS {
         sim.step(Phase::Clean).await;
     }
-    let mut settled = false;
-    for _ in 0..SETTLE_STEPS_MAX {
-        sim.step(Phase::Quiet).await;
-        if sim.converged() {
-            settled = true;
-            break;
-        }
-    }
-    assert!(settled, "the groups did not converge once the faults stopped:{}", sim.describe());
+    sim.settle("once the faults stopped").await;
+    sim.quiesce_then_lose_a_leader().await;
+    sim.settle("once the crashed leader was back").await;
     let world = guard(&sim.world);
     assert!(!world.acked.is_empty(), "nothing was acknowledged in {} proposals", sim.stats.proposals);
     for (group, offset, body) in &world.acked {
@@ -948,6 +1019,7 @@ fn transports_keep_the_contract() {
             inbound: BTreeMap::new(),
             cut: BTreeSet::new(),
             sent: 0,
+            raft_sent: 0,
             dropped: 0,
         };
         let net = Arc::new(Mutex::new(net));

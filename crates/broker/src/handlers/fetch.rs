@@ -177,6 +177,14 @@ fn read_all(
     (out, total)
 }
 
+/// The Raft groups of the partitions among `parts` that this broker hosts: what a long
+/// poll over them waits for.
+fn hosted_groups<'a>(b: &'a Broker, parts: &'a [(PartKey, PartState)]) -> impl Iterator<Item = u64> + 'a {
+    parts.iter().filter_map(|(key, _)| {
+        b.catalog.topic(&key.topic).and_then(|t| t.partitions.get(key.partition as usize).and_then(|p| p.group()))
+    })
+}
+
 pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
     let access = ctx.access.clone();
     let quotas = ctx.quotas.clone();
@@ -233,16 +241,14 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
             })
         });
         let reads = loop {
-            let notified = b.data_arrived.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
+            let arrived = b.arrivals.watch(hosted_groups(&b, &resolved.parts));
             let (reads, total) = read_all(&b, &resolved.parts, &denied, max_bytes, isolation, place.as_ref(), v);
             let errors = reads.iter().any(|rd| rd.data.error_code != 0);
             if total >= r.min_bytes.max(0) as usize || errors || Instant::now() >= deadline || b.is_shutting_down() {
                 break reads;
             }
             let waiting = runnel_metrics::get().delayed(runnel_metrics::Delayed::Fetch);
-            let woken = tokio::time::timeout_at(deadline, notified).await;
+            let woken = tokio::time::timeout_at(deadline, arrived.changed()).await;
             drop(waiting);
             if woken.is_err() {
                 break read_all(&b, &resolved.parts, &denied, max_bytes, isolation, place.as_ref(), v).0;

@@ -93,9 +93,9 @@ pub fn handle(b: &Arc<Broker>, r: ShareFetchRequest, _v: i16, ctx: &Ctx) -> Repl
         let first = (epoch.max(0) as usize) % n;
         let order: Vec<Tp> = view.parts.iter().cycle().skip(first).take(view.parts.len()).copied().collect();
         let parts = loop {
-            let notified = b.data_arrived.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
+            let arrived = b.arrivals.watch(order.iter().filter_map(|(id, p)| {
+                b.catalog.topic_by_id(*id).and_then(|t| t.partitions.get(*p as usize).and_then(|p| p.group()))
+            }));
             let mut parts = Vec::new();
             let (mut records_left, mut bytes_left) = (max_records, max_bytes);
             for tp in &order {
@@ -126,7 +126,7 @@ pub fn handle(b: &Arc<Broker>, r: ShareFetchRequest, _v: i16, ctx: &Ctx) -> Repl
                 Instant::now() + Duration::from_millis(in_ms)
             });
             let wake = lock_end.map_or(deadline, |l| l.min(deadline));
-            let _ = tokio::time::timeout_at(wake, notified).await;
+            let _ = tokio::time::timeout_at(wake, arrived.changed()).await;
         };
         let parts: Vec<Part> = parts
             .into_iter()

@@ -1,0 +1,143 @@
+//! Quiescence: an idle group sends nothing. Without it every group's leader heartbeats its
+//! followers three times a second whether or not anything is written, and with ten
+//! thousand partitions the brokers spend most of a core on groups with nothing to do.
+//!
+//! A leader goes quiet when its whole log is committed, on its own disk and acknowledged by
+//! every member (voters and learners), nothing is pending here (a proposal, a waiter, a
+//! configuration change, a leadership transfer, a read), and every member's broker is live
+//! (the driver's [`Liveness`](crate::liveness::Liveness) says so). It then sends each
+//! member one last heartbeat whose context is [`QUIESCE`], and its clocks stop. A follower
+//! that steps that heartbeat from its leader, with its own log then all committed, stops
+//! its clocks too. Raft echoes the context in the answer, which leaves the leader quiet.
+//!
+//! Anything else wakes a replica: any other message, a proposal, a campaign, a
+//! configuration change, a leadership transfer. A quiet group whose peer broker dies is
+//! woken by the driver, which pings the brokers it shares groups with (CockroachDB and
+//! TiKV keep quiet ranges the same way): a follower whose leader's broker went silent
+//! campaigns as if the leader's heartbeats had stopped an election timeout ago, and a
+//! leader whose follower's broker went silent ticks again, so that its in-sync replicas
+//! shrink and check-quorum still works. The metadata group never goes quiet.
+
+use raft::eraftpb::{Message, MessageType};
+use raft::StateRole;
+
+use super::Replica;
+
+/// The context of a leader's last heartbeat before its group goes quiet (and of the
+/// answers, which Raft echoes).
+pub const QUIESCE: &[u8] = b"runnel.quiesce";
+
+/// How a stepped message bears on quiescence.
+pub(super) enum Quiesce {
+    /// The leader's last heartbeat: the follower may go quiet.
+    Heartbeat,
+    /// A follower's answer to it: the leader stays as it is.
+    Answer,
+    /// Anything else: the replica wakes.
+    Other,
+}
+
+impl Replica {
+    /// The group's clocks stand (see the module doc).
+    pub fn is_quiet(&self) -> bool {
+        self.quiet
+    }
+
+    /// The clocks run again from where they stopped.
+    pub fn wake(&mut self) {
+        self.quiet = false;
+    }
+
+    /// The broker of `peer` went silent or restarted: a quiet replica that needs it
+    /// wakes, and a follower of `peer` campaigns as if its heartbeats had stopped an
+    /// election timeout ago (its election clock still randomized). Returns whether `peer`
+    /// is a member of the group.
+    pub fn peer_gone(&mut self, peer: u64) -> bool {
+        if !self.has_member(peer) {
+            return false;
+        }
+        self.wake();
+        let raft = &mut self.node.raft;
+        if raft.state != StateRole::Leader && raft.leader_id == peer {
+            raft.election_elapsed = raft.election_elapsed.max(raft.election_timeout());
+        }
+        true
+    }
+
+    /// `peer` is a voter or a learner of the group as this replica knows it.
+    pub fn has_member(&self, peer: u64) -> bool {
+        let conf = self.node.raft.prs().conf();
+        conf.voters().contains(peer) || conf.learners().contains(&peer)
+    }
+
+    /// The other members of the group (voters and learners).
+    pub fn peers(&self) -> Vec<u64> {
+        let me = self.id();
+        self.node.raft.prs().iter().map(|(id, _)| *id).filter(|id| *id != me).collect()
+    }
+
+    /// Leader: when the group is idle and every member's broker is `live`, goes quiet and
+    /// puts its last heartbeat to each member into `out`. Returns whether it went quiet.
+    pub fn quiesce(&mut self, live: impl Fn(u64) -> bool, out: &mut Vec<Message>) -> bool {
+        if !self.may_quiesce || self.quiet || !self.idle_leader() {
+            return false;
+        }
+        let raft = &self.node.raft;
+        let (me, last) = (self.id(), raft.raft_log.last_index());
+        if !raft.prs().iter().all(|(id, p)| *id == me || (p.matched == last && live(*id))) {
+            return false;
+        }
+        let term = raft.term;
+        for id in self.peers() {
+            let mut m = Message { to: id, from: me, term, commit: last, ..Default::default() };
+            m.set_msg_type(MessageType::MsgHeartbeat);
+            m.context = QUIESCE.to_vec().into();
+            out.push(m);
+        }
+        self.quiet = true;
+        true
+    }
+
+    /// A leader with its whole log committed and on its disk, and nothing in flight.
+    fn idle_leader(&self) -> bool {
+        let raft = &self.node.raft;
+        let last = raft.raft_log.last_index();
+        self.is_leader()
+            && !self.node.has_ready()
+            && raft.raft_log.committed == last
+            && self.node.store().synced_index() == last
+            && self.durable_index == last
+            && self.commit_waiters.is_empty()
+            && self.local_waiters.is_empty()
+            && raft.lead_transferee.is_none()
+            && !raft.has_pending_conf()
+            && raft.read_only.pending_read_count() == 0
+            && self.node.store().conf_state().voters_outgoing.is_empty()
+    }
+
+    pub(super) fn quiesce_message(&self, m: &Message) -> Quiesce {
+        match m.get_msg_type() {
+            _ if *m.context != *QUIESCE => Quiesce::Other,
+            MessageType::MsgHeartbeat => Quiesce::Heartbeat,
+            MessageType::MsgHeartbeatResponse => Quiesce::Answer,
+            _ => Quiesce::Other,
+        }
+    }
+
+    /// After stepping a message from `from`: a follower that stepped its leader's last
+    /// heartbeat and has its whole log committed goes quiet; anything else but an answer
+    /// to such a heartbeat wakes the replica.
+    pub(super) fn after_step(&mut self, q: Quiesce, from: u64) {
+        let raft = &self.node.raft;
+        match q {
+            Quiesce::Answer => {}
+            Quiesce::Heartbeat => {
+                self.quiet = self.may_quiesce
+                    && raft.state == StateRole::Follower
+                    && raft.leader_id == from
+                    && raft.raft_log.committed == raft.raft_log.last_index();
+            }
+            Quiesce::Other => self.quiet = false,
+        }
+    }
+}
