@@ -13,7 +13,8 @@
 # Needs: a Rust toolchain, python3, a JDK 17+ with Maven, Go (which also builds helm, pinned
 # in scripts/helm.sh, into .cache/go/bin); kcat, openssl, iptables (for
 # iptables-legacy: latency between regions in tests/test_chaos.py), chromium and
-# chromium-driver (the web console in headless Chromium: tests/test_console.py) are installed
+# chromium-driver (the web console in headless Chromium: tests/test_console.py) and linux-perf
+# (runnel bench --profile-pid: tests/test_bench.py) are installed
 # with apt-get when missing and running as root. Extra pytest arguments pass
 # through, e.g. scripts/test.sh -k franz.
 set -euo pipefail
@@ -41,8 +42,8 @@ if [[ ! -x .cache/venv/bin/python ]]; then
 fi
 .cache/venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
 
-step "Debian packages: kcat, openssl, iptables, chromium, chromium-driver"
-for need in kcat:kcat openssl:openssl iptables-legacy:iptables chromium:chromium chromedriver:chromium-driver; do
+step "Debian packages: kcat, openssl, iptables, chromium, chromium-driver, linux-perf"
+for need in kcat:kcat openssl:openssl iptables-legacy:iptables chromium:chromium chromedriver:chromium-driver perf:linux-perf; do
   cmd="${need%%:*}" pkg="${need#*:}"
   if ! command -v "$cmd" >/dev/null 2>&1; then
     if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then

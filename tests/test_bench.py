@@ -158,3 +158,22 @@ def test_size_reports_the_traffic_between_regions():
     p = bench("size", "--per-broker-mb-s", 60, "--target-mb-s", 100, "--regions", 3, "--groups-per-region", 2,
               "--inter-region-gb-price", 0.02)
     assert "between regions: 200.0 MB/s" in p.stdout and "666.7 MB/s" in p.stdout, p.stdout
+
+
+def test_profile_of_the_broker_while_the_run_goes(runnel_broker, tmp_path):
+    """--profile-pid: Linux perf samples the broker for the whole run; the flame graph is
+    drawn with the broker's own functions in it, and the report lists the functions that
+    took the time, each with a share of it in itself no larger than with what it called."""
+    b = runnel_broker
+    svg = tmp_path / "profile.svg"
+    p = bench("--bootstrap", b.bootstrap, "--partitions", 3, "--replication-factor", 1, "--duration", 3,
+              "--progress", "false", "--profile-pid", b.proc.pid, "--profile-svg", svg)
+    drawn = svg.read_text()
+    assert "<svg" in drawn[:1000] and "runnel_broker::" in drawn, drawn[:1000]
+    assert "produce" in p.stdout and "flame graph:" in p.stdout, p.stdout
+    rows = [line.split(None, 2) for line in p.stdout.split("profile:", 1)[1].splitlines()
+            if line.strip()[:1].isdigit()]
+    assert len(rows) >= 5, p.stdout
+    for own, total, name in rows:
+        assert 0 < float(own) <= float(total) <= 100, (own, total, name)
+    assert not list(tmp_path.glob("*.perf.data")), "perf's data is removed once drawn"

@@ -16,6 +16,7 @@ pub mod compare;
 pub mod consumer;
 pub mod logins;
 pub mod producer;
+pub mod profile;
 pub mod report;
 pub mod run;
 pub mod scenario;

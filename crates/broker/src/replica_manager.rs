@@ -620,14 +620,10 @@ pub async fn announce_leaders(manager: Arc<ReplicaManager>, controller: Arc<Cont
                     if !r.is_leader() {
                         continue;
                     }
-                    let term = r.term();
-                    // A quiet group's clocks stand, so its in-sync replicas are as they were.
-                    match announced.get(&group).filter(|(t, _)| r.is_quiet() && *t == term) {
-                        Some((_, in_sync)) => (term, in_sync.clone()),
-                        None => (term, r.in_sync(lag_ticks).into_iter().map(broker_of).collect::<Vec<i32>>()),
-                    }
+                    (r.term(), r.in_sync(lag_ticks))
                 };
                 led.insert(group);
+                let in_sync: Vec<i32> = in_sync.into_iter().map(broker_of).collect();
                 if refresh || announced.get(&group).is_none_or(|(t, s)| *t != term || *s != in_sync) {
                     announced.insert(group, (term, in_sync.clone()));
                     isr.push((group, term, in_sync));

@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError as E;
 pub use runnel_share::Acquired;
-use runnel_share::{state_key, Limits, SharePartition, Snapshot};
+use runnel_share::{state_key, Ack, Limits, SharePartition, Snapshot};
 use runnel_sync::LockExt;
 use runnel_wire::Batches;
 use uuid::Uuid;
@@ -199,14 +199,26 @@ pub async fn acknowledge(
     (topic, p): Tp,
     batches: &[(i64, i64, Vec<i8>)],
 ) -> Result<(), E> {
-    let (entry, _) = open(b, group, topic, p).await?;
+    let (entry, part) = open(b, group, topic, p).await?;
     let limits = limits(b, group);
     {
         let mut state = entry.state.lock_or_stop();
         let l = state.as_mut().ok_or(E::NotLeaderOrFollower)?;
         l.part.acknowledge(member, batches, &limits)?;
     }
-    persist(b, group, topic, p, &entry).await
+    persist(b, group, topic, p, &entry).await?;
+    let releases = batches.iter().flat_map(|(_, _, types)| types).any(|t| Ack::from_code(*t) == Some(Ack::Release));
+    if releases {
+        wake_fetches(b, &part);
+    }
+    Ok(())
+}
+
+/// Records of `part` came free: share fetches waiting on it look again.
+fn wake_fetches(b: &Broker, part: &Partition) {
+    if let Some(group) = part.group() {
+        b.arrivals.moved(group);
+    }
 }
 
 /// A member's share session closed: what it holds on these partitions is released. The
@@ -248,6 +260,9 @@ async fn release(b: &Broker, group: &str, member: &str, parts: &[Tp]) {
         if released > 0 {
             if let Err(e) = persist(b, group, topic, p, &entry).await {
                 tracing::debug!(group, %topic, partition = p, ?e, "released records not persisted");
+            }
+            if let Some(part) = b.catalog.topic_by_id(topic).and_then(|t| t.partitions.get(p as usize).cloned()) {
+                wake_fetches(b, &part);
             }
         }
     }

@@ -181,6 +181,17 @@ struct RunArgs {
     /// certificate) connects over TLS.
     #[arg(long, value_name = "FILE")]
     command_config: Option<PathBuf>,
+    /// Record a CPU profile of this process (a broker's pid; repeatable) for the whole run
+    /// with Linux perf: a flame graph into --profile-svg, and the functions that took the
+    /// most time in the report.
+    #[arg(long = "profile-pid", value_name = "PID")]
+    profile_pids: Vec<u32>,
+    /// Where the flame graph of --profile-pid goes.
+    #[arg(long, value_name = "FILE", default_value = "profile.svg")]
+    profile_svg: PathBuf,
+    /// Samples a second per thread for --profile-pid.
+    #[arg(long, default_value_t = runnel_bench::profile::HZ_DEFAULT)]
+    profile_hz: u32,
 }
 
 impl RunArgs {
@@ -323,8 +334,27 @@ pub async fn main(args: BenchArgs) -> Result<()> {
         None => {
             let a = &args.run;
             a.connect_with()?;
-            let report = runnel_bench::run(&a.bootstrap, a.workload()?, a.progress()).await?;
+            let workload = a.workload()?;
+            let recording = if a.profile_pids.is_empty() {
+                None
+            } else {
+                let (pids, hz) = (a.profile_pids.clone(), a.profile_hz);
+                let mut data = a.profile_svg.clone().into_os_string();
+                data.push(".perf.data");
+                let start = move || runnel_bench::profile::start(&pids, hz, std::path::Path::new(&data));
+                Some(tokio::task::spawn_blocking(start).await??)
+            };
+            let report = runnel_bench::run(&a.bootstrap, workload, a.progress()).await?;
             print!("{}", report.text());
+            if let Some(recording) = recording {
+                let svg = a.profile_svg.clone();
+                let pids: Vec<String> = a.profile_pids.iter().map(|p| p.to_string()).collect();
+                let title =
+                    format!("runnel bench {}: pid {}", a.scenario.as_deref().unwrap_or("custom"), pids.join(", "));
+                let profile = tokio::task::spawn_blocking(move || recording.finish(&svg, &title)).await??;
+                print!("{}", profile.text());
+                println!("flame graph: {}", a.profile_svg.display());
+            }
             if let Some(p) = &a.json {
                 write_out(p, &serde_json::to_string_pretty(&report)?)?;
             }
