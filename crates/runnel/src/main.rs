@@ -264,7 +264,7 @@ fn init_logging() -> runnel_admin::LogFilter {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{fmt, reload, EnvFilter};
-    let initial = EnvFilter::try_from_env("RUNNEL_LOG").unwrap_or_else(|_| "info,inferno=warn".into());
+    let initial = EnvFilter::try_from_env("RUNNEL_LOG").unwrap_or_else(|_| "info".into());
     let (filter, handle) = reload::Layer::new(initial);
     tracing_subscriber::registry()
         .with(filter)
