@@ -15,7 +15,7 @@ import subprocess
 import time
 import uuid
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import stop_process, free_port, wait_for
@@ -114,6 +114,20 @@ def expected(topic):
             for p in range(PARTITIONS)}
 
 
+def commit_retrying(consumer, offsets):
+    """Commits; False on a retriable error or a coordinator still loading or moving (the
+    caller tries again, as Kafka's Java client does by itself)."""
+    try:
+        consumer.commit(offsets=offsets, asynchronous=False)
+        return True
+    except KafkaException as e:
+        moving = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
+                  KafkaError.COORDINATOR_NOT_AVAILABLE)
+        if e.args and (e.args[0].retriable() or e.args[0].code() in moving):
+            return False
+        raise
+
+
 def test_mirror_maker_2_between_kafka_and_runnel(broker, java_build, tmp_path):  # noqa: F811
     kafka = ApacheKafka(java_build, tmp_path)
     mm2 = None
@@ -121,7 +135,10 @@ def test_mirror_maker_2_between_kafka_and_runnel(broker, java_build, tmp_path): 
         seed(kafka.bootstrap, "orders")
         seed(broker.bootstrap, "events")
         c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "g", "enable.auto.commit": False})
-        c.commit(offsets=[TopicPartition("orders", p, COMMITTED) for p in range(PARTITIONS)], asynchronous=False)
+        # A Kafka just started may answer COORDINATOR_LOAD_IN_PROGRESS while it loads its
+        # offsets partition (seen in CI); the error is retriable, so the commit is retried.
+        wait_for(lambda: commit_retrying(c, [TopicPartition("orders", p, COMMITTED) for p in range(PARTITIONS)]),
+                 "the group's offsets committed on Kafka", 30)
         c.close()
 
         props = tmp_path / "mm2.properties"
