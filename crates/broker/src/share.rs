@@ -214,6 +214,11 @@ pub async fn acknowledge(
     Ok(())
 }
 
+/// The partition `tp` names, if its topic exists.
+pub fn partition_of(b: &Broker, tp: &Tp) -> Option<Arc<Partition>> {
+    b.catalog.topic_by_id(tp.0).and_then(|t| t.partitions.get(tp.1 as usize).cloned())
+}
+
 /// Records of `part` came free: share fetches waiting on it look again.
 fn wake_fetches(b: &Broker, part: &Partition) {
     if let Some(group) = part.group() {
@@ -261,7 +266,7 @@ async fn release(b: &Broker, group: &str, member: &str, parts: &[Tp]) {
             if let Err(e) = persist(b, group, topic, p, &entry).await {
                 tracing::debug!(group, %topic, partition = p, ?e, "released records not persisted");
             }
-            if let Some(part) = b.catalog.topic_by_id(topic).and_then(|t| t.partitions.get(p as usize).cloned()) {
+            if let Some(part) = partition_of(b, &(topic, p)) {
                 wake_fetches(b, &part);
             }
         }
@@ -310,8 +315,7 @@ pub async fn acknowledge_all(
 
 /// The leader of (topic, p) as the client should see it, and its endpoint for the listener.
 pub fn leader_of(b: &Broker, tp: &Tp, listener: &str) -> (i32, i32, Option<(String, u16)>) {
-    let part = b.catalog.topic_by_id(tp.0).and_then(|t| t.partitions.get(tp.1 as usize).cloned());
-    let Some(part) = part else { return (-1, -1, None) };
+    let Some(part) = partition_of(b, tp) else { return (-1, -1, None) };
     let (leader, epoch) = b.partition_leader(&part);
     let endpoint = b
         .controller()

@@ -318,7 +318,7 @@ impl Replica {
         if self.node.raft.prs().get(from).is_some() {
             self.heard.insert(from, self.ticks);
         }
-        let quiesce = self.quiesce_message(&m);
+        let quiesce = quiet::Quiesce::of(&m);
         self.node.step(m)?;
         self.after_step(quiesce, from);
         let raft = &self.node.raft;

@@ -93,9 +93,7 @@ pub fn handle(b: &Arc<Broker>, r: ShareFetchRequest, _v: i16, ctx: &Ctx) -> Repl
         let first = (epoch.max(0) as usize) % n;
         let order: Vec<Tp> = view.parts.iter().cycle().skip(first).take(view.parts.len()).copied().collect();
         let parts = loop {
-            let arrived = b.arrivals.watch(order.iter().filter_map(|(id, p)| {
-                b.catalog.topic_by_id(*id).and_then(|t| t.partitions.get(*p as usize).and_then(|p| p.group()))
-            }));
+            let arrived = b.arrivals.watch(order.iter().filter_map(|tp| share::partition_of(&b, tp)?.group()));
             let mut parts = Vec::new();
             let (mut records_left, mut bytes_left) = (max_records, max_bytes);
             for tp in &order {

@@ -115,15 +115,6 @@ impl Replica {
             && self.node.store().conf_state().voters_outgoing.is_empty()
     }
 
-    pub(super) fn quiesce_message(&self, m: &Message) -> Quiesce {
-        match m.get_msg_type() {
-            _ if *m.context != *QUIESCE => Quiesce::Other,
-            MessageType::MsgHeartbeat => Quiesce::Heartbeat,
-            MessageType::MsgHeartbeatResponse => Quiesce::Answer,
-            _ => Quiesce::Other,
-        }
-    }
-
     /// After stepping a message from `from`: a follower that stepped its leader's last
     /// heartbeat and has its whole log committed goes quiet; anything else but an answer
     /// to such a heartbeat wakes the replica.
@@ -138,6 +129,17 @@ impl Replica {
                     && raft.raft_log.committed == raft.raft_log.last_index();
             }
             Quiesce::Other => self.quiet = false,
+        }
+    }
+}
+
+impl Quiesce {
+    pub(super) fn of(m: &Message) -> Quiesce {
+        match m.get_msg_type() {
+            _ if *m.context != *QUIESCE => Quiesce::Other,
+            MessageType::MsgHeartbeat => Quiesce::Heartbeat,
+            MessageType::MsgHeartbeatResponse => Quiesce::Answer,
+            _ => Quiesce::Other,
         }
     }
 }
