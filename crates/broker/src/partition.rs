@@ -434,4 +434,21 @@ impl Partition {
             None => Ok(()),
         }
     }
+
+    /// [`Partition::close`] in steps, for many partitions at once
+    /// ([`runnel_raft::replica::Replica::close_stage`]): the files to sync first.
+    pub fn close_stage(&self) -> std::io::Result<Vec<Arc<std::fs::File>>> {
+        match self.lock() {
+            Some(mut r) => r.close_stage(),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The directory to sync last, for a hosted partition.
+    pub fn close_commit(&self) -> std::io::Result<Option<std::path::PathBuf>> {
+        match self.lock() {
+            Some(mut r) => r.close_commit().map(Some),
+            None => Ok(None),
+        }
+    }
 }

@@ -29,7 +29,7 @@ use tracing::{error, warn};
 
 use crate::liveness::{ping_incarnation, Liveness, LIVENESS_GROUP};
 use crate::queue;
-use crate::replica::Replica;
+use crate::replica::{Collected, Replica};
 use crate::transport::{PeerLinks, TcpTransport, Transport};
 
 /// Interval between Raft ticks; election and heartbeat timeouts count these.
@@ -41,6 +41,9 @@ pub const INBOUND_QUEUE_MAX: usize = 65_536;
 pub const INBOUND_QUEUE_BYTES_MAX: usize = 64 << 20;
 /// Inbound messages the driver takes off its queue at once.
 const INBOUND_BATCH_MAX: usize = 4096;
+/// New terms or votes one round stages at most (each holds a file open until the round
+/// has synced it); groups past that wait for the next round.
+const STAGED_STATES_MAX: usize = 256;
 /// The batch buffer is kept between rounds up to this many messages; one a burst grew
 /// larger (up to 800 KB at [`INBOUND_BATCH_MAX`]) is freed after that round.
 const INBOUND_BATCH_KEEP: usize = 256;
@@ -403,7 +406,15 @@ impl Driver {
             let mut collected = Vec::new();
             let mut files = Vec::new();
             let mut seen = HashSet::new();
-            for g in dirty {
+            // Staged terms and votes: synced even without log syncs (Raft needs them).
+            let mut states = Vec::new();
+            let mut dirty = dirty.into_iter();
+            while let Some(g) = dirty.next() {
+                if states.len() >= STAGED_STATES_MAX {
+                    // The rest go in the next round: each staged state holds a file open.
+                    self.dirty.lock_or_stop().extend(std::iter::once(g).chain(dirty));
+                    break;
+                }
                 let Some(r) = self.group(g) else { continue };
                 let mut out = Vec::new();
                 let mut rep = lock(&r);
@@ -414,6 +425,9 @@ impl Driver {
                             if seen.insert(Arc::as_ptr(&f) as usize) {
                                 files.push(f);
                             }
+                        }
+                        if let Some(f) = c.staged_state() {
+                            states.push(f.clone());
                         }
                         drop(rep);
                         collected.push((g, r, c));
@@ -429,7 +443,13 @@ impl Driver {
             if collected.is_empty() {
                 return Ok(());
             }
-            if !files.is_empty() && self.sync != SyncPolicy::Never {
+            if self.sync == SyncPolicy::Never {
+                files.clear();
+            }
+            let staged = !states.is_empty();
+            files.extend(states);
+            if !files.is_empty() {
+                // Log files and staged states alike: one syncfs, or an fdatasync each.
                 let syncfs = self.sync == SyncPolicy::Filesystem;
                 if let Err(e) = self.host.disk.sync(files, syncfs).await {
                     // After a failed fsync the page cache may have dropped the dirty pages:
@@ -438,6 +458,9 @@ impl Driver {
                     error!(error = %e, "fsync of raft entries failed; stopping");
                     return Err(Fatal::Sync(e));
                 }
+            }
+            if staged {
+                self.commit_staged_states(&collected).await?;
             }
             let mut again = Vec::with_capacity(collected.len());
             for (g, r, c) in collected {
@@ -454,6 +477,37 @@ impl Driver {
             }
             self.dirty.lock_or_stop().extend(again);
         }
+    }
+}
+
+impl Driver {
+    /// Puts every state the round staged (and synced) in place, then syncs their
+    /// directories, so that the new terms and votes are durable before anything that
+    /// depends on them leaves ([`Replica::persisted`]).
+    async fn commit_staged_states(&self, collected: &[(u64, SharedReplica, Collected)]) -> Result<(), Fatal> {
+        let mut dirs = Vec::new();
+        for (g, r, c) in collected {
+            if c.staged_state().is_none() {
+                continue;
+            }
+            let dir = lock(r).commit_staged_state().and_then(|d| d.map(File::open).transpose());
+            match dir {
+                Ok(Some(d)) => dirs.push(Arc::new(d)),
+                Ok(None) => {}
+                Err(e) => {
+                    error!(group = g, error = %e, "raft state could not be written; stopping");
+                    return Err(Fatal::Write(e));
+                }
+            }
+        }
+        if dirs.is_empty() {
+            return Ok(());
+        }
+        let syncfs = self.sync == SyncPolicy::Filesystem;
+        self.host.disk.sync(dirs, syncfs).await.map_err(|e| {
+            error!(error = %e, "fsync of raft state failed; stopping");
+            Fatal::Sync(e)
+        })
     }
 }
 

@@ -8,8 +8,10 @@
 //! committed entry that is also on this replica's disk.
 
 use std::collections::VecDeque;
+use std::fs::File;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use raft::eraftpb::{
     ConfChange, ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, Entry, EntryType, Message,
@@ -108,6 +110,10 @@ pub struct Collected {
     /// Index of the snapshot installed by this ready (0 when none).
     snapshot_index: u64,
     held: Vec<Message>,
+    /// A new term or vote, staged: synced, then committed
+    /// ([`Replica::commit_staged_state`]) and its directory synced, before
+    /// [`Replica::persisted`].
+    state: Option<Arc<File>>,
 }
 
 impl Collected {
@@ -115,6 +121,11 @@ impl Collected {
     /// [`Replica::persisted`].
     pub fn must_sync(&self) -> bool {
         self.must_sync
+    }
+
+    /// The staged state file this ready wrote (see [`Collected::state`]).
+    pub fn staged_state(&self) -> Option<&Arc<File>> {
+        self.state.as_ref()
     }
 }
 
@@ -657,7 +668,15 @@ impl Replica {
         let must_sync = rd.must_sync();
         self.node.advance_append_async(rd);
         self.apply(committed)?;
-        Ok(Some(Collected { number, must_sync, last_index: self.node.store().last(), snapshot_index, held }))
+        // Taken last: applying a configuration change rewrites the whole state, synced.
+        let state = self.node.store().staged_state();
+        Ok(Some(Collected { number, must_sync, last_index: self.node.store().last(), snapshot_index, held, state }))
+    }
+
+    /// Puts the state a ready staged (and the caller synced) in place of the state file;
+    /// returns the directory to sync before [`Replica::persisted`], if there was one.
+    pub fn commit_staged_state(&mut self) -> io::Result<Option<PathBuf>> {
+        self.node.mut_store().commit_staged_state()
     }
 
     /// Second half of a ready, after the caller synced the log. Returns true when the high
@@ -756,6 +775,18 @@ impl Replica {
     pub fn close(&mut self) -> io::Result<()> {
         self.fail_waiters();
         self.node.mut_store().close()
+    }
+
+    /// [`Replica::close`] in steps, for many replicas at once (see [`RaftLog::close_stage`]):
+    /// returns the files to sync before [`Replica::close_commit`].
+    pub fn close_stage(&mut self) -> io::Result<Vec<Arc<File>>> {
+        self.fail_waiters();
+        self.node.mut_store().close_stage()
+    }
+
+    /// Returns the directory to sync last.
+    pub fn close_commit(&mut self) -> io::Result<PathBuf> {
+        self.node.mut_store().close_commit()
     }
 }
 

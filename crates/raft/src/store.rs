@@ -11,10 +11,10 @@
 //! vote or configuration change, not on every commit (a lost commit index is re-learned
 //! from the leader).
 
-use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Snapshot};
@@ -27,8 +27,11 @@ use runnel_wire::BatchHeader;
 use crate::offsets::EntryOffsets;
 use crate::snapshot_data;
 
-const STATE_FILE: &str = "raft.state";
-const STATE_VERSION: &str = "v1";
+mod state;
+
+use state::read_state;
+#[cfg(test)]
+use state::STATE_FILE;
 
 /// Control record types for Raft's own entries (Kafka uses 0 and 1 for transaction markers
 /// and 2..6 in its own metadata log).
@@ -70,6 +73,11 @@ pub struct RaftLog {
     conf_history: Vec<(u64, ConfState)>,
     /// Entries up to this index are on disk and fsynced.
     synced_index: u64,
+    /// A state written to [`STAGED_STATE_FILE`] and not yet renamed over the state file.
+    staged: Option<Arc<File>>,
+    /// States put in place so far, and their count when a close was staged.
+    state_writes: u64,
+    closing: Option<u64>,
 }
 
 /// Starts a new run in `terms` when entry `index` (at `offset`) has a new term.
@@ -121,6 +129,9 @@ impl RaftLog {
             snap_conf: ConfState::default(),
             conf_history: Vec::new(),
             synced_index: 0,
+            staged: None,
+            state_writes: 0,
+            closing: None,
         };
         match saved {
             Some(s) => {
@@ -164,8 +175,11 @@ impl RaftLog {
         store.hard.commit = store.hard.commit.min(store.last()).max(store.snap_index);
         // After a crash the log's unsynced tail may still be only in the page cache; this
         // replica is about to count every entry as persisted (and tell its leader so), so
-        // make that true. Cheap when nothing is dirty, as after a clean shutdown.
-        store.log.sync_handle().sync_data()?;
+        // make that true. After a clean shutdown nothing is dirty, and the sync (a device
+        // flush per replica on some disks) is skipped.
+        if !store.log.synced_to_end() {
+            store.log.sync_handle().sync_data()?;
+        }
         store.synced_index = store.last();
         Ok(store)
     }
@@ -313,17 +327,6 @@ impl RaftLog {
         Ok(())
     }
 
-    /// Records a new hard state; the file is rewritten (and fsynced) only when the term or
-    /// vote changed, which Raft requires before it sends anything.
-    pub fn set_hard_state(&mut self, hs: HardState) -> io::Result<()> {
-        let durable = hs.term != self.hard.term || hs.vote != self.hard.vote;
-        self.hard = hs;
-        if durable {
-            self.write_state()?;
-        }
-        Ok(())
-    }
-
     pub fn set_commit(&mut self, commit: u64) {
         self.hard.commit = self.hard.commit.max(commit);
     }
@@ -463,32 +466,6 @@ impl RaftLog {
         Ok(out)
     }
 
-    /// Persists the commit index too (clean shutdown) and closes the log.
-    pub fn close(&mut self) -> io::Result<()> {
-        self.log.close()?;
-        self.write_state()
-    }
-
-    fn write_state(&self) -> io::Result<()> {
-        // The log start goes last, and only once set: files from before it existed still read.
-        let log_start = self.log_start.map(|s| format!(" {s}")).unwrap_or_default();
-        let mut text = format!(
-            "{STATE_VERSION} {} {} {} {} {} {}{log_start}\n",
-            self.hard.term, self.hard.vote, self.hard.commit, self.snap_index, self.snap_term, self.first_offset,
-        );
-        text += &conf_lines("", &self.conf);
-        text += &conf_lines("snap.", &self.snap_conf);
-        for (index, conf) in &self.conf_history {
-            text += &conf_lines(&format!("at.{index}."), conf);
-        }
-        let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
-        let mut f = File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        fs::rename(&tmp, self.dir.join(STATE_FILE))?;
-        File::open(&self.dir)?.sync_all()
-    }
-
     /// Reads entries `[low, high)` back from the log, stopping after `max_bytes` (but
     /// always returning at least one).
     fn read_entries(&self, low: u64, high: u64, max_bytes: u64) -> io::Result<Vec<Entry>> {
@@ -579,19 +556,6 @@ impl raft::Storage for RaftLog {
     }
 }
 
-/// A configuration as `raft.state` lines, each key prefixed.
-fn conf_lines(prefix: &str, c: &ConfState) -> String {
-    let ids = |v: &[u64]| v.iter().map(|x| format!(" {x}")).collect::<String>();
-    format!(
-        "{prefix}voters{}\n{prefix}learners{}\n{prefix}voters_outgoing{}\n{prefix}learners_next{}\n{prefix}auto_leave {}\n",
-        ids(&c.voters),
-        ids(&c.learners),
-        ids(&c.voters_outgoing),
-        ids(&c.learners_next),
-        u8::from(c.auto_leave)
-    )
-}
-
 /// A control batch standing for one of Raft's own entries: key (version 0, type), value
 /// the entry's data (a configuration change; empty for the no-op).
 fn control_batch(e: &Entry) -> Vec<u8> {
@@ -667,120 +631,6 @@ fn entry_of(index: u64, h: &BatchHeader, batch: Bytes) -> io::Result<Entry> {
     Ok(e)
 }
 
-struct Saved {
-    hard: HardState,
-    conf: ConfState,
-    snap_conf: ConfState,
-    conf_history: Vec<(u64, ConfState)>,
-    snap_index: u64,
-    snap_term: u64,
-    first_offset: i64,
-    log_start: Option<i64>,
-}
-
-fn read_state(dir: &Path) -> io::Result<Option<Saved>> {
-    let text = match fs::read_to_string(dir.join(STATE_FILE)) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("{}: unreadable {STATE_FILE}", dir.display()));
-    let mut lines = text.lines();
-    let head: Vec<&str> = lines.next().ok_or_else(bad)?.split_whitespace().collect();
-    let (head, log_start) = match head.as_slice() {
-        [rest @ .., start] if rest.len() == 7 => (rest, Some(start.parse::<i64>().map_err(|_| bad())?)),
-        all => (all, None),
-    };
-    let [STATE_VERSION, term, vote, commit, snap_index, snap_term, first_offset] = head else {
-        return Err(bad());
-    };
-    let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
-    let hard = HardState { term: num(term)?, vote: num(vote)?, commit: num(commit)?, ..Default::default() };
-    let mut conf = ConfState::default();
-    let mut snap_conf: Option<ConfState> = None;
-    let mut history: BTreeMap<u64, ConfState> = BTreeMap::new();
-    for line in lines {
-        let mut parts = line.split_whitespace();
-        let key = parts.next().unwrap_or_default();
-        let ids = parts.map(num).collect::<io::Result<Vec<u64>>>()?;
-        // "field", "snap.field" or "at.<index>.field".
-        let (target, field) = match key.split('.').collect::<Vec<_>>().as_slice() {
-            [field] => (&mut conf, *field),
-            ["snap", field] => (snap_conf.get_or_insert_with(ConfState::default), *field),
-            ["at", index, field] => (history.entry(num(index)?).or_default(), *field),
-            _ => continue,
-        };
-        match field {
-            "voters" => target.voters = ids,
-            "learners" => target.learners = ids,
-            "voters_outgoing" => target.voters_outgoing = ids,
-            "learners_next" => target.learners_next = ids,
-            "auto_leave" => target.auto_leave = ids.first() == Some(&1),
-            _ => {}
-        }
-    }
-    let saved = Saved {
-        hard,
-        // Files from before the snapshot configuration was kept had no change since.
-        snap_conf: snap_conf.unwrap_or_else(|| conf.clone()),
-        conf_history: history.into_iter().collect(),
-        conf,
-        snap_index: num(snap_index)?,
-        snap_term: num(snap_term)?,
-        first_offset: first_offset.parse::<i64>().map_err(|_| bad())?,
-        log_start,
-    };
-    // Every entry takes at least one offset: a Raft index past the largest offset is not one
-    // this store wrote (and would overflow the index arithmetic).
-    if saved.snap_index > i64::MAX as u64 {
-        return Err(bad());
-    }
-    let history = saved.conf_history.iter().map(|(_, c)| c);
-    if ![&saved.conf, &saved.snap_conf].into_iter().chain(history).all(restorable) {
-        return Err(bad());
-    }
-    Ok(Some(saved))
-}
-
-/// Whether raft-rs can start from this configuration: it replays a configuration as
-/// changes (raft's `confchange::restore`) when a replica starts or installs a snapshot,
-/// and panics when the result is not what it was given (`Raft::new`, `Raft::restore`).
-fn restorable(cs: &ConfState) -> bool {
-    use raft::eraftpb::{ConfChangeSingle, ConfChangeType};
-    use raft::{Changer, ProgressTracker};
-    let change = |node_id: &u64, t| {
-        let mut c = ConfChangeSingle { node_id: *node_id, ..Default::default() };
-        c.set_change_type(t);
-        c
-    };
-    let step = |tracker: &mut ProgressTracker, joint: bool, ccs: &[ConfChangeSingle]| {
-        let changed = if joint {
-            Changer::new(tracker).enter_joint(cs.auto_leave, ccs)
-        } else {
-            Changer::new(tracker).simple(ccs)
-        };
-        changed.map(|(conf, changes)| tracker.apply_conf(conf, changes, 1)).is_ok()
-    };
-    let mut incoming: Vec<_> = cs.voters_outgoing.iter().map(|id| change(id, ConfChangeType::RemoveNode)).collect();
-    incoming.extend(cs.voters.iter().map(|id| change(id, ConfChangeType::AddNode)));
-    incoming.extend(cs.learners.iter().chain(&cs.learners_next).map(|id| change(id, ConfChangeType::AddLearnerNode)));
-    let mut tracker = ProgressTracker::new(1);
-    let replayed = if cs.voters_outgoing.is_empty() {
-        incoming.iter().all(|c| step(&mut tracker, false, std::slice::from_ref(c)))
-    } else {
-        cs.voters_outgoing.iter().all(|id| step(&mut tracker, false, &[change(id, ConfChangeType::AddNode)]))
-            && step(&mut tracker, true, &incoming)
-    };
-    let got = tracker.conf().to_conf_state();
-    let same = |a: &[u64], b: &[u64]| a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x));
-    replayed
-        && same(&got.voters, &cs.voters)
-        && same(&got.learners, &cs.learners)
-        && same(&got.voters_outgoing, &cs.voters_outgoing)
-        && same(&got.learners_next, &cs.learners_next)
-        && got.auto_leave == cs.auto_leave
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -845,6 +695,47 @@ mod tests {
         let huge = format!("v1 1 1 1 {} 0 0\nvoters 1\n", u64::MAX);
         std::fs::write(dir.path().join(STATE_FILE), huge).expect("write");
         assert!(RaftLog::open(dir.path(), LogConfig::default(), &[1], 0).is_err());
+    }
+
+    /// A new term is staged beside the state file and takes its place only when
+    /// committed; a close in steps leaves what a one-step close leaves (the commit index in
+    /// the state, the log a clean shutdown's checkpoint), and falls back to a full write
+    /// when the state moved on after the stage.
+    #[test]
+    fn staged_terms_and_closes_reach_the_state_file_only_once_committed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = RaftLog::open(dir.path(), LogConfig::default(), &[1], 0).expect("open");
+        fill(&mut store, 3, 1);
+        store.set_hard_state(HardState { term: 4, vote: 1, commit: 0, ..Default::default() }).expect("stage");
+        assert!(store.staged_state().is_some());
+        let on_disk = || read_state(dir.path()).expect("read").expect("state").hard;
+        assert_eq!(on_disk().term, 0, "staged, not yet in place");
+        assert_eq!(store.commit_staged_state().expect("commit"), Some(dir.path().to_path_buf()));
+        assert_eq!((on_disk().term, on_disk().vote), (4, 1));
+        assert_eq!(store.commit_staged_state().expect("nothing staged"), None);
+        // A commit index changes no file until the close.
+        store.set_commit(3);
+        let files = store.close_stage().expect("close stage");
+        assert_eq!(files.len(), 3, "the active segment, the checkpoint, the state");
+        assert_eq!(on_disk().commit, 0);
+        store.close_commit().expect("close commit");
+        assert_eq!(on_disk().commit, 3);
+        drop(store);
+        let mut store = RaftLog::open(dir.path(), LogConfig::default(), &[1], 0).expect("reopen");
+        assert!(store.log().synced_to_end(), "a clean shutdown's checkpoint covers the whole log");
+        assert_eq!((store.hard_state().term, store.last()), (4, 3));
+        // A term written in full after the stage wins over the staged close.
+        let _ = store.close_stage().expect("close stage");
+        store.set_conf_state(3, ConfState { voters: vec![1, 2], ..Default::default() }).expect("conf");
+        store.set_hard_state(HardState { term: 5, vote: 2, commit: 3, ..Default::default() }).expect("stage");
+        store.close_commit().expect("close commit");
+        let saved = read_state(dir.path()).expect("read").expect("state");
+        assert_eq!((saved.hard.term, saved.hard.vote, saved.conf.voters.clone()), (5, 2, vec![1, 2]));
+        // A staged term never committed is not what the next open reads.
+        store.set_hard_state(HardState { term: 6, vote: 1, commit: 3, ..Default::default() }).expect("stage");
+        drop(store);
+        let store = RaftLog::open(dir.path(), LogConfig::default(), &[1], 0).expect("reopen");
+        assert_eq!(store.hard_state().term, 5);
     }
 
     /// Entries of one keyed record each, keys k0..k3 in turn.

@@ -5,7 +5,7 @@
 //! never passes data that has not been fsynced.
 
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -20,10 +20,9 @@ pub use crate::config::{LogConfig, SEGMENT_BYTES_MAX};
 use crate::producer::{AbortedTxn, ProducerError, ProducerTable};
 use crate::segment::{file_name, Segment};
 
-const CHECKPOINT_FILE: &str = "checkpoint";
-const CHECKPOINT_VERSION: &str = "v2";
-/// Checkpoints written before the cleaner point existed.
-const CHECKPOINT_VERSION_1: &str = "v1";
+mod checkpoint;
+
+use checkpoint::read_checkpoint;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendInfo {
@@ -127,6 +126,11 @@ pub struct Log {
     producers: ProducerTable,
     leader_epoch: i32,
     scratch: Vec<u8>,
+    /// Checkpoints written so far; a staged close ([`Log::close_stage`]) is only committed
+    /// if no other was written (or the log truncated) in between.
+    checkpoints: u64,
+    /// The log end and checkpoint count when a close was staged.
+    closing: Option<(i64, u64)>,
 }
 
 impl Log {
@@ -199,6 +203,8 @@ impl Log {
             producers,
             leader_epoch: 0,
             scratch: Vec::new(),
+            checkpoints: 0,
+            closing: None,
         };
         log.log_start_offset = log.log_start_offset.min(log.log_end_offset());
         if truncated {
@@ -226,6 +232,12 @@ impl Log {
 
     pub fn log_end_offset(&self) -> i64 {
         self.active().next_offset
+    }
+
+    /// Whether everything in the log was on disk, synced, when it was opened (the last
+    /// shutdown was clean and nothing was written since).
+    pub fn synced_to_end(&self) -> bool {
+        self.recovery_point >= self.log_end_offset()
     }
 
     /// Offsets below this have been through a cleaning pass.
@@ -736,49 +748,6 @@ impl Log {
         self.cleaner_point = self.cleaner_point.max(cleaned.cleaned_through);
         self.write_checkpoint()?;
         Ok(cleaned.stats)
-    }
-
-    /// Clean shutdown: fsync and record that everything up to the log end is good.
-    pub fn close(&mut self) -> io::Result<()> {
-        self.active().file.sync_data()?;
-        self.recovery_point = self.log_end_offset();
-        self.write_checkpoint()
-    }
-
-    fn write_checkpoint(&self) -> io::Result<()> {
-        let tmp = self.dir.join(format!("{CHECKPOINT_FILE}.tmp"));
-        let mut f = File::create(&tmp)?;
-        writeln!(f, "{CHECKPOINT_VERSION} {} {} {}", self.recovery_point, self.log_start_offset, self.cleaner_point)?;
-        f.sync_all()?;
-        fs::rename(&tmp, self.dir.join(CHECKPOINT_FILE))?;
-        File::open(&self.dir)?.sync_all()
-    }
-}
-
-/// (recovery point, log start offset, cleaner point); a missing or unreadable checkpoint
-/// means "check everything", "start at the first segment" and "all of it is dirty".
-fn read_checkpoint(dir: &Path) -> io::Result<(i64, i64, i64)> {
-    let text = match fs::read_to_string(dir.join(CHECKPOINT_FILE)) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, 0, 0)),
-        Err(e) => return Err(e),
-    };
-    let parts: Vec<&str> = text.split_whitespace().collect();
-    let fields = match parts.as_slice() {
-        [CHECKPOINT_VERSION, rp, ls, cp] => Some((rp, ls, *cp)),
-        [CHECKPOINT_VERSION_1, rp, ls] => Some((rp, ls, "0")),
-        _ => None,
-    };
-    let Some((rp, ls, cp)) = fields else {
-        warn!(dir = %dir.display(), "unknown checkpoint format; recovering the whole log");
-        return Ok((0, 0, 0));
-    };
-    match (rp.parse::<i64>(), ls.parse::<i64>(), cp.parse::<i64>()) {
-        (Ok(rp), Ok(ls), Ok(cp)) if rp >= 0 && ls >= 0 && cp >= 0 => Ok((rp, ls, cp)),
-        _ => {
-            warn!(dir = %dir.display(), "unreadable checkpoint; recovering the whole log");
-            Ok((0, 0, 0))
-        }
     }
 }
 

@@ -228,3 +228,32 @@ fn a_segment_never_spans_more_than_i32_max_offsets() {
         assert_eq!(first, Some(base), "the batch at {base} is found by its offset");
     }
 }
+
+/// A close in steps records a clean shutdown as a one-step close does; a log that rolled
+/// (writing its own checkpoint) between the steps closes the one-step way instead, so an
+/// older checkpoint never replaces a newer one.
+#[test]
+fn a_close_in_steps_leaves_a_clean_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log = Log::open(dir.path(), small_segments(), 0).expect("open");
+    for i in 0..5 {
+        append(&mut log, &batch(3, i, -1, 0)).expect("append");
+    }
+    assert!(!log.synced_to_end());
+    let files = log.close_stage().expect("stage");
+    runnel_storage::sync_files(&files, false).expect("sync");
+    log.close_commit().expect("commit");
+    drop(log);
+    let mut log = Log::open(dir.path(), small_segments(), 0).expect("reopen");
+    assert!(log.synced_to_end());
+    assert_eq!(log.log_end_offset(), 15);
+    let _ = log.close_stage().expect("stage");
+    for i in 0..20 {
+        append(&mut log, &batch(3, i, -1, 0)).expect("append rolls");
+    }
+    log.close_commit().expect("falls back to a full close");
+    drop(log);
+    let log = Log::open(dir.path(), small_segments(), 0).expect("reopen");
+    assert!(log.synced_to_end());
+    assert_eq!(log.log_end_offset(), 75);
+}

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Cold start: how long one broker holding COUNT partitions takes to be ready again after a
+clean shutdown (SIGTERM) and after kill -9, for Runnel (`runnel dev`, one broker) and then
+Apache Kafka (one combined broker+controller node from ../shared/peers/kafka).
+
+Each partition holds a few records before the stop. "Ready" is measured from the moment the
+broker process is launched until, in order: its client port accepts a connection, Metadata
+names a leader for every partition, and a producer with acks=all has one record
+acknowledged by every partition. The stop itself (SIGTERM until the process exits) is timed
+too.
+
+usage: .cache/venv/bin/python bench/cold_start.py [COUNT]      (default 10000)
+env:   SYSTEMS (default "runnel kafka"), PORT / KAFKA_PORT (default 31000 / 31200: below
+       the ephemeral range, so that polling a port nobody listens on cannot connect to itself),
+       OUT (default /tmp/runnel-cold-start), PEERS_KAFKA (default ../shared/peers/kafka)
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNNEL = os.path.join(ROOT, "target", "release", "runnel")
+PORT = int(os.environ.get("PORT", "31000"))
+KAFKA_PORT = int(os.environ.get("KAFKA_PORT", "31200"))
+PEERS = os.environ.get("PEERS_KAFKA", os.path.join(ROOT, "..", "shared", "peers", "kafka"))
+PEERS_HOME = os.environ.get("PEERS_KAFKA_HOME", "/tmp/peers/kafka")
+OUT = os.environ.get("OUT", "/tmp/runnel-cold-start")
+PER_TOPIC = 100
+PREFIX = "cold"
+
+
+def wait_port(port, deadline):
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+                if s.getsockname() != s.getpeername():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise TimeoutError(f"nothing listening on {port}")
+
+
+def all_led(admin, count):
+    try:
+        md = admin.list_topics(timeout=5)
+    except Exception:
+        return False
+    led = sum(1 for t in md.topics.values() if t.topic.startswith(PREFIX)
+              for p in t.partitions.values() if p.leader >= 0 and p.error is None)
+    return led >= count
+
+
+def produce_everywhere(bootstrap, count, deadline):
+    """One record to every partition, acks=all; returns when all are acknowledged."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20,
+                  "message.timeout.ms": 120000, "queue.buffering.max.messages": 200000})
+    failed = []
+
+    def done(err, _msg):
+        if err is not None:
+            failed.append(err)
+
+    for topic_no in range(count // PER_TOPIC):
+        for part in range(PER_TOPIC):
+            p.produce(f"{PREFIX}{topic_no}", b"x" * 100, partition=part, on_delivery=done)
+        p.poll(0)
+    while len(p) and time.monotonic() < deadline:
+        p.poll(0.05)
+    assert not len(p), "records still unacknowledged"
+    assert not failed, failed[:3]
+
+
+def ready_after(launch, bootstrap, port, count):
+    """Seconds from launch to: port open, every partition led, every partition acks a write."""
+    deadline = launch + 600
+    wait_port(port, deadline)
+    t_port = time.monotonic() - launch
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    while not all_led(admin, count):
+        assert time.monotonic() < deadline, "leaders missing after 10 minutes"
+        time.sleep(0.05)
+    t_led = time.monotonic() - launch
+    produce_everywhere(bootstrap, count, deadline)
+    t_acked = time.monotonic() - launch
+    return t_port, t_led, t_acked
+
+
+class Runnel:
+    name = "Runnel (`runnel dev`, one broker)"
+
+    def __init__(self):
+        self.proc = None
+        self.bootstrap, self.port = f"127.0.0.1:{PORT}", PORT
+
+    def launch(self, fresh=False):
+        if fresh:
+            shutil.rmtree(OUT, ignore_errors=True)
+        self.proc = subprocess.Popen([RUNNEL, "dev", "--port", str(PORT), "--data-dir", OUT],
+                                     stdout=subprocess.DEVNULL, stderr=open(OUT + ".log", "a"))
+        return time.monotonic()
+
+    def stop(self):
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=300)
+        return time.monotonic() - started
+
+    def kill9(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def wipe(self):
+        if self.proc and self.proc.poll() is None:
+            self.kill9()
+        shutil.rmtree(OUT, ignore_errors=True)
+
+
+class Kafka:
+    name = "Apache Kafka (one combined node, 1 GiB heap)"
+
+    def __init__(self):
+        self.argv = None
+        self.bootstrap, self.port = f"127.0.0.1:{KAFKA_PORT}", KAFKA_PORT
+        self.run = os.path.join(PEERS_HOME, f"run-{KAFKA_PORT}")
+
+    def launch(self, fresh=False):
+        launched = time.monotonic()
+        if fresh:
+            # start-cluster.sh formats the data directory and returns once the broker is
+            # registered; the broker's command line is kept to start it again on the same data.
+            subprocess.run([os.path.join(PEERS, "install.sh")], check=True, stdout=subprocess.DEVNULL)
+            launched = time.monotonic()
+            subprocess.run([os.path.join(PEERS, "start-cluster.sh"), "1", str(KAFKA_PORT)], check=True,
+                           env=dict(os.environ, READY_TIMEOUT="600"), stdout=subprocess.DEVNULL)
+            with open(f"/proc/{self.pid()}/cmdline", "rb") as f:
+                self.argv = [a.decode() for a in f.read().split(b"\0") if a]
+        else:
+            # Started from a shell that exits at once, so the JVM is not this script's child
+            # (stop-cluster.sh waits for its pid to go, which a child would not until reaped).
+            log = os.path.join(self.run, "node1", "stdout.log")
+            pid = subprocess.run(["setsid", "bash", "-c", '"$@" >>"$0" 2>&1 </dev/null & echo $!', log, *self.argv],
+                                 check=True, capture_output=True, text=True).stdout.strip()
+            with open(os.path.join(self.run, "node1.pid"), "w") as f:
+                f.write(pid)
+        return launched
+
+    def pid(self):
+        deadline = time.monotonic() + 60
+        path = os.path.join(self.run, "node1.pid")
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return int(open(path).read())
+
+    def stop(self):
+        started = time.monotonic()
+        subprocess.run([os.path.join(PEERS, "stop-cluster.sh"), str(KAFKA_PORT)], stdout=subprocess.DEVNULL)
+        return time.monotonic() - started
+
+    def kill9(self):
+        pid = self.pid()
+        os.kill(pid, signal.SIGKILL)
+        while os.path.exists(f"/proc/{pid}"):
+            time.sleep(0.05)
+        os.unlink(os.path.join(self.run, "node1.pid"))
+
+    def wipe(self):
+        subprocess.run([os.path.join(PEERS, "stop-cluster.sh"), str(KAFKA_PORT), "--wipe"],
+                       stdout=subprocess.DEVNULL)
+
+
+def row(label, t):
+    print(f"| {label} | {t[0]:.2f} | {t[1]:.2f} | {t[2]:.2f} |", flush=True)
+
+
+def run(system, count):
+    try:
+        launch = system.launch(fresh=True)
+        wait_port(system.port, launch + 120)
+        admin = AdminClient({"bootstrap.servers": system.bootstrap})
+        for first in range(0, count // PER_TOPIC, 10):
+            names = [f"{PREFIX}{i}" for i in range(first, min(first + 10, count // PER_TOPIC))]
+            for f in admin.create_topics([NewTopic(t, PER_TOPIC, 1) for t in names],
+                                         operation_timeout=120, request_timeout=180).values():
+                f.result(timeout=180)
+        row("first start (created, led, written)", ready_after(launch, system.bootstrap, system.port, count))
+        stopped = system.stop()
+        print(f"| clean stop: {stopped:.2f} s | | | |", flush=True)
+        row("after a clean stop", ready_after(system.launch(), system.bootstrap, system.port, count))
+        system.kill9()
+        row("after kill -9", ready_after(system.launch(), system.bootstrap, system.port, count))
+    finally:
+        system.wipe()
+
+
+def main():
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 10000
+    systems = {"runnel": Runnel, "kafka": Kafka}
+    for key in os.environ.get("SYSTEMS", "runnel kafka").split():
+        system = systems[key]()
+        print(f"\n{system.name}, {count} partitions (RF 1, {PER_TOPIC} per topic)\n")
+        print("| start | port open s | all led s | all acked a write s |")
+        print("|---|---|---|---|")
+        run(system, count)
+
+
+if __name__ == "__main__":
+    main()
