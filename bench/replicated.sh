@@ -5,6 +5,7 @@
 #
 # usage: bench/replicated.sh [ROUNDS]          (default 3)
 # env:   DURATION (seconds per system per round, default 10)
+#        WARMUP (seconds of a discarded first run per system and scenario, default 5)
 #        SLOW_MS  (slow-follower disk delay per fsync round, default 50)
 #        STOP_MS / RUN_MS (slow-follower pause duty cycle, default 100 / 400)
 #        SCENARIOS (default "durable-512 tiny-8 slow-follower")
@@ -27,6 +28,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEERS="${PEERS_KAFKA:-$ROOT/../shared/peers/kafka}"
 ROUNDS="${1:-3}"
 DURATION="${DURATION:-10}"
+WARMUP="${WARMUP:-5}"
 SLOW_MS="${SLOW_MS:-50}"
 STOP_MS="${STOP_MS:-100}"
 RUN_MS="${RUN_MS:-400}"
@@ -67,9 +69,12 @@ sleep 2   # registrations and the first controller election
 
 compare() {  # name, then bench compare options
   local name="$1"; shift
+  local pids=()
+  for f in "$PEERS_HOME/run-$KPORT"/node*.pid; do pids+=(--pid-a "$(cat "$f")"); done
+  for i in 0 1 2; do pids+=(--pid-b "$(runnel_pid "$i")"); done
   echo "==> $name" | tee -a "$OUT/summary.txt"
   "$RUNNEL" bench compare --a "$KBOOT" --b "$RBOOT" --rounds "$ROUNDS" --duration "$DURATION" \
-      --progress false --json "$OUT/$name.json" "$@" 2>&1 | tee -a "$OUT/summary.txt"
+      --warmup "$WARMUP" "${pids[@]}" --progress false --json "$OUT/$name.json" "$@" 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 runnel_pid() {  # broker id -> its current pid (runnel dev prints "broker i pid X")

@@ -128,12 +128,19 @@ def test_compare_two_brokers_and_size(tmp_path):
     try:
         out = tmp_path / "compare.json"
         p = bench("compare", "--a", a.bootstrap, "--b", b.bootstrap, "--rounds", 2, "--duration", 1,
+                  "--warmup", 0.5, "--pid-a", a.proc.pid, "--pid-b", b.proc.pid,
                   "--replication-factor", 1, "--partitions", 2, "--json", out, "--progress", "false")
         c = json.loads(out.read_text())
         assert len(c["reports_a"]) == 2 and len(c["reports_b"]) == 2
         names = [f["name"] for f in c["figures"]]
         assert "produce records/s" in names and "produce p99 ms" in names
         assert "B/A" in p.stdout
+        assert "warm-up: a" in p.stderr and "warm-up: b" in p.stderr
+        # The brokers' CPU per GB produced: positive in every run (each broker did work).
+        cpu = next(f for f in c["figures"] if f["name"] == "broker CPU s/GB")
+        assert len(cpu["a"]) == 2 and all(x > 0 for x in cpu["a"] + cpu["b"]), cpu
+        assert len(c["machine_a"]) == 2 and all(m["load_1m"] >= 0 for m in c["machine_a"] + c["machine_b"])
+        assert "machine during the runs" in p.stdout
     finally:
         a.kill9()
         b.kill9()

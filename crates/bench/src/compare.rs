@@ -1,6 +1,9 @@
 //! `runnel bench compare`: the same workload against two clusters, alternating which goes
 //! first each round (so drift on the machine hits both alike), every figure reported as
-//! the ratio B/A per round: its median and its spread (min–max).
+//! the ratio B/A per round: its median and its spread (min–max). A warm-up run of each
+//! side is discarded first; with the brokers' pids, their CPU per GB produced is a figure
+//! too; and the machine's state during every run (load, CPU stolen by the hypervisor) is
+//! reported beside the ratios, so a disturbed run shows as one.
 
 use std::fmt::Write;
 
@@ -24,9 +27,76 @@ pub struct Comparison {
     pub a: String,
     pub b: String,
     pub rounds: usize,
+    pub warmup_s: f64,
     pub figures: Vec<Figure>,
     pub reports_a: Vec<Report>,
     pub reports_b: Vec<Report>,
+    /// The machine during each run, in the order of the reports.
+    pub machine_a: Vec<Machine>,
+    pub machine_b: Vec<Machine>,
+}
+
+/// How a comparison runs, beyond the workload.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub rounds: usize,
+    /// Seconds of one discarded run against each side before the first round.
+    pub warmup_s: f64,
+    /// Broker processes of each side (on this machine), for their CPU per GB produced.
+    pub pids_a: Vec<u32>,
+    pub pids_b: Vec<u32>,
+}
+
+/// The machine while one run went on.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Machine {
+    /// The 1-minute load average when the run began.
+    pub load_1m: f64,
+    /// Share of all CPU time the hypervisor gave to others during the run, %.
+    pub steal_pct: f64,
+    /// CPU seconds the side's brokers used during the run (None without their pids).
+    pub broker_cpu_s: Option<f64>,
+}
+
+/// (all jiffies, steal jiffies) from /proc/stat's first line.
+fn cpu_jiffies() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> =
+        text.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+    (fields.iter().sum(), fields.get(7).copied().unwrap_or(0))
+}
+
+/// CPU seconds (user + system) a process has used; None once it is gone.
+fn process_cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let jiffies = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf only reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(jiffies as f64 / hz)
+}
+
+fn brokers_cpu_s(pids: &[u32]) -> Option<f64> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter().map(|p| process_cpu_s(*p)).sum()
+}
+
+/// Runs the workload once against `addr`, with what the machine and the brokers did meanwhile.
+async fn measured(addr: &str, w: Workload, pids: &[u32], progress: bool) -> Result<(Report, Machine)> {
+    let load_1m = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN);
+    let (jiffies, steal) = cpu_jiffies();
+    let cpu = brokers_cpu_s(pids);
+    let r = crate::run(addr, w, progress).await?;
+    let (jiffies_after, steal_after) = cpu_jiffies();
+    let steal_pct =
+        100.0 * steal_after.saturating_sub(steal) as f64 / jiffies_after.saturating_sub(jiffies).max(1) as f64;
+    let broker_cpu_s = cpu.zip(brokers_cpu_s(pids)).map(|(before, after)| after - before);
+    Ok((r, Machine { load_1m, steal_pct, broker_cpu_s }))
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -48,6 +118,18 @@ impl Figure {
     pub fn ratios(&self) -> Vec<f64> {
         self.a.iter().zip(&self.b).map(|(a, b)| if *a > 0.0 { b / a } else { f64::NAN }).collect()
     }
+}
+
+/// Broker CPU seconds per GB produced, for each run.
+fn cpu_per_gb(reports: &[Report], machines: &[Machine]) -> Vec<f64> {
+    reports
+        .iter()
+        .zip(machines)
+        .map(|(r, m)| match m.broker_cpu_s {
+            Some(cpu) if r.produce.bytes > 0 => cpu / (r.produce.bytes as f64 / 1e9),
+            _ => f64::NAN,
+        })
+        .collect()
 }
 
 fn figures(a: &[Report], b: &[Report]) -> Vec<Figure> {
@@ -73,40 +155,69 @@ fn figures(a: &[Report], b: &[Report]) -> Vec<Figure> {
         .collect()
 }
 
-pub async fn compare(a: &str, b: &str, w: Workload, rounds: usize, progress: bool) -> Result<Comparison> {
-    let mut reports_a = Vec::new();
-    let mut reports_b = Vec::new();
+pub async fn compare(a: &str, b: &str, w: Workload, plan: &Plan, progress: bool) -> Result<Comparison> {
+    let rounds = plan.rounds.max(1);
     let base = w.topic.clone();
-    for round in 0..rounds.max(1) {
+    let topic =
+        |label: &str, round: &str| if w.existing_topic { base.clone() } else { format!("{base}-{label}{round}") };
+    if plan.warmup_s > 0.0 {
+        // Connections, caches and a JVM's compiler warm up here, not in round 1.
+        for (label, addr) in [("a", a), ("b", b)] {
+            eprintln!("warm-up: {label} = {addr}, {} s (discarded)", plan.warmup_s);
+            let wl = Workload { topic: topic(label, "w"), duration_s: plan.warmup_s, records: None, ..w.clone() };
+            crate::run(addr, wl, progress).await?;
+        }
+    }
+    let (mut reports_a, mut reports_b, mut machine_a, mut machine_b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
         let order = if round % 2 == 0 { [("a", a), ("b", b)] } else { [("b", b), ("a", a)] };
         for (label, addr) in order {
             // A fresh topic per run, unless the caller prepared one (same name on both).
-            let topic = if w.existing_topic { base.clone() } else { format!("{base}-{label}{round}") };
-            let wl = Workload { topic, ..w.clone() };
-            eprintln!("round {}/{}: {label} = {addr}", round + 1, rounds.max(1));
-            let r = crate::run(addr, wl, progress).await?;
+            let wl = Workload { topic: topic(label, &round.to_string()), ..w.clone() };
+            eprintln!("round {}/{rounds}: {label} = {addr}", round + 1);
+            let pids = if label == "a" { &plan.pids_a } else { &plan.pids_b };
+            let (r, m) = measured(addr, wl, pids, progress).await?;
             eprint!("{}", r.text());
+            eprintln!("machine: load {:.2}, steal {:.1}%", m.load_1m, m.steal_pct);
             if label == "a" {
                 reports_a.push(r);
+                machine_a.push(m);
             } else {
                 reports_b.push(r);
+                machine_b.push(m);
             }
         }
+    }
+    let mut figures = figures(&reports_a, &reports_b);
+    if !plan.pids_a.is_empty() && !plan.pids_b.is_empty() {
+        figures.push(Figure {
+            name: "broker CPU s/GB",
+            higher_is_better: false,
+            a: cpu_per_gb(&reports_a, &machine_a),
+            b: cpu_per_gb(&reports_b, &machine_b),
+        });
     }
     Ok(Comparison {
         a: a.to_string(),
         b: b.to_string(),
-        rounds: rounds.max(1),
-        figures: figures(&reports_a, &reports_b),
+        rounds,
+        warmup_s: plan.warmup_s,
+        figures,
         reports_a,
         reports_b,
+        machine_a,
+        machine_b,
     })
 }
 
 impl Comparison {
     pub fn text(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "A = {}   B = {}   {} round(s), alternating", self.a, self.b, self.rounds);
+        let _ = writeln!(
+            s,
+            "A = {}   B = {}   {} round(s), alternating, after a {} s warm-up of each",
+            self.a, self.b, self.rounds, self.warmup_s
+        );
         let _ = writeln!(
             s,
             "{:<18} {:>12} {:>12} {:>10}  {:<17} better",
@@ -134,6 +245,14 @@ impl Comparison {
                 format!("{lo:.2}-{hi:.2}")
             );
         }
+        let all: Vec<&Machine> = self.machine_a.iter().chain(&self.machine_b).collect();
+        let most = |f: fn(&Machine) -> f64| all.iter().map(|m| f(m)).fold(f64::NAN, f64::max);
+        let _ = writeln!(
+            s,
+            "machine during the runs: load (1 min) up to {:.2}, CPU stolen up to {:.1}%",
+            most(|m| m.load_1m),
+            most(|m| m.steal_pct)
+        );
         s
     }
 }

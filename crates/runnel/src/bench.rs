@@ -31,6 +31,16 @@ enum BenchCommand {
         /// Rounds (each runs A and B once, alternating which goes first).
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Seconds of a first, discarded run against each side (0: none).
+        #[arg(long, default_value_t = 5.0)]
+        warmup: f64,
+        /// A broker process of cluster A on this machine (repeat for each): its CPU per GB
+        /// produced becomes a figure (with --pid-b).
+        #[arg(long = "pid-a")]
+        pids_a: Vec<u32>,
+        /// A broker process of cluster B on this machine (repeat for each).
+        #[arg(long = "pid-b")]
+        pids_b: Vec<u32>,
         #[command(flatten)]
         run: Box<RunArgs>,
     },
@@ -383,9 +393,10 @@ pub async fn main(args: BenchArgs) -> Result<()> {
             }
             Ok(())
         }
-        Some(BenchCommand::Compare { a, b, rounds, run }) => {
+        Some(BenchCommand::Compare { a, b, rounds, warmup, pids_a, pids_b, run }) => {
             run.connect_with()?;
-            let c = runnel_bench::compare::compare(&a, &b, run.workload()?, rounds, run.progress()).await?;
+            let plan = runnel_bench::compare::Plan { rounds, warmup_s: warmup.max(0.0), pids_a, pids_b };
+            let c = runnel_bench::compare::compare(&a, &b, run.workload()?, &plan, run.progress()).await?;
             print!("{}", c.text());
             if let Some(p) = &run.json {
                 write_out(p, &serde_json::to_string_pretty(&c)?)?;
