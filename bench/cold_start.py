@@ -10,7 +10,8 @@ acknowledged by every partition. The stop itself (SIGTERM until the process exit
 too.
 
 usage: .cache/venv/bin/python bench/cold_start.py [COUNT]      (default 10000)
-env:   SYSTEMS (default "runnel kafka"), PORT / KAFKA_PORT (default 31000 / 31200: below
+env:   RUNNEL_BIN (default target/release/runnel), SYSTEMS (default "runnel kafka"),
+       PORT / KAFKA_PORT (default 31000 / 31200: below
        the ephemeral range, so that polling a port nobody listens on cannot connect to itself),
        OUT (default /tmp/runnel-cold-start), PEERS_KAFKA (default ../shared/peers/kafka)
 """
@@ -27,7 +28,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNNEL = os.path.join(ROOT, "target", "release", "runnel")
+RUNNEL = os.environ.get("RUNNEL_BIN", os.path.join(ROOT, "target", "release", "runnel"))
 PORT = int(os.environ.get("PORT", "31000"))
 KAFKA_PORT = int(os.environ.get("KAFKA_PORT", "31200"))
 PEERS = os.environ.get("PEERS_KAFKA", os.path.join(ROOT, "..", "shared", "peers", "kafka"))
