@@ -19,13 +19,13 @@ env:   RUNNEL_BIN (default target/release/runnel), SYSTEMS (default "runnel kafk
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from harness import produce_everywhere, wait_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNNEL = os.environ.get("RUNNEL_BIN", os.path.join(ROOT, "target", "release", "runnel"))
@@ -38,18 +38,6 @@ PER_TOPIC = 100
 PREFIX = "cold"
 
 
-def wait_port(port, deadline):
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
-                if s.getsockname() != s.getpeername():
-                    return
-        except OSError:
-            pass
-        time.sleep(0.01)
-    raise TimeoutError(f"nothing listening on {port}")
-
-
 def all_led(admin, count):
     try:
         md = admin.list_topics(timeout=5)
@@ -60,24 +48,8 @@ def all_led(admin, count):
     return led >= count
 
 
-def produce_everywhere(bootstrap, count, deadline):
-    """One record to every partition, acks=all; returns when all are acknowledged."""
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20,
-                  "message.timeout.ms": 120000, "queue.buffering.max.messages": 200000})
-    failed = []
-
-    def done(err, _msg):
-        if err is not None:
-            failed.append(err)
-
-    for topic_no in range(count // PER_TOPIC):
-        for part in range(PER_TOPIC):
-            p.produce(f"{PREFIX}{topic_no}", b"x" * 100, partition=part, on_delivery=done)
-        p.poll(0)
-    while len(p) and time.monotonic() < deadline:
-        p.poll(0.05)
-    assert not len(p), "records still unacknowledged"
-    assert not failed, failed[:3]
+def every_partition(count):
+    return [(f"{PREFIX}{t}", p) for t in range(count // PER_TOPIC) for p in range(PER_TOPIC)]
 
 
 def ready_after(launch, bootstrap, port, count):
@@ -90,7 +62,7 @@ def ready_after(launch, bootstrap, port, count):
         assert time.monotonic() < deadline, "leaders missing after 10 minutes"
         time.sleep(0.05)
     t_led = time.monotonic() - launch
-    produce_everywhere(bootstrap, count, deadline)
+    produce_everywhere(bootstrap, every_partition(count), deadline)
     t_acked = time.monotonic() - launch
     return t_port, t_led, t_acked
 

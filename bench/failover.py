@@ -19,15 +19,15 @@ env:   RUNNEL_BIN (default target/release/runnel), SYSTEMS (default "runnel kafk
 """
 
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from harness import DevCluster, produce_everywhere
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNNEL = os.environ.get("RUNNEL_BIN", os.path.join(ROOT, "target", "release", "runnel"))
@@ -47,42 +47,17 @@ def leaders(admin):
             for p in t.partitions.values()}
 
 
-def produce_everywhere(bootstrap, parts, deadline):
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20,
-                  "message.timeout.ms": 300000, "queue.buffering.max.messages": 200000})
-    failed = []
-    for topic, part in parts:
-        p.produce(topic, b"x" * 100, partition=part, on_delivery=lambda e, _m: e and failed.append(e))
-        p.poll(0)
-    while len(p) and time.monotonic() < deadline:
-        p.poll(0.05)
-    assert not len(p), "records still unacknowledged"
-    assert not failed, failed[:3]
-
-
 class Runnel:
     name = "Runnel (`runnel dev --brokers 3`)"
 
     def start(self):
         shutil.rmtree(OUT, ignore_errors=True)
-        self.dev = subprocess.Popen([RUNNEL, "dev", "--brokers", "3", "--port", str(PORT), "--data-dir", OUT],
-                                    stdout=subprocess.PIPE, stderr=open(OUT + ".log", "w"), text=True)
-        self.pids = {}
-        while len(self.pids) < 3:
-            m = re.match(r"broker (\d+) pid (\d+)", self.dev.stdout.readline())
-            if m:
-                self.pids[int(m.group(1))] = int(m.group(2))
-        # Broker i is node i in Metadata, on port PORT + i.
-        return {n: f"127.0.0.1:{PORT + n}" for n in self.pids}
+        self.dev = DevCluster(RUNNEL, 3, PORT, OUT, OUT + ".log")
+        self.pids = self.dev.pids
+        return self.dev.addresses
 
     def stop(self):
-        for pid in self.pids.values():
-            os.kill(pid, signal.SIGCONT)
-        self.dev.send_signal(signal.SIGTERM)
-        try:
-            self.dev.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.dev.kill()
+        self.dev.stop()
         shutil.rmtree(OUT, ignore_errors=True)
 
 

@@ -14,12 +14,13 @@ env:   SYSTEMS (default "runnel kafka"), IDLE_S (seconds of CPU sampled, default
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from harness import DevCluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNNEL = os.path.join(ROOT, "target", "release", "runnel")
@@ -71,21 +72,11 @@ def leaders_missing(admin, prefix):
 class Runnel:
     def start(self):
         shutil.rmtree(OUT, ignore_errors=True)
-        self.dev = subprocess.Popen([RUNNEL, "dev", "--brokers", "3", "--port", str(PORT), "--data-dir", OUT],
-                                    stdout=subprocess.PIPE, stderr=open(OUT + ".log", "w"), text=True)
-        pids = []
-        while len(pids) < 3:
-            m = re.match(r"broker \d+ pid (\d+)", self.dev.stdout.readline())
-            if m:
-                pids.append(int(m.group(1)))
-        return pids, ",".join(f"127.0.0.1:{PORT + i}" for i in range(3))
+        self.dev = DevCluster(RUNNEL, 3, PORT, OUT, OUT + ".log")
+        return list(self.dev.pids.values()), ",".join(self.dev.addresses.values())
 
     def stop(self):
-        self.dev.send_signal(signal.SIGTERM)
-        try:
-            self.dev.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.dev.kill()
+        self.dev.stop()
         shutil.rmtree(OUT, ignore_errors=True)
 
 
