@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
         for _ in 0..4 {
             match replica.collect(now, &mut out) {
                 Ok(Some(c)) => {
-                    replica.persisted(c, &mut out);
+                    let _ = replica.persisted(c, &mut out);
                 }
                 Ok(None) => break,
                 Err(_) => break,

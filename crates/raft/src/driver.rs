@@ -466,7 +466,13 @@ impl Driver {
             for (g, r, c) in collected {
                 let mut out = Vec::new();
                 let mut rep = lock(&r);
-                let moved = rep.persisted(c, &mut out);
+                let moved = match rep.persisted(c, &mut out) {
+                    Ok(moved) => moved,
+                    Err(e) => {
+                        error!(group = g, error = %e, "raft state could not be written; stopping");
+                        return Err(Fatal::Write(e));
+                    }
+                };
                 self.hooks.after_ready(g, &mut rep, moved);
                 // Persisting may have unlocked more (a leader's commit, follow-up appends).
                 if rep.has_ready() {

@@ -680,8 +680,11 @@ impl Replica {
     }
 
     /// Second half of a ready, after the caller synced the log. Returns true when the high
-    /// watermark moved.
-    pub fn persisted(&mut self, c: Collected, out: &mut Vec<Message>) -> bool {
+    /// watermark moved. A new term or vote the caller did not put in place with
+    /// [`Replica::commit_staged_state`] (and a synced directory) is synced and put in place
+    /// here, one replica at a time, before anything that depends on it is released.
+    pub fn persisted(&mut self, c: Collected, out: &mut Vec<Message>) -> io::Result<bool> {
+        self.node.mut_store().commit_staged_state_now()?;
         self.node.mut_store().mark_synced(c.last_index);
         self.node.on_persist_ready(c.number);
         if c.snapshot_index > self.applied_index() {
@@ -691,7 +694,7 @@ impl Replica {
         }
         self.snapshots_sent(&c.held);
         out.extend(c.held);
-        self.release_waiters()
+        Ok(self.release_waiters())
     }
 
     /// A snapshot is only a log start (the entries before it are gone everywhere that

@@ -28,7 +28,7 @@ fn step_frame(frame: &[u8]) -> usize {
         }
         let mut out = Vec::new();
         while let Ok(Some(c)) = replica.collect(0, &mut out) {
-            replica.persisted(c, &mut out);
+            replica.persisted(c, &mut out).expect("persisted");
         }
     }
     refused

@@ -205,7 +205,7 @@ impl Sim {
                 let mut out = Vec::new();
                 let r = self.nodes[i].replica.as_mut().expect("replica");
                 let Some(c) = r.collect(0, &mut out).expect("collect") else { break };
-                r.persisted(c, &mut out);
+                r.persisted(c, &mut out).expect("persisted");
                 self.send(out, faults);
             }
         }

@@ -487,6 +487,14 @@ impl Sim {
             hooks.set_timer(g, &mut r);
             replicas.push((g, r));
         }
+        // Opening a replica syncs what a crash left unsynced in the page cache (or finds it
+        // all synced by a clean close or a roll: `RaftLog::open`), so its segments are
+        // durable as they now stand.
+        let mut durable = guard(&node.durable);
+        for dir in &node.dirs {
+            durable.extend(segments(dir).map(|(_, file, len)| (file, len)));
+        }
+        drop(durable);
         *guard(&node.disk) = DiskFaults::default();
         *guard(&node.sync_failed) = None;
         let (sync_failed, world) = (node.sync_failed.clone(), self.world.clone());

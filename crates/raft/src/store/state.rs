@@ -44,6 +44,15 @@ impl RaftLog {
         self.staged.clone()
     }
 
+    /// Syncs a staged state that is still waiting, puts it in place and syncs the
+    /// directory: for a caller that did not ([`RaftLog::commit_staged_state`]).
+    pub fn commit_staged_state_now(&mut self) -> io::Result<()> {
+        let Some(f) = self.staged.clone() else { return Ok(()) };
+        f.sync_data()?;
+        self.commit_staged_state()?;
+        File::open(&self.dir)?.sync_all()
+    }
+
     /// Renames the staged state (synced by the caller) over the state file; returns the
     /// directory, whose sync makes the rename durable. None when nothing was staged, or a
     /// full write of the state (which syncs itself) has since replaced it.
