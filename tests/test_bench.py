@@ -141,6 +141,16 @@ def test_compare_two_brokers_and_size(tmp_path):
         assert len(cpu["a"]) == 2 and all(x > 0 for x in cpu["a"] + cpu["b"]), cpu
         assert len(c["machine_a"]) == 2 and all(m["load_1m"] >= 0 for m in c["machine_a"] + c["machine_b"])
         assert "machine during the runs" in p.stdout
+        # Every run began after the page cache's unwritten data was synced, and says how much.
+        machines = c["machine_a"] + c["machine_b"]
+        assert c["settled"] is True and all(m["unwritten_mb"] >= 0 and m["settle_s"] >= 0 for m in machines)
+        assert "written out before it began" in p.stdout and "MB unwritten before the run" in p.stderr
+        p = bench("compare", "--a", a.bootstrap, "--b", b.bootstrap, "--rounds", 1, "--duration", 0.5,
+                  "--warmup", 0, "--settle", "false", "--replication-factor", 1, "--partitions", 1,
+                  "--json", out, "--progress", "false")
+        c = json.loads(out.read_text())
+        assert c["settled"] is False and all(m["settle_s"] == 0 for m in c["machine_a"] + c["machine_b"])
+        assert "not written out" in p.stdout
     finally:
         a.kill9()
         b.kill9()

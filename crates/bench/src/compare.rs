@@ -4,6 +4,11 @@
 //! side is discarded first; with the brokers' pids, their CPU per GB produced is a figure
 //! too; and the machine's state during every run (load, CPU stolen by the hypervisor) is
 //! reported beside the ratios, so a disturbed run shows as one.
+//!
+//! Before every run the machine settles: the page cache's unwritten data is written out
+//! (`sync(2)`), so that a side that leaves its writes to the kernel (Kafka does not fsync)
+//! does not hand their write-back to the next run, where it would compete with that side's
+//! own disk writes. How much there was and how long it took is reported with the run.
 
 use std::fmt::Write;
 
@@ -28,6 +33,8 @@ pub struct Comparison {
     pub b: String,
     pub rounds: usize,
     pub warmup_s: f64,
+    /// Whether each run began after a sync of the page cache ([`Plan::settle`]).
+    pub settled: bool,
     pub figures: Vec<Figure>,
     pub reports_a: Vec<Report>,
     pub reports_b: Vec<Report>,
@@ -45,6 +52,8 @@ pub struct Plan {
     /// Broker processes of each side (on this machine), for their CPU per GB produced.
     pub pids_a: Vec<u32>,
     pub pids_b: Vec<u32>,
+    /// Write the page cache's dirty data out before every run (see the module's doc).
+    pub settle: bool,
 }
 
 /// The machine while one run went on.
@@ -56,6 +65,30 @@ pub struct Machine {
     pub steal_pct: f64,
     /// CPU seconds the side's brokers used during the run (None without their pids).
     pub broker_cpu_s: Option<f64>,
+    /// Dirty and under-write-back page cache when the run was about to begin, MB: with
+    /// settling, what the sync before it wrote out.
+    pub unwritten_mb: f64,
+    /// Seconds the sync before the run took (0 without settling).
+    pub settle_s: f64,
+}
+
+/// Dirty plus write-back page cache, MB, from /proc/meminfo.
+fn unwritten_mb() -> f64 {
+    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else { return f64::NAN };
+    let kb: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("Dirty:") || l.starts_with("Writeback:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum();
+    kb as f64 / 1024.0
+}
+
+/// Writes the page cache's dirty data out and waits for it: seconds taken.
+async fn settle() -> f64 {
+    let started = std::time::Instant::now();
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    let _ = tokio::task::spawn_blocking(|| unsafe { libc::sync() }).await;
+    started.elapsed().as_secs_f64()
 }
 
 /// (all jiffies, steal jiffies) from /proc/stat's first line.
@@ -84,7 +117,9 @@ fn brokers_cpu_s(pids: &[u32]) -> Option<f64> {
 }
 
 /// Runs the workload once against `addr`, with what the machine and the brokers did meanwhile.
-async fn measured(addr: &str, w: Workload, pids: &[u32], progress: bool) -> Result<(Report, Machine)> {
+async fn measured(addr: &str, w: Workload, pids: &[u32], settling: bool, progress: bool) -> Result<(Report, Machine)> {
+    let unwritten_mb = unwritten_mb();
+    let settle_s = if settling { settle().await } else { 0.0 };
     let load_1m = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
@@ -96,7 +131,7 @@ async fn measured(addr: &str, w: Workload, pids: &[u32], progress: bool) -> Resu
     let steal_pct =
         100.0 * steal_after.saturating_sub(steal) as f64 / jiffies_after.saturating_sub(jiffies).max(1) as f64;
     let broker_cpu_s = cpu.zip(brokers_cpu_s(pids)).map(|(before, after)| after - before);
-    Ok((r, Machine { load_1m, steal_pct, broker_cpu_s }))
+    Ok((r, Machine { load_1m, steal_pct, broker_cpu_s, unwritten_mb, settle_s }))
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -165,7 +200,7 @@ pub async fn compare(a: &str, b: &str, w: Workload, plan: &Plan, progress: bool)
         for (label, addr) in [("a", a), ("b", b)] {
             eprintln!("warm-up: {label} = {addr}, {} s (discarded)", plan.warmup_s);
             let wl = Workload { topic: topic(label, "w"), duration_s: plan.warmup_s, records: None, ..w.clone() };
-            crate::run(addr, wl, progress).await?;
+            measured(addr, wl, &[], plan.settle, progress).await?;
         }
     }
     let (mut reports_a, mut reports_b, mut machine_a, mut machine_b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -176,9 +211,15 @@ pub async fn compare(a: &str, b: &str, w: Workload, plan: &Plan, progress: bool)
             let wl = Workload { topic: topic(label, &round.to_string()), ..w.clone() };
             eprintln!("round {}/{rounds}: {label} = {addr}", round + 1);
             let pids = if label == "a" { &plan.pids_a } else { &plan.pids_b };
-            let (r, m) = measured(addr, wl, pids, progress).await?;
+            let (r, m) = measured(addr, wl, pids, plan.settle, progress).await?;
             eprint!("{}", r.text());
-            eprintln!("machine: load {:.2}, steal {:.1}%", m.load_1m, m.steal_pct);
+            eprintln!(
+                "machine: load {:.2}, steal {:.1}%, {:.0} MB unwritten before the run{}",
+                m.load_1m,
+                m.steal_pct,
+                m.unwritten_mb,
+                if plan.settle { format!(" (synced in {:.1} s)", m.settle_s) } else { String::new() }
+            );
             if label == "a" {
                 reports_a.push(r);
                 machine_a.push(m);
@@ -202,6 +243,7 @@ pub async fn compare(a: &str, b: &str, w: Workload, plan: &Plan, progress: bool)
         b: b.to_string(),
         rounds,
         warmup_s: plan.warmup_s,
+        settled: plan.settle,
         figures,
         reports_a,
         reports_b,
@@ -249,9 +291,12 @@ impl Comparison {
         let most = |f: fn(&Machine) -> f64| all.iter().map(|m| f(m)).fold(f64::NAN, f64::max);
         let _ = writeln!(
             s,
-            "machine during the runs: load (1 min) up to {:.2}, CPU stolen up to {:.1}%",
+            "machine during the runs: load (1 min) up to {:.2}, CPU stolen up to {:.1}%, up to {:.0} MB \
+             of page cache unwritten before a run{}",
             most(|m| m.load_1m),
-            most(|m| m.steal_pct)
+            most(|m| m.steal_pct),
+            most(|m| m.unwritten_mb),
+            if self.settled { " (written out before it began)" } else { " (not written out: --settle false)" }
         );
         s
     }

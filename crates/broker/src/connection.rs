@@ -14,9 +14,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind};
+use kafka_protocol::protocol::Decodable;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
@@ -25,8 +25,9 @@ use tracing::{debug, info, warn};
 use crate::broker::Broker;
 use crate::ctx::{Reply, Session};
 use crate::dispatch;
+use crate::out_frame::{encode_response, OutFrame};
 
-type Framed = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>>;
+type Framed = std::pin::Pin<Box<dyn std::future::Future<Output = Option<OutFrame>> + Send>>;
 
 /// A reply on its way out, with the room its request took in `queued.max.request.bytes`.
 type Queued = (Framed, OwnedSemaphorePermit);
@@ -258,9 +259,12 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         let out = reply.await;
         inflight.answered();
         drop(permit);
-        if let Some(bytes) = out {
-            if wr.write_all(&bytes).await.is_err() {
-                return;
+        if let Some(frame) = out {
+            for piece in frame.pieces() {
+                // A piece at least as large as the buffer goes to the socket directly.
+                if wr.write_all(piece).await.is_err() {
+                    return;
+                }
             }
         }
         if rx.is_empty() && wr.flush().await.is_err() {
@@ -282,7 +286,7 @@ pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes, peer: SocketAddr) 
         mute: Arc::default(),
         deferred: Arc::default(),
     };
-    Ok(decode(broker, frame, &session)?.await)
+    Ok(decode(broker, frame, &session)?.await.map(OutFrame::into_bytes))
 }
 
 /// Parses one frame and starts its handler. An error means: close the connection.
@@ -321,23 +325,6 @@ fn decode(broker: &Arc<Broker>, mut frame: Bytes, session: &Session) -> Result<F
         crate::metrics::count_errors(api, &resp);
         encode_response(key, version, correlation_id, &resp)
     }))
-}
-
-fn encode_response(key: ApiKey, version: i16, correlation_id: i32, resp: &ResponseKind) -> Option<Bytes> {
-    let mut buf = BytesMut::with_capacity(256);
-    buf.put_i32(0);
-    // ApiVersions responses always carry a v0 header, whatever the request version.
-    let header_version = if key == ApiKey::ApiVersions { 0 } else { key.response_header_version(version) };
-    let header = ResponseHeader::default().with_correlation_id(correlation_id);
-    if let Err(e) = header.encode(&mut buf, header_version).and_then(|_| resp.encode(&mut buf, version)) {
-        // A bug in a handler (a field set that this version lacks): log it loudly; the
-        // client times out and retries, and the connection goes on.
-        tracing::error!(?key, version, error = %e, "could not encode response");
-        return None;
-    }
-    let len = (buf.len() - 4) as i32;
-    buf[0..4].copy_from_slice(&len.to_be_bytes());
-    Some(buf.freeze())
 }
 
 /// Reads the `len` bytes of a frame into `frame` (empty, with room for them) straight into

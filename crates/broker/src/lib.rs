@@ -35,6 +35,7 @@ mod kind;
 mod memory;
 pub mod metrics;
 pub mod offsets_log;
+mod out_frame;
 pub mod partition;
 mod preferred_leader;
 mod quota;

@@ -41,6 +41,10 @@ enum BenchCommand {
         /// A broker process of cluster B on this machine (repeat for each).
         #[arg(long = "pid-b")]
         pids_b: Vec<u32>,
+        /// Write the page cache's unwritten data out (sync) before every run, so that one
+        /// side's write-back does not land on the other's turn.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        settle: bool,
         #[command(flatten)]
         run: Box<RunArgs>,
     },
@@ -393,9 +397,9 @@ pub async fn main(args: BenchArgs) -> Result<()> {
             }
             Ok(())
         }
-        Some(BenchCommand::Compare { a, b, rounds, warmup, pids_a, pids_b, run }) => {
+        Some(BenchCommand::Compare { a, b, rounds, warmup, pids_a, pids_b, settle, run }) => {
             run.connect_with()?;
-            let plan = runnel_bench::compare::Plan { rounds, warmup_s: warmup.max(0.0), pids_a, pids_b };
+            let plan = runnel_bench::compare::Plan { rounds, warmup_s: warmup.max(0.0), pids_a, pids_b, settle };
             let c = runnel_bench::compare::compare(&a, &b, run.workload()?, &plan, run.progress()).await?;
             print!("{}", c.text());
             if let Some(p) = &run.json {

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runnel vs Apache Kafka, one broker each, on this machine in the same run with the same
+# tool (`runnel bench compare`: alternating rounds after a discarded warm-up of each, the
+# page cache synced before every run, both brokers' CPU per GB produced).
+# Kafka 4.3.1 single node from ../shared/peers/kafka with its defaults (1 GiB heap, G1), but
+# for log.segment.delete.delay.ms=0: the topic a run deletes is removed at once, not a minute
+# later during the other side's run. Runnel fsyncs before it acknowledges; Kafka does not.
+#
+# usage: bench/compare.sh [ROUNDS]          (default 3)
+# env:   SCENARIOS (default "durable-512 tiny-8 latency-1k"), DURATION (s per run, default 15),
+#        WARMUP (default 5), OUT (default /tmp/runnel-bench-single),
+#        RUNNEL_BIN (default target/release/runnel, built first), PEERS_KAFKA
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PEERS="${PEERS_KAFKA:-$ROOT/../shared/peers/kafka}"
+PEERS_HOME="${PEERS_KAFKA_HOME:-/tmp/peers/kafka}"
+ROUNDS="${1:-3}"
+DURATION="${DURATION:-15}"
+WARMUP="${WARMUP:-5}"
+SCENARIOS="${SCENARIOS:-durable-512 tiny-8 latency-1k}"
+OUT="${OUT:-/tmp/runnel-bench-single}"
+KPORT=31400          # Kafka on 31400 (its controller on 31500)
+RPORT=31700
+RUNNEL="${RUNNEL_BIN:-$ROOT/target/release/runnel}"
+
+mkdir -p "$OUT"
+"$PEERS/install.sh" >/dev/null
+[[ -n "${RUNNEL_BIN:-}" ]] || (cd "$ROOT" && cargo build --release -q)
+
+RPID=""
+cleanup() {
+  [[ -n "$RPID" ]] && kill "$RPID" 2>/dev/null && wait "$RPID" 2>/dev/null || true
+  "$PEERS/stop-cluster.sh" "$KPORT" --wipe >/dev/null 2>&1 || true
+  rm -rf "$OUT/runnel-data"
+}
+trap cleanup EXIT
+
+EXTRA_BROKER_PROPS="log.segment.delete.delay.ms=0" "$PEERS/start-cluster.sh" 1 "$KPORT" >/dev/null
+rm -rf "$OUT/runnel-data"
+"$RUNNEL" dev --port "$RPORT" --data-dir "$OUT/runnel-data" >/dev/null 2>"$OUT/runnel.log" &
+RPID=$!
+for _ in $(seq 100); do
+  (echo >"/dev/tcp/127.0.0.1/$RPORT") 2>/dev/null && break
+  sleep 0.1
+done
+KPID="$(cat "$PEERS_HOME/run-$KPORT/node1.pid")"
+
+for s in $SCENARIOS; do
+  echo "==> $s" | tee -a "$OUT/summary.txt"
+  "$RUNNEL" bench compare --a "127.0.0.1:$KPORT" --b "127.0.0.1:$RPORT" --scenario "$s" \
+      --replication-factor 1 --rounds "$ROUNDS" --duration "$DURATION" --warmup "$WARMUP" \
+      --pid-a "$KPID" --pid-b "$RPID" --progress false --json "$OUT/$s.json" 2>&1 | tee -a "$OUT/summary.txt"
+done

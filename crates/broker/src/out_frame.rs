@@ -1,0 +1,267 @@
+//! Response frames that share the records they carry instead of copying them.
+//!
+//! A Fetch response is mostly records read from the log. Encoding it into one buffer
+//! copied each partition's records into that buffer (and, as the buffer grew by doubling,
+//! copied what it held again at every growth) before the socket copied it once more. Here
+//! a response is encoded into [`Pieces`]: the fields go into one buffer sized exactly from
+//! the response's computed size, and a byte field that is one of the response's records
+//! is kept as the `Bytes` the log read filled, a piece of its own. The writer sends the
+//! pieces in order.
+
+use bytes::buf::UninitSlice;
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::buf::ByteBufMut;
+use kafka_protocol::protocol::Encodable;
+
+/// A byte field shorter than this is copied into the frame: a piece of its own would cost
+/// the writer more than the copy.
+const SHARE_MIN: usize = 4096;
+
+/// A response frame, size prefix included, in the order its pieces go out.
+#[derive(Debug, Default)]
+pub struct OutFrame {
+    pieces: Vec<Bytes>,
+}
+
+impl OutFrame {
+    pub fn pieces(&self) -> &[Bytes] {
+        &self.pieces
+    }
+
+    fn len(&self) -> usize {
+        self.pieces.iter().map(Bytes::len).sum()
+    }
+
+    /// The frame in one buffer (a copy unless it has a single piece).
+    pub fn into_bytes(mut self) -> Bytes {
+        if self.pieces.len() == 1 {
+            return self.pieces.pop().unwrap_or_default();
+        }
+        let mut all = BytesMut::with_capacity(self.len());
+        for p in &self.pieces {
+            all.extend_from_slice(p);
+        }
+        all.freeze()
+    }
+}
+
+/// Encodes a response with its header and size prefix. `None` (logged) when the handler
+/// built a response its version cannot carry: a bug, which the client sees as a timeout.
+pub fn encode_response(key: ApiKey, version: i16, correlation_id: i32, resp: &ResponseKind) -> Option<OutFrame> {
+    // ApiVersions responses always carry a v0 header, whatever the request version.
+    let header_version = if key == ApiKey::ApiVersions { 0 } else { key.response_header_version(version) };
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let big = |r: &Option<Bytes>| r.as_ref().filter(|b| b.len() >= SHARE_MIN).cloned();
+    let encoded = match resp {
+        ResponseKind::Fetch(f) => {
+            let shared: Vec<Bytes> =
+                f.responses.iter().flat_map(|t| &t.partitions).filter_map(|p| big(&p.records)).collect();
+            in_pieces(&header, header_version, f, version, &shared)
+        }
+        ResponseKind::ShareFetch(f) => {
+            let shared: Vec<Bytes> =
+                f.responses.iter().flat_map(|t| &t.partitions).filter_map(|p| big(&p.records)).collect();
+            in_pieces(&header, header_version, f, version, &shared)
+        }
+        _ => in_one_buffer(&header, header_version, resp, version),
+    };
+    match encoded {
+        Ok(frame) => Some(frame),
+        Err(e) => {
+            // A bug in a handler (a field set that this version lacks): log it loudly; the
+            // client times out and retries, and the connection goes on.
+            tracing::error!(?key, version, error = %e, "could not encode response");
+            None
+        }
+    }
+}
+
+fn in_one_buffer(
+    header: &ResponseHeader,
+    header_version: i16,
+    resp: &ResponseKind,
+    version: i16,
+) -> anyhow::Result<OutFrame> {
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    header.encode(&mut buf, header_version)?;
+    resp.encode(&mut buf, version)?;
+    let len = i32::try_from(buf.len() - 4)?;
+    buf[0..4].copy_from_slice(&len.to_be_bytes());
+    Ok(OutFrame { pieces: vec![buf.freeze()] })
+}
+
+/// A response whose `shared` byte fields become pieces of their own, the rest in one
+/// buffer allocated at its final size.
+fn in_pieces<M: Encodable>(
+    header: &ResponseHeader,
+    header_version: i16,
+    resp: &M,
+    version: i16,
+    shared: &[Bytes],
+) -> anyhow::Result<OutFrame> {
+    let size = header.compute_size(header_version)? + resp.compute_size(version)?;
+    let own = size.saturating_sub(shared.iter().map(Bytes::len).sum());
+    let mut buf = Pieces::new(shared, 4 + own);
+    buf.put_i32(i32::try_from(size)?);
+    header.encode(&mut buf, header_version)?;
+    resp.encode(&mut buf, version)?;
+    let frame = buf.finish();
+    anyhow::ensure!(frame.len() == 4 + size, "encoded {} bytes, computed {}", frame.len(), 4 + size);
+    Ok(frame)
+}
+
+/// An encoding buffer that keeps the `shared` byte fields as pieces instead of copying them.
+struct Pieces<'a> {
+    shared: &'a [Bytes],
+    done: Vec<Bytes>,
+    done_len: usize,
+    cur: BytesMut,
+}
+
+impl<'a> Pieces<'a> {
+    fn new(shared: &'a [Bytes], own: usize) -> Pieces<'a> {
+        Pieces {
+            shared,
+            done: Vec::with_capacity(2 * shared.len() + 1),
+            done_len: 0,
+            cur: BytesMut::with_capacity(own),
+        }
+    }
+
+    fn finish(mut self) -> OutFrame {
+        if !self.cur.is_empty() || self.done.is_empty() {
+            self.done.push(self.cur.freeze());
+        }
+        OutFrame { pieces: self.done }
+    }
+
+    /// Everything back in one buffer: for the (unused by responses) encoders that go back
+    /// to fill a gap they left, which may lie in an earlier piece.
+    fn join(&mut self) {
+        if self.done.is_empty() {
+            return;
+        }
+        let mut all = BytesMut::with_capacity(self.done_len + self.cur.capacity());
+        for p in self.done.drain(..) {
+            all.extend_from_slice(&p);
+        }
+        all.extend_from_slice(&self.cur);
+        self.cur = all;
+        self.done_len = 0;
+    }
+}
+
+// SAFETY: every method delegates to the current buffer, whose invariants BytesMut keeps.
+unsafe impl BufMut for Pieces<'_> {
+    fn remaining_mut(&self) -> usize {
+        self.cur.remaining_mut()
+    }
+
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        // SAFETY: the caller initialised `cnt` bytes of the chunk `chunk_mut` returned.
+        unsafe { self.cur.advance_mut(cnt) }
+    }
+
+    fn chunk_mut(&mut self) -> &mut UninitSlice {
+        self.cur.chunk_mut()
+    }
+
+    fn put_slice(&mut self, src: &[u8]) {
+        if src.len() >= SHARE_MIN {
+            if let Some(b) = self.shared.iter().find(|b| b.as_ptr() == src.as_ptr() && b.len() == src.len()) {
+                if !self.cur.is_empty() {
+                    let head = self.cur.split().freeze();
+                    self.done_len += head.len();
+                    self.done.push(head);
+                }
+                self.done_len += b.len();
+                self.done.push(b.clone());
+                return;
+            }
+        }
+        self.cur.extend_from_slice(src);
+    }
+}
+
+impl ByteBufMut for Pieces<'_> {
+    fn offset(&self) -> usize {
+        self.done_len + self.cur.len()
+    }
+
+    fn seek(&mut self, offset: usize) {
+        if offset < self.done_len {
+            self.join();
+        }
+        self.cur.resize(offset - self.done_len, 0);
+    }
+
+    fn range(&mut self, r: std::ops::Range<usize>) -> &mut [u8] {
+        if r.start < self.done_len {
+            self.join();
+        }
+        let base = self.done_len;
+        &mut self.cur[r.start - base..r.end - base]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+    use kafka_protocol::messages::FetchResponse;
+
+    fn one_buffer(key: ApiKey, version: i16, resp: &ResponseKind) -> Vec<u8> {
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        let header = ResponseHeader::default().with_correlation_id(7);
+        header.encode(&mut buf, key.response_header_version(version)).expect("header");
+        resp.encode(&mut buf, version).expect("body");
+        let len = (buf.len() - 4) as i32;
+        buf[0..4].copy_from_slice(&len.to_be_bytes());
+        buf.to_vec()
+    }
+
+    #[test]
+    fn records_go_out_as_their_own_pieces_and_the_frame_is_the_same() {
+        let big = Bytes::from(vec![7u8; 10_000]);
+        let small = Bytes::from(vec![3u8; 100]);
+        let parts = [Some(big.clone()), Some(small), None, Some(big.clone())]
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| PartitionData::default().with_partition_index(i as i32).with_records(r))
+            .collect();
+        let resp: ResponseKind = FetchResponse::default()
+            .with_responses(vec![FetchableTopicResponse::default().with_partitions(parts)])
+            .into();
+        for version in [4, 12, 16] {
+            let frame = encode_response(ApiKey::Fetch, version, 7, &resp).expect("encodes");
+            let shared: Vec<&Bytes> = frame.pieces().iter().filter(|p| p.as_ptr() == big.as_ptr()).collect();
+            assert_eq!(shared.len(), 2, "both big records are shared, not copied (v{version})");
+            // Head, records, middle, records, and in flexible versions the tagged fields after.
+            let tail = usize::from(version >= 12);
+            assert_eq!(frame.pieces().len(), 4 + tail, "v{version}");
+            assert_eq!(frame.into_bytes().to_vec(), one_buffer(ApiKey::Fetch, version, &resp));
+        }
+    }
+
+    #[test]
+    fn a_response_without_records_is_one_piece_and_a_gap_before_a_piece_joins_them() {
+        let resp: ResponseKind = FetchResponse::default().with_throttle_time_ms(5).into();
+        let frame = encode_response(ApiKey::Fetch, 12, 7, &resp).expect("encodes");
+        assert_eq!(frame.pieces().len(), 1);
+        assert_eq!(frame.into_bytes().to_vec(), one_buffer(ApiKey::Fetch, 12, &resp));
+
+        let big = Bytes::from(vec![1u8; SHARE_MIN]);
+        let shared = [big.clone()];
+        let mut buf = Pieces::new(&shared, 16);
+        buf.put_u8(9);
+        buf.put_slice(&big);
+        buf.put_u8(8);
+        buf.range(0..1)[0] = 5;
+        let out = buf.finish().into_bytes();
+        assert_eq!(out.len(), SHARE_MIN + 2);
+        assert_eq!((out[0], out[SHARE_MIN + 1]), (5, 8));
+    }
+}
