@@ -102,6 +102,39 @@ pub struct ProducerPlan {
 
 type Answer = (Sent, Result<(kafka_protocol::messages::ProduceResponse, Instant)>);
 
+/// Above this many records a second a producer's schedule is kept by tokio's timer: records
+/// then go out in bursts of several per millisecond anyway.
+const PACER_RATE_MAX: f64 = 20_000.0;
+
+/// Wakes a producer at each record's scheduled time from a thread of its own. Tokio's timer
+/// rounds a sleep up to the next millisecond, and a record's latency counts from its
+/// scheduled time, so at 1,000 records/s that lateness (the load generator's own, up to a
+/// millisecond) was in every produce latency measured, for both systems alike. A thread's
+/// sleep wakes within tens of microseconds.
+fn pacer(start: Instant, rate: f64, deadline: Instant) -> tokio::sync::mpsc::Receiver<()> {
+    use tokio::sync::mpsc::error::TrySendError;
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let spawned = std::thread::Builder::new().name("bench-pacer".into()).spawn(move || {
+        for k in 0u64.. {
+            let due = start + Duration::from_secs_f64(k as f64 / rate);
+            if due > deadline {
+                break;
+            }
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            // Full: a wake-up is already pending, and the producer generates every record
+            // that is due when it runs.
+            if let Err(TrySendError::Closed(())) = tx.try_send(()) {
+                break;
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        // The channel's sender went with the closure: the producer falls back to its timer.
+        eprintln!("runnel bench: no pacer thread ({e}); the schedule keeps millisecond precision");
+    }
+    rx
+}
+
 /// Runs one producer to its record count or deadline; returns what it measured.
 pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
     let w = plan.workload.clone();
@@ -144,6 +177,7 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
     let mut generated = 0u64;
     let linger = Duration::from_millis(w.linger_ms);
     let start = Instant::now();
+    let mut paced = plan.rate.filter(|r| *r > 0.0 && *r <= PACER_RATE_MAX).map(|r| pacer(start, r, plan.deadline));
     loop {
         let now = Instant::now();
         let more = plan.records.is_none_or(|r| generated < r) && now < plan.deadline;
@@ -265,14 +299,28 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
         }
         // 3. Wait for an answer, the next scheduled record or the next linger deadline.
         let soon = (backlog || done_generating).then(Instant::now);
+        // With a pacer, it wakes the producer for the next scheduled record.
+        let timed_due = if paced.is_some() { None } else { next_due };
         let wake =
-            [next_due, next_linger, soon, (!done_generating).then_some(plan.deadline)].into_iter().flatten().min();
+            [timed_due, next_linger, soon, (!done_generating).then_some(plan.deadline)].into_iter().flatten().min();
         let full = buffered >= w.buffer_bytes;
+        let mut pacer_stopped = false;
+        let tick = async {
+            match paced.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
                 buffered -= settle(done?, &mut rec, &plan);
             }
             _ = tokio::time::sleep_until(wake.unwrap_or(now + Duration::from_millis(1)).into()), if !full || in_flight.is_empty() => {}
+            woke = tick, if !full && next_due.is_some() => pacer_stopped = woke.is_none(),
+        }
+        if pacer_stopped {
+            // Past its deadline, or it never started: the timer takes over.
+            paced = None;
         }
     }
     while let Some(done) = in_flight.join_next().await {
