@@ -52,16 +52,13 @@ pub fn encode_response(key: ApiKey, version: i16, correlation_id: i32, resp: &Re
     // ApiVersions responses always carry a v0 header, whatever the request version.
     let header_version = if key == ApiKey::ApiVersions { 0 } else { key.response_header_version(version) };
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
-    let big = |r: &Option<Bytes>| r.as_ref().filter(|b| b.len() >= SHARE_MIN).cloned();
     let encoded = match resp {
         ResponseKind::Fetch(f) => {
-            let shared: Vec<Bytes> =
-                f.responses.iter().flat_map(|t| &t.partitions).filter_map(|p| big(&p.records)).collect();
+            let shared = big(f.responses.iter().flat_map(|t| &t.partitions).map(|p| &p.records));
             in_pieces(&header, header_version, f, version, &shared)
         }
         ResponseKind::ShareFetch(f) => {
-            let shared: Vec<Bytes> =
-                f.responses.iter().flat_map(|t| &t.partitions).filter_map(|p| big(&p.records)).collect();
+            let shared = big(f.responses.iter().flat_map(|t| &t.partitions).map(|p| &p.records));
             in_pieces(&header, header_version, f, version, &shared)
         }
         _ => in_one_buffer(&header, header_version, resp, version),
@@ -75,6 +72,11 @@ pub fn encode_response(key: ApiKey, version: i16, correlation_id: i32, resp: &Re
             None
         }
     }
+}
+
+/// The records worth a piece of their own.
+fn big<'a>(records: impl Iterator<Item = &'a Option<Bytes>>) -> Vec<Bytes> {
+    records.filter_map(|r| r.as_ref().filter(|b| b.len() >= SHARE_MIN).cloned()).collect()
 }
 
 fn in_one_buffer(
@@ -116,18 +118,17 @@ fn in_pieces<M: Encodable>(
 struct Pieces<'a> {
     shared: &'a [Bytes],
     done: Vec<Bytes>,
-    done_len: usize,
     cur: BytesMut,
 }
 
 impl<'a> Pieces<'a> {
     fn new(shared: &'a [Bytes], own: usize) -> Pieces<'a> {
-        Pieces {
-            shared,
-            done: Vec::with_capacity(2 * shared.len() + 1),
-            done_len: 0,
-            cur: BytesMut::with_capacity(own),
-        }
+        Pieces { shared, done: Vec::with_capacity(2 * shared.len() + 1), cur: BytesMut::with_capacity(own) }
+    }
+
+    /// Bytes in the pieces before the current buffer.
+    fn done_len(&self) -> usize {
+        self.done.iter().map(Bytes::len).sum()
     }
 
     fn finish(mut self) -> OutFrame {
@@ -143,13 +144,12 @@ impl<'a> Pieces<'a> {
         if self.done.is_empty() {
             return;
         }
-        let mut all = BytesMut::with_capacity(self.done_len + self.cur.capacity());
+        let mut all = BytesMut::with_capacity(self.done_len() + self.cur.capacity());
         for p in self.done.drain(..) {
             all.extend_from_slice(&p);
         }
         all.extend_from_slice(&self.cur);
         self.cur = all;
-        self.done_len = 0;
     }
 }
 
@@ -173,10 +173,8 @@ unsafe impl BufMut for Pieces<'_> {
             if let Some(b) = self.shared.iter().find(|b| b.as_ptr() == src.as_ptr() && b.len() == src.len()) {
                 if !self.cur.is_empty() {
                     let head = self.cur.split().freeze();
-                    self.done_len += head.len();
                     self.done.push(head);
                 }
-                self.done_len += b.len();
                 self.done.push(b.clone());
                 return;
             }
@@ -187,21 +185,21 @@ unsafe impl BufMut for Pieces<'_> {
 
 impl ByteBufMut for Pieces<'_> {
     fn offset(&self) -> usize {
-        self.done_len + self.cur.len()
+        self.done_len() + self.cur.len()
     }
 
     fn seek(&mut self, offset: usize) {
-        if offset < self.done_len {
+        if offset < self.done_len() {
             self.join();
         }
-        self.cur.resize(offset - self.done_len, 0);
+        self.cur.resize(offset - self.done_len(), 0);
     }
 
     fn range(&mut self, r: std::ops::Range<usize>) -> &mut [u8] {
-        if r.start < self.done_len {
+        if r.start < self.done_len() {
             self.join();
         }
-        let base = self.done_len;
+        let base = self.done_len();
         &mut self.cur[r.start - base..r.end - base]
     }
 }
