@@ -3,8 +3,12 @@
 //! partition leader asks the coordinator before it takes a transaction's first batch
 //! (KIP-890: is the partition in it, or, with transactions version 2, add it), and what
 //! brokers send each other for both over the Raft transport's `T` channel (mutual TLS
-//! when the internal listener has it). Delivery there is best effort: a request not
-//! answered in time counts as failed, and the coordinator retries markers until they land.
+//! when the internal listener has it). Delivery there is best effort (a message sent to a
+//! peer just after it restarted can be lost with the connection it went out on): a
+//! request not answered in time counts as failed, and the coordinator retries markers
+//! until they land. A retried marker may land twice; the second closes nothing (the
+//! transaction it ended is no longer open there), and Raft keeps it before anything the
+//! producer writes after the coordinator has seen every marker land.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
@@ -22,8 +26,12 @@ use crate::errors;
 use crate::offsets_log::{OFFSETS_TOPIC, TXN_TOPIC};
 use crate::txn_peers::{self, TxnMessage};
 
-/// How long a marker may take to commit on its partition.
-const MARKER_COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a marker may take to commit on its partition before the round counts it as
+/// not written (the coordinator writes it again in its next round).
+const MARKER_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a partition's leader elsewhere has to answer for markers: it answers within
+/// [`MARKER_COMMIT_TIMEOUT`], so only a lost request or answer waits this long.
+const MARKER_ASK_TIMEOUT: Duration = Duration::from_secs(7);
 /// How long a peer has to answer a verification.
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -102,7 +110,7 @@ async fn write_markers(b: &Arc<Broker>, mut w: MarkerWrite) -> Vec<(Tp, String)>
             tokio::spawn(async move {
                 let answer = b
                     .txn_peers
-                    .ask(b.replicas.driver(), leader, MARKER_COMMIT_TIMEOUT, |req| TxnMessage::WriteMarkers {
+                    .ask(b.replicas.driver(), leader, MARKER_ASK_TIMEOUT, |req| TxnMessage::WriteMarkers {
                         req,
                         producer_id: w.producer_id,
                         producer_epoch: w.producer_epoch,

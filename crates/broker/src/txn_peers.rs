@@ -92,10 +92,18 @@ impl TxnMessage {
 }
 
 /// Requests to peers waiting for their answers.
-#[derive(Default)]
 pub struct TxnPeers {
+    /// Starts at a random number, so that an answer meant for this broker's previous run
+    /// (asked just before a crash, answered after the restart) matches no request of
+    /// this one.
     next_req: AtomicU64,
     waiting: Mutex<HashMap<u64, oneshot::Sender<TxnMessage>>>,
+}
+
+impl Default for TxnPeers {
+    fn default() -> Self {
+        TxnPeers { next_req: AtomicU64::new(runnel_controller::first_request_id()), waiting: Mutex::default() }
+    }
 }
 
 impl TxnPeers {

@@ -84,6 +84,8 @@ pub struct Controller {
     forwarded: Mutex<HashMap<u64, oneshot::Sender<Outcome>>>,
     /// DescribeQuorum asked of the controller, waiting for its answer.
     pub(crate) quorum_asked: Mutex<HashMap<u64, oneshot::Sender<Option<crate::records::QuorumState>>>>,
+    /// Request ids, from a random start: a reply meant for this broker's previous run
+    /// matches nothing of this one.
     pub(crate) next_req: AtomicU64,
     /// Controller only: when each broker was last heard from (heartbeat or registration).
     pub(crate) heard: Mutex<HashMap<i32, Instant>>,
@@ -142,7 +144,7 @@ impl Controller {
             meta_applied: AtomicU64::new(0),
             forwarded: Mutex::new(HashMap::new()),
             quorum_asked: Mutex::new(HashMap::new()),
-            next_req: AtomicU64::new(0),
+            next_req: AtomicU64::new(crate::records::first_request_id()),
             heard: Mutex::new(HashMap::new()),
         });
         tokio::spawn(apply_loop(c.clone(), meta_ready));

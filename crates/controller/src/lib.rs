@@ -37,6 +37,6 @@ pub use controller::{Controller, ControllerConfig, Outcome, CONTROLLER_CHANNEL, 
 pub use host::{Effect, Host, Limits};
 pub use placement::{place, placement_risk, replace_broker, Assignment};
 pub use records::{
-    broker_of, parse_location, parse_voters, raft_group, raft_id, send_on_channel, BrokerInfo, Drain, Endpoint, Moving,
-    QuorumMember, QuorumState, RaftGroupId, TopicConfigChange, META_GROUP,
+    broker_of, first_request_id, parse_location, parse_voters, raft_group, raft_id, send_on_channel, BrokerInfo, Drain,
+    Endpoint, Moving, QuorumMember, QuorumState, RaftGroupId, TopicConfigChange, META_GROUP,
 };

@@ -41,6 +41,13 @@ pub fn send_on_channel(driver: &runnel_raft::Driver, to: i32, channel: u8, msg: 
     }
 }
 
+/// Where a broker's ids for the requests it sends its peers start: random, so that a reply
+/// to a request of the broker's previous run (asked before a crash, answered after the
+/// restart) does not match a request of this run.
+pub fn first_request_id() -> u64 {
+    uuid::Uuid::new_v4().as_u64_pair().0
+}
+
 /// The broker with Raft id `raft_id`.
 pub fn broker_of(raft_id: u64) -> i32 {
     raft_id as i32 - 1

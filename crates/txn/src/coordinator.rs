@@ -387,7 +387,10 @@ impl TxnCoordinator {
         let Some(end) = meta.state.ending() else { return };
         let mut remaining: Vec<Tp> = meta.partitions.iter().cloned().collect();
         let mut backoff = MARKER_RETRY_MIN;
+        let started = std::time::Instant::now();
+        let mut rounds = 0u32;
         while !remaining.is_empty() {
+            rounds += 1;
             if !self.serves(p, coordinator_epoch) {
                 return;
             }
@@ -405,6 +408,10 @@ impl TxnCoordinator {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MARKER_RETRY_MAX);
             }
+        }
+        if rounds > 1 {
+            let ms = started.elapsed().as_millis() as u64;
+            info!(transactional_id = id, rounds, ms, partitions = meta.partitions.len(), "transaction markers written");
         }
         loop {
             if !self.serves(p, coordinator_epoch) {
