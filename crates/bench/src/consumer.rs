@@ -89,13 +89,13 @@ pub async fn run(plan: ConsumerPlan) -> Result<Recorder> {
                         continue;
                     }
                     let Some(records) = p.records else { continue };
-                    let mut n = 0;
+                    let mut read: Vec<(u64, u64)> = Vec::new();
                     let next = for_each_record(&records, position[&idx], |_, v| {
                         let latency = value_stamp(v).map_or(0, |s| now_us.saturating_sub(s));
-                        rec.record(arrived, latency, v.len() as u64);
-                        n += 1;
+                        read.push((latency, v.len() as u64));
                     })?;
-                    Live::add(&plan.live.consumed, n);
+                    Live::add(&plan.live.consumed, read.len() as u64);
+                    rec.record_all(arrived, read);
                     if let Some(o) = next {
                         position.insert(idx, o);
                     }

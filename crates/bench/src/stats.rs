@@ -38,24 +38,54 @@ impl Recorder {
         Recorder { t0, records: 0, bytes: 0, latency: histogram(3), seconds: Vec::new(), errors: BTreeMap::new() }
     }
 
-    fn second(&mut self, at: Instant) -> &mut Second {
+    /// The index of the second `at` falls in, that second kept from now on.
+    fn second_index(&mut self, at: Instant) -> usize {
         let i = at.saturating_duration_since(self.t0).as_secs() as usize;
         while self.seconds.len() <= i {
             self.seconds.push(Second { records: 0, bytes: 0, latency: histogram(2) });
         }
+        i
+    }
+
+    fn second(&mut self, at: Instant) -> &mut Second {
+        let i = self.second_index(at);
         &mut self.seconds[i]
     }
 
     /// One record done at `at` after `latency_us`.
     pub fn record(&mut self, at: Instant, latency_us: u64, bytes: u64) {
-        let l = latency_us.clamp(1, LATENCY_US_MAX);
-        self.records += 1;
-        self.bytes += bytes;
-        let _ = self.latency.record(l);
-        let s = self.second(at);
-        s.records += 1;
-        s.bytes += bytes;
-        let _ = s.latency.record(l);
+        self.record_all(at, [(latency_us, bytes)]);
+    }
+
+    /// Records done together at `at` (the records of one answer), each (latency µs,
+    /// bytes). Their second is found once, and a run of equal latencies (records stamped
+    /// by the same clock reading) goes into the histograms as one count.
+    pub fn record_all(&mut self, at: Instant, records: impl IntoIterator<Item = (u64, u64)>) {
+        let i = self.second_index(at);
+        let (total, second) = (&mut self.latency, &mut self.seconds[i]);
+        let mut flush = |value: u64, n: u64| {
+            if n > 0 {
+                let _ = total.record_n(value, n);
+                let _ = second.latency.record_n(value, n);
+            }
+        };
+        let (mut run_value, mut run_len) = (0u64, 0u64);
+        let (mut records_n, mut bytes_n) = (0u64, 0u64);
+        for (latency_us, bytes) in records {
+            let l = latency_us.clamp(1, LATENCY_US_MAX);
+            records_n += 1;
+            bytes_n += bytes;
+            if l != run_value {
+                flush(run_value, run_len);
+                (run_value, run_len) = (l, 0);
+            }
+            run_len += 1;
+        }
+        flush(run_value, run_len);
+        self.records += records_n;
+        self.bytes += bytes_n;
+        second.records += records_n;
+        second.bytes += bytes_n;
     }
 
     pub fn error(&mut self, kind: &str, records: u64) {
@@ -123,5 +153,31 @@ impl Live {
 
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Recording an answer's records together counts exactly what recording them one by
+    /// one does: totals, per-second figures and every histogram bucket.
+    #[test]
+    fn records_together_count_as_records_one_by_one() {
+        let t0 = Instant::now();
+        let at = t0 + std::time::Duration::from_millis(2_500);
+        let records: Vec<(u64, u64)> =
+            [5u64, 5, 5, 0, 0, 70_000_000, 900, 901, 901, 5].iter().enumerate().map(|(i, l)| (*l, i as u64)).collect();
+        let (mut one, mut all) = (Recorder::new(t0), Recorder::new(t0));
+        for (l, b) in &records {
+            one.record(at, *l, *b);
+        }
+        all.record_all(at, records.iter().copied());
+        assert_eq!((all.records, all.bytes), (one.records, one.bytes));
+        assert_eq!(all.latency, one.latency);
+        assert_eq!(all.seconds.len(), 3);
+        assert_eq!((all.seconds[2].records, all.seconds[2].bytes), (10, 45));
+        assert_eq!(all.seconds[2].latency, one.seconds[2].latency);
+        assert!(all.latency.equivalent(all.latency.max(), LATENCY_US_MAX), "a latency past the bound is clamped");
     }
 }

@@ -4,9 +4,8 @@
 use std::collections::HashSet;
 
 use anyhow::Result;
-use bytes::Bytes;
-use kafka_protocol::records::RecordBatchDecoder;
 use runnel_wire::marker::txn_end;
+use runnel_wire::records::records_of;
 use runnel_wire::{Batches, TxnEnd};
 
 /// The first eight bytes of a value as a big-endian u64: the producer's stamp (for
@@ -57,10 +56,9 @@ pub fn for_each_committed_record(
             next = Some(h.next_offset());
             continue;
         }
-        let mut raw = Bytes::copy_from_slice(&data[range]);
-        let set = RecordBatchDecoder::decode(&mut raw).map_err(|e| anyhow::anyhow!("{e}"))?;
-        for r in set.records.iter().filter(|r| r.offset >= from) {
-            f(r.offset, r.value.as_deref().unwrap_or_default());
+        let records = records_of(&h, &data[range]).map_err(|e| anyhow::anyhow!("{e}"))?;
+        for r in records.iter().filter(|r| r.offset >= from) {
+            f(r.offset, r.value.unwrap_or_default());
         }
         next = Some(h.next_offset());
     }
