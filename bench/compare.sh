@@ -9,7 +9,8 @@
 # usage: bench/compare.sh [ROUNDS]          (default 3)
 # env:   SCENARIOS (default "durable-512 tiny-8 latency-1k"), DURATION (s per run, default 15),
 #        WARMUP (default 5), OUT (default /tmp/runnel-bench-single),
-#        RUNNEL_BIN (default target/release/runnel, built first), PEERS_KAFKA
+#        RUNNEL_BIN (default target/release/runnel, built first), PEERS_KAFKA,
+#        PIN=1 (brokers and load generator on separate CPUs: bench/pin.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEERS="${PEERS_KAFKA:-$ROOT/../shared/peers/kafka}"
@@ -22,6 +23,8 @@ OUT="${OUT:-/tmp/runnel-bench-single}"
 KPORT=31400          # Kafka on 31400 (its controller on 31500)
 RPORT=31700
 RUNNEL="${RUNNEL_BIN:-$ROOT/target/release/runnel}"
+# shellcheck source=bench/pin.sh
+source "$ROOT/bench/pin.sh"
 
 mkdir -p "$OUT"
 "$PEERS/install.sh" >/dev/null
@@ -44,10 +47,12 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 KPID="$(cat "$PEERS_HOME/run-$KPORT/node1.pid")"
+pin_brokers "$KPID" "$RPID"
+pin_note | tee -a "$OUT/summary.txt"
 
 for s in $SCENARIOS; do
   echo "==> $s" | tee -a "$OUT/summary.txt"
-  "$RUNNEL" bench compare --a "127.0.0.1:$KPORT" --b "127.0.0.1:$RPORT" --scenario "$s" \
+  loadgen "$RUNNEL" bench compare --a "127.0.0.1:$KPORT" --b "127.0.0.1:$RPORT" --scenario "$s" \
       --replication-factor 1 --rounds "$ROUNDS" --duration "$DURATION" --warmup "$WARMUP" \
       --pid-a "$KPID" --pid-b "$RPID" --progress false --json "$OUT/$s.json" 2>&1 | tee -a "$OUT/summary.txt"
 done

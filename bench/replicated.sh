@@ -12,6 +12,7 @@
 #        STOP_MS / RUN_MS (slow-follower pause duty cycle, default 100 / 400)
 #        SCENARIOS (default "durable-512 tiny-8 slow-follower")
 #        PEERS_KAFKA (default ../shared/peers/kafka), OUT (default /tmp/runnel-bench-rf3)
+#        PIN=1 (brokers and load generator on separate CPUs: bench/pin.sh)
 #
 # Scenarios:
 #   durable-512   12 partitions, 512-byte records, acks=all, idempotent
@@ -42,6 +43,8 @@ KBOOT="127.0.0.1:$KPORT"
 RBOOT="127.0.0.1:$RPORT"
 RUNNEL="$ROOT/target/release/runnel"
 PEERS_HOME="${PEERS_KAFKA_HOME:-/tmp/peers/kafka}"
+# shellcheck source=bench/pin.sh
+source "$ROOT/bench/pin.sh"
 
 mkdir -p "$OUT"
 "$PEERS/install.sh" >/dev/null
@@ -77,7 +80,7 @@ compare() {  # name, then bench compare options
   for f in "$PEERS_HOME/run-$KPORT"/node*.pid; do pids+=(--pid-a "$(cat "$f")"); done
   for i in 0 1 2; do pids+=(--pid-b "$(runnel_pid "$i")"); done
   echo "==> $name" | tee -a "$OUT/summary.txt"
-  "$RUNNEL" bench compare --a "$KBOOT" --b "$RBOOT" --rounds "$ROUNDS" --duration "$DURATION" \
+  loadgen "$RUNNEL" bench compare --a "$KBOOT" --b "$RBOOT" --rounds "$ROUNDS" --duration "$DURATION" \
       --warmup "$WARMUP" "${pids[@]}" --progress false --json "$OUT/$name.json" "$@" 2>&1 | tee -a "$OUT/summary.txt"
 }
 
@@ -95,7 +98,8 @@ duty_cycle() {  # pids...: stop STOP_MS of every STOP_MS+RUN_MS, until killed
   done
 }
 
-: > "$OUT/summary.txt"
+pin_brokers "$DEV_PID" $(cat "$PEERS_HOME/run-$KPORT"/node*.pid) "$(runnel_pid 0)" "$(runnel_pid 1)" "$(runnel_pid 2)"
+pin_note > "$OUT/summary.txt"
 for s in $SCENARIOS; do
   case "$s" in
     durable-512|tiny-8)
