@@ -44,6 +44,8 @@ pub async fn run(plan: ConsumerPlan) -> Result<Recorder> {
         conns.insert(*leader, Connection::connect(addr, &client_id, 1).await?);
     }
     let mut position = plan.start.clone();
+    // One partition's records of an answer: (latency µs, bytes), reused.
+    let mut read: Vec<(u64, u64)> = Vec::new();
     loop {
         let end = plan.end.borrow().clone();
         if let Some(end) = &end {
@@ -89,13 +91,13 @@ pub async fn run(plan: ConsumerPlan) -> Result<Recorder> {
                         continue;
                     }
                     let Some(records) = p.records else { continue };
-                    let mut read: Vec<(u64, u64)> = Vec::new();
+                    read.clear();
                     let next = for_each_record(&records, position[&idx], |_, v| {
                         let latency = value_stamp(v).map_or(0, |s| now_us.saturating_sub(s));
                         read.push((latency, v.len() as u64));
                     })?;
                     Live::add(&plan.live.consumed, read.len() as u64);
-                    rec.record_all(arrived, read);
+                    rec.record_all(arrived, read.iter().copied());
                     if let Some(o) = next {
                         position.insert(idx, o);
                     }

@@ -73,6 +73,7 @@ pub fn micros_since(t0: Instant, at: Instant) -> u64 {
 const CLOCK_READ_EVERY: u32 = 16;
 
 /// One reading of the clocks, shared by the next [`CLOCK_READ_EVERY`] records.
+#[derive(Default)]
 struct Clock {
     /// The value stamp: µs since the run's start.
     stamp_us: u64,
@@ -83,8 +84,14 @@ struct Clock {
 }
 
 impl Clock {
-    fn read(t0: Instant) -> Clock {
-        Clock { stamp_us: micros_since(t0, Instant::now()), wall_ms: wall_ms(), uses: 0 }
+    /// (value stamp, record timestamp) for the next record, read afresh every
+    /// [`CLOCK_READ_EVERY`] records.
+    fn next(&mut self, t0: Instant) -> (u64, i64) {
+        if self.uses == 0 {
+            (self.stamp_us, self.wall_ms) = (micros_since(t0, Instant::now()), wall_ms());
+        }
+        self.uses = (self.uses + 1) % CLOCK_READ_EVERY;
+        (self.stamp_us, self.wall_ms)
     }
 }
 
@@ -205,7 +212,7 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
         let more = plan.records.is_none_or(|r| generated < r) && now < plan.deadline;
         // 1. Generate what the schedule allows and the buffer holds.
         let mut next_due: Option<Instant> = None;
-        let mut clock = Clock { stamp_us: 0, wall_ms: 0, uses: 0 };
+        let mut clock = Clock::default();
         while more && buffered < w.buffer_bytes && plan.records.is_none_or(|r| generated < r) {
             let due = plan.rate.map(|r| start + Duration::from_secs_f64(generated as f64 / r));
             if let Some(d) = due {
@@ -225,17 +232,13 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                 None => sticky,
             };
             let started = micros_since(plan.t0, due.unwrap_or(now));
-            if clock.uses == 0 {
-                clock = Clock::read(plan.t0);
-            }
-            clock.uses = (clock.uses + 1) % CLOCK_READ_EVERY;
-            let ts_ms = clock.wall_ms;
+            let (stamp_us, ts_ms) = clock.next(plan.t0);
             let open = parts[p].open.get_or_insert_with(|| Open {
                 builder: BatchBuilder::new(ts_ms),
                 starts: Vec::new(),
                 opened: now,
             });
-            let stamp = clock.stamp_us.to_be_bytes();
+            let stamp = stamp_us.to_be_bytes();
             if size >= 8 {
                 open.builder.push_parts(ts_ms, key.map(Vec::as_slice), Some(&[&stamp, &payload[..size - 8]]));
             } else {
