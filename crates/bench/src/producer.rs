@@ -256,12 +256,13 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
             }
         }
         let done_generating = plan.records.is_some_and(|r| generated >= r) || Instant::now() >= plan.deadline;
-        // 2. Send ready batches: full, lingered long enough, or everything once done.
+        // 2. Send ready batches: full, lingered long enough, or everything once done; one
+        // request per leader at a time, as long as its connection has a free in-flight slot
+        // (as Kafka's sender does: a backlog goes out in up to `max.in.flight` requests at
+        // once, not one per answer).
         let now = Instant::now();
-        let mut ready: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
         let mut next_linger: Option<Instant> = None;
-        let mut backlog = false;
-        for (p, st) in parts.iter_mut().enumerate() {
+        for st in parts.iter_mut() {
             if st.full.is_empty() {
                 if let Some(o) = &st.open {
                     let deadline = o.opened + linger;
@@ -272,64 +273,73 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                     }
                 }
             }
-            if !st.full.is_empty() {
-                ready.entry(plan.layout.leaders[p]).or_default().push(p);
-                backlog |= st.full.len() > 1;
-            }
         }
-        for (leader, ps) in ready {
-            let mut data = Vec::with_capacity(ps.len());
-            let mut sent = Sent { batches: Vec::with_capacity(ps.len()), bytes: 0 };
-            for p in ps {
-                let st = &mut parts[p];
-                let Some(o) = st.full.pop_front() else { continue };
-                let producer = if w.idempotent {
-                    ProducerFields { producer_id, producer_epoch, base_sequence: st.next_sequence }
-                } else {
-                    ProducerFields::NONE
-                };
-                st.next_sequence = st.next_sequence.wrapping_add(o.builder.count());
-                let batch = o.builder.finish(w.codec, producer)?;
-                data.push(PartitionProduceData::default().with_index(p as i32).with_records(Some(Bytes::from(batch))));
-                sent.bytes += o.starts.iter().map(|(_, s)| *s as usize + 16).sum::<usize>();
-                sent.batches.push((p, o.starts));
-            }
-            let req = ProduceRequest::default().with_acks(w.acks).with_timeout_ms(30_000).with_topic_data(vec![
-                TopicProduceData::default().with_name(topic_name(&w.topic)).with_partition_data(data),
-            ]);
-            let conn = conns.get(&leader).context("connection to leader")?;
-            if w.acks == 0 {
-                // No answer comes: the record is done once written.
-                let fut = conn.send_no_reply(&req, PRODUCE_VERSION).await;
-                let at = Instant::now();
-                buffered -= sent.bytes;
-                match fut {
-                    Ok(()) => {
-                        let now_us = micros_since(plan.t0, at);
-                        for (_, starts) in &sent.batches {
-                            done(&mut rec, &plan.live, at, now_us, starts);
-                        }
-                    }
-                    Err(e) => count_error(&mut rec, &plan.live, &sent, &format!("send: {e}")),
+        loop {
+            let mut ready: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+            for (p, st) in parts.iter().enumerate() {
+                if !st.full.is_empty() {
+                    ready.entry(plan.layout.leaders[p]).or_default().push(p);
                 }
-                continue;
             }
-            let fut = conn.send(&req, PRODUCE_VERSION).await?;
-            in_flight.spawn(async move { (sent, fut.await) });
-            // Answers that already came free buffer space now.
-            while let Some(done) = in_flight.try_join_next() {
-                buffered -= settle(done?, &mut rec, &plan);
+            ready.retain(|leader, _| w.acks == 0 || conns.get(leader).is_some_and(|c| c.free_slots() > 0));
+            if ready.is_empty() {
+                break;
+            }
+            for (leader, ps) in ready {
+                let mut data = Vec::with_capacity(ps.len());
+                let mut sent = Sent { batches: Vec::with_capacity(ps.len()), bytes: 0 };
+                for p in ps {
+                    let st = &mut parts[p];
+                    let Some(o) = st.full.pop_front() else { continue };
+                    let producer = if w.idempotent {
+                        ProducerFields { producer_id, producer_epoch, base_sequence: st.next_sequence }
+                    } else {
+                        ProducerFields::NONE
+                    };
+                    st.next_sequence = st.next_sequence.wrapping_add(o.builder.count());
+                    let batch = o.builder.finish(w.codec, producer)?;
+                    data.push(
+                        PartitionProduceData::default().with_index(p as i32).with_records(Some(Bytes::from(batch))),
+                    );
+                    sent.bytes += o.starts.iter().map(|(_, s)| *s as usize + 16).sum::<usize>();
+                    sent.batches.push((p, o.starts));
+                }
+                let req = ProduceRequest::default().with_acks(w.acks).with_timeout_ms(30_000).with_topic_data(vec![
+                    TopicProduceData::default().with_name(topic_name(&w.topic)).with_partition_data(data),
+                ]);
+                let conn = conns.get(&leader).context("connection to leader")?;
+                if w.acks == 0 {
+                    // No answer comes: the record is done once written.
+                    let fut = conn.send_no_reply(&req, PRODUCE_VERSION).await;
+                    let at = Instant::now();
+                    buffered -= sent.bytes;
+                    match fut {
+                        Ok(()) => {
+                            let now_us = micros_since(plan.t0, at);
+                            for (_, starts) in &sent.batches {
+                                done(&mut rec, &plan.live, at, now_us, starts);
+                            }
+                        }
+                        Err(e) => count_error(&mut rec, &plan.live, &sent, &format!("send: {e}")),
+                    }
+                    continue;
+                }
+                let fut = conn.send(&req, PRODUCE_VERSION).await?;
+                in_flight.spawn(async move { (sent, fut.await) });
+                // Answers that already came free buffer space now.
+                while let Some(done) = in_flight.try_join_next() {
+                    buffered -= settle(done?, &mut rec, &plan);
+                }
             }
         }
         if done_generating && parts.iter().all(|p| p.open.is_none() && p.full.is_empty()) {
             break;
         }
-        // 3. Wait for an answer, the next scheduled record or the next linger deadline.
-        let soon = (backlog || done_generating).then(Instant::now);
+        // 3. Wait for an answer (what is still ready waits for an in-flight slot), the next
+        // scheduled record or the next linger deadline.
         // With a pacer, it wakes the producer for the next scheduled record.
         let timed_due = if paced.is_some() { None } else { next_due };
-        let wake =
-            [timed_due, next_linger, soon, (!done_generating).then_some(plan.deadline)].into_iter().flatten().min();
+        let wake = [timed_due, next_linger, (!done_generating).then_some(plan.deadline)].into_iter().flatten().min();
         let full = buffered >= w.buffer_bytes;
         let mut pacer_stopped = false;
         let tick = async {

@@ -198,6 +198,11 @@ impl Connection {
         Ok((buf.freeze(), id, key))
     }
 
+    /// In-flight slots free now: a [`Connection::send`] of this many requests waits for none.
+    pub fn free_slots(&self) -> usize {
+        self.in_flight.available_permits()
+    }
+
     /// Sends a request once an in-flight slot is free; the returned future resolves to the
     /// decoded response and the time it arrived. Requests go out in the order `send` is
     /// awaited; the slot frees when the answer arrives, whether or not the future is polled.

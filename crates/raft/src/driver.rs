@@ -4,7 +4,9 @@
 //! ([`Liveness`]), steps messages from peers into their groups, and handles their readies
 //! in rounds: collect every group with work (writing entries, no fsync), sync all the
 //! files written with one `syncfs` (or one fdatasync each), then finish every group and
-//! send its messages. A round costs one fsync however many groups it covers.
+//! send its messages. A round costs one fsync however many groups it covers, and the next
+//! round is written and its sync started while one syncs (pipelined persistence:
+//! `rounds.rs`).
 //!
 //! What the driver needs from outside Raft comes through seams a simulation can replace:
 //! peers through a [`Transport`], the disk sync through a [`Disk`], and what to do when it
@@ -16,9 +18,7 @@
 use runnel_sync::{LockExt, RwLockExt};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
-use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -29,7 +29,8 @@ use tracing::{error, warn};
 
 use crate::liveness::{ping_incarnation, Liveness, LIVENESS_GROUP};
 use crate::queue;
-use crate::replica::{Collected, Replica};
+use crate::replica::Replica;
+use crate::rounds::{Round, Rounds, Taken};
 use crate::transport::{PeerLinks, TcpTransport, Transport};
 
 /// Interval between Raft ticks; election and heartbeat timeouts count these.
@@ -59,7 +60,7 @@ pub trait Hooks: Send + Sync {
 /// Pseudo group id carrying forwarded requests instead of Raft messages.
 pub const FORWARD_GROUP: u64 = u64::MAX;
 
-pub type SharedReplica = Arc<Mutex<Replica>>;
+pub use crate::rounds::{SharedReplica, SyncFuture};
 
 /// How a round's written entries reach the disk before they count as persisted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,16 +78,14 @@ pub fn lock(r: &SharedReplica) -> MutexGuard<'_, Replica> {
     r.lock_or_stop()
 }
 
-/// A disk sync in progress (see [`Disk::sync`]).
-pub type SyncFuture = Pin<Box<dyn Future<Output = io::Result<()>> + Send>>;
-
 /// Makes the files a round wrote durable.
 ///
 /// Contract: the future resolves to `Ok` only once everything written to `files` before
 /// the call is on stable storage (with `syncfs`, one `syncfs` may cover them all, as in
 /// [`runnel_storage::sync_files`]); an error means what reached the disk is unknown, and
 /// the driver stops ([`Fatal::Sync`]). The driver awaits it with no replica locked, so
-/// proposals and reads go on meanwhile.
+/// proposals and reads go on meanwhile, and may call `sync` again before an earlier
+/// future resolved (a round in flight: `rounds.rs`); it takes the results in call order.
 pub trait Disk: Send + Sync {
     fn sync(&self, files: Vec<Arc<File>>, syncfs: bool) -> SyncFuture;
 }
@@ -97,14 +96,16 @@ pub struct BlockingPoolDisk;
 
 impl Disk for BlockingPoolDisk {
     fn sync(&self, files: Vec<Arc<File>>, syncfs: bool) -> SyncFuture {
+        // Started now, not when first polled: the driver starts a round's sync and goes on
+        // writing the next round while it runs.
+        let syncing = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let synced = runnel_storage::sync_files(&files, syncfs);
+            runnel_metrics::get().flush_time.observe(started.elapsed().as_secs_f64());
+            synced
+        });
         Box::pin(async move {
-            let sync = move || {
-                let started = std::time::Instant::now();
-                let synced = runnel_storage::sync_files(&files, syncfs);
-                runnel_metrics::get().flush_time.observe(started.elapsed().as_secs_f64());
-                synced
-            };
-            match tokio::task::spawn_blocking(sync).await {
+            match syncing.await {
                 Ok(synced) => synced,
                 // The runtime is shutting down and dropped the sync before it ran: nothing
                 // was synced, so nothing is acknowledged, and the driver's task is dropped
@@ -298,13 +299,22 @@ impl Driver {
         let mut awake = BTreeSet::new();
         // A new incarnation at each start: the time, as the driver's clock gives it.
         let mut liveness = Liveness::new(self.id, (self.now_ms)() as u64);
+        // Persistence rounds syncing; owned by this task.
+        let mut rounds = Rounds::default();
         loop {
             tokio::select! {
                 // In order rather than at random: ticks first, so a flood of messages
-                // cannot hold them up, and a simulation's run depends on its seed alone.
+                // cannot hold them up, then a finished sync, so that neither can hold up
+                // the acknowledgements; and a simulation's run depends on its seed alone.
                 biased;
                 _ = ticker.tick() => {
                     self.tick(&mut awake, &mut liveness);
+                }
+                synced = rounds.oldest_synced(), if !rounds.is_empty() => {
+                    if let Err(fatal) = self.finish_round(&mut rounds, synced).await {
+                        (self.host.on_fatal)(fatal);
+                        return;
+                    }
                 }
                 n = inbound.recv_many(&mut batch, INBOUND_BATCH_MAX) => {
                     if n == 0 {
@@ -339,7 +349,7 @@ impl Driver {
                 }
                 _ = self.wake.notified() => {}
             }
-            if let Err(fatal) = self.handle_readies(&mut awake).await {
+            if let Err(fatal) = self.start_rounds(&mut awake, &mut rounds).await {
                 (self.host.on_fatal)(fatal);
                 return;
             }
@@ -393,96 +403,122 @@ impl Driver {
         }
     }
 
-    async fn handle_readies(&self, awake: &mut BTreeSet<u64>) -> Result<(), Fatal> {
-        loop {
-            let dirty: Vec<u64> = std::mem::take(&mut *self.dirty.lock_or_stop()).into_iter().collect();
-            if dirty.is_empty() {
-                return Ok(());
+    /// Starts rounds while there is room and work: collects every dirty group that may be
+    /// collected now (writing its entries), and starts one sync for all the files written.
+    /// A round that needs no sync and has none before it finishes at once.
+    async fn start_rounds(&self, awake: &mut BTreeSet<u64>, rounds: &mut Rounds) -> Result<(), Fatal> {
+        while rounds.has_room() {
+            let Some(round) = self.collect_round(awake, rounds)? else { return Ok(()) };
+            rounds.push(round);
+            if rounds.len() == 1 && rounds.oldest_needs_no_sync() {
+                self.finish_round(rounds, Ok(())).await?;
             }
-            // Whatever had work may have been woken (a proposal, a message); the next tick
-            // drops those that are still quiet.
-            awake.extend(dirty.iter().copied());
-            let now = (self.now_ms)();
-            let mut collected = Vec::new();
-            let mut files = Vec::new();
-            let mut seen = HashSet::new();
-            // Staged terms and votes: synced even without log syncs (Raft needs them).
-            let mut states = Vec::new();
-            let mut dirty = dirty.into_iter();
-            while let Some(g) = dirty.next() {
-                if states.len() >= STAGED_STATES_MAX {
-                    // The rest go in the next round: each staged state holds a file open.
-                    self.dirty.lock_or_stop().extend(std::iter::once(g).chain(dirty));
-                    break;
-                }
-                let Some(r) = self.group(g) else { continue };
-                let mut out = Vec::new();
-                let mut rep = lock(&r);
-                match rep.collect(now, &mut out) {
-                    Ok(Some(c)) => {
-                        if c.must_sync() {
-                            let f = rep.log().sync_handle();
-                            if seen.insert(Arc::as_ptr(&f) as usize) {
-                                files.push(f);
-                            }
-                        }
-                        if let Some(f) = c.staged_state() {
-                            states.push(f.clone());
-                        }
-                        drop(rep);
-                        collected.push((g, r, c));
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        error!(group = g, error = %e, "raft entries could not be written; stopping");
-                        return Err(Fatal::Write(e));
-                    }
-                }
-                self.send(g, out);
-            }
-            if collected.is_empty() {
-                return Ok(());
-            }
-            if self.sync == SyncPolicy::Never {
-                files.clear();
-            }
-            let staged = !states.is_empty();
-            files.extend(states);
-            if !files.is_empty() {
-                // Log files and staged states alike: one syncfs, or an fdatasync each.
-                let syncfs = self.sync == SyncPolicy::Filesystem;
-                if let Err(e) = self.host.disk.sync(files, syncfs).await {
-                    // After a failed fsync the page cache may have dropped the dirty pages:
-                    // what is on disk is unknown, so this replica must not vote or ack
-                    // again. Stop; a restart recovers the log and catches up from peers.
-                    error!(error = %e, "fsync of raft entries failed; stopping");
-                    return Err(Fatal::Sync(e));
-                }
-            }
-            if staged {
-                self.commit_staged_states(&collected).await?;
-            }
-            let mut again = Vec::with_capacity(collected.len());
-            for (g, r, c) in collected {
-                let mut out = Vec::new();
-                let mut rep = lock(&r);
-                let moved = match rep.persisted(c, &mut out) {
-                    Ok(moved) => moved,
-                    Err(e) => {
-                        error!(group = g, error = %e, "raft state could not be written; stopping");
-                        return Err(Fatal::Write(e));
-                    }
-                };
-                self.hooks.after_ready(g, &mut rep, moved);
-                // Persisting may have unlocked more (a leader's commit, follow-up appends).
-                if rep.has_ready() {
-                    again.push(g);
-                }
-                drop(rep);
-                self.send(g, out);
-            }
-            self.dirty.lock_or_stop().extend(again);
         }
+        Ok(())
+    }
+
+    /// Collects the dirty groups into a round, None when none had work. A group held by a
+    /// round in flight that may not be collected yet ([`Rounds::may_collect`]) stays dirty.
+    fn collect_round(&self, awake: &mut BTreeSet<u64>, rounds: &Rounds) -> Result<Option<Round>, Fatal> {
+        let dirty: Vec<u64> = std::mem::take(&mut *self.dirty.lock_or_stop()).into_iter().collect();
+        if dirty.is_empty() {
+            return Ok(None);
+        }
+        // Whatever had work may have been woken (a proposal, a message); the next tick
+        // drops those that are still quiet.
+        awake.extend(dirty.iter().copied());
+        let now = (self.now_ms)();
+        let mut taken = Vec::new();
+        let mut later = Vec::new();
+        let mut files = Vec::new();
+        let mut seen = HashSet::new();
+        // Staged terms and votes: synced even without log syncs (Raft needs them).
+        let mut states = Vec::new();
+        let mut dirty = dirty.into_iter();
+        while let Some(g) = dirty.next() {
+            if states.len() >= STAGED_STATES_MAX {
+                // The rest go in the next round: each staged state holds a file open.
+                later.extend(std::iter::once(g).chain(dirty));
+                break;
+            }
+            let Some(r) = self.group(g) else { continue };
+            let mut out = Vec::new();
+            let mut rep = lock(&r);
+            if !rounds.may_collect(g, &rep) {
+                later.push(g);
+                continue;
+            }
+            match rep.collect(now, &mut out) {
+                Ok(Some(c)) => {
+                    if c.must_sync() {
+                        let f = rep.log().sync_handle();
+                        if seen.insert(Arc::as_ptr(&f) as usize) {
+                            files.push(f);
+                        }
+                    }
+                    if let Some(f) = c.staged_state() {
+                        states.push(f.clone());
+                    }
+                    drop(rep);
+                    taken.push(Taken { group: g, replica: r, collected: c });
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    error!(group = g, error = %e, "raft entries could not be written; stopping");
+                    return Err(Fatal::Write(e));
+                }
+            }
+            self.send(g, out);
+        }
+        self.dirty.lock_or_stop().extend(later);
+        if taken.is_empty() {
+            return Ok(None);
+        }
+        if self.sync == SyncPolicy::Never {
+            files.clear();
+        }
+        let staged = !states.is_empty();
+        files.extend(states);
+        // Log files and staged states alike: one syncfs, or an fdatasync each.
+        let sync = (!files.is_empty()).then(|| self.host.disk.sync(files, self.sync == SyncPolicy::Filesystem));
+        Ok(Some(Round { taken, staged, sync }))
+    }
+
+    /// Finishes the oldest round once its sync resolved with `synced`: puts staged states in
+    /// place, then tells every group its ready is persisted and sends what that released.
+    async fn finish_round(&self, rounds: &mut Rounds, synced: io::Result<()>) -> Result<(), Fatal> {
+        let Some(round) = rounds.pop() else { return Ok(()) };
+        if let Err(e) = synced {
+            // After a failed fsync the page cache may have dropped the dirty pages: what is
+            // on disk is unknown, so this replica must not vote or ack again. Stop; a
+            // restart recovers the log and catches up from peers.
+            error!(error = %e, "fsync of raft entries failed; stopping");
+            return Err(Fatal::Sync(e));
+        }
+        if round.staged {
+            self.commit_staged_states(&round.taken).await?;
+        }
+        let mut again = Vec::with_capacity(round.taken.len());
+        for Taken { group: g, replica: r, collected: c } in round.taken {
+            let mut out = Vec::new();
+            let mut rep = lock(&r);
+            let moved = match rep.persisted(c, &mut out) {
+                Ok(moved) => moved,
+                Err(e) => {
+                    error!(group = g, error = %e, "raft state could not be written; stopping");
+                    return Err(Fatal::Write(e));
+                }
+            };
+            self.hooks.after_ready(g, &mut rep, moved);
+            // Persisting may have unlocked more (a leader's commit, follow-up appends).
+            if rep.has_ready() {
+                again.push(g);
+            }
+            drop(rep);
+            self.send(g, out);
+        }
+        self.dirty.lock_or_stop().extend(again);
+        Ok(())
     }
 }
 
@@ -490,9 +526,9 @@ impl Driver {
     /// Puts every state the round staged (and synced) in place, then syncs their
     /// directories, so that the new terms and votes are durable before anything that
     /// depends on them leaves ([`Replica::persisted`]).
-    async fn commit_staged_states(&self, collected: &[(u64, SharedReplica, Collected)]) -> Result<(), Fatal> {
+    async fn commit_staged_states(&self, taken: &[Taken]) -> Result<(), Fatal> {
         let mut dirs = Vec::new();
-        for (g, r, c) in collected {
+        for Taken { group: g, replica: r, collected: c } in taken {
             if c.staged_state().is_none() {
                 continue;
             }

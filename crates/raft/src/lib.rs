@@ -15,6 +15,7 @@ pub mod liveness;
 mod offsets;
 pub mod queue;
 pub mod replica;
+mod rounds;
 mod snapshot_data;
 pub mod store;
 pub mod transport;

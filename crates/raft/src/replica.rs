@@ -744,7 +744,8 @@ impl Replica {
 
     /// Moves the high watermark and answers waiters whose entries are now durable.
     fn release_waiters(&mut self) -> bool {
-        let synced = self.node.store().synced_index();
+        // And Raft's persisted index: a round syncing may cover entries Raft replaced (rounds.rs).
+        let synced = self.node.store().synced_index().min(self.node.raft.raft_log.persisted);
         let durable = self.node.raft.raft_log.committed.min(synced);
         // Entries past the durable point are never settled, so this reads no disk.
         let hw =

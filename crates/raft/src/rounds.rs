@@ -1,0 +1,121 @@
+//! The driver's persistence rounds in flight (pipelined persistence, Raft thesis §10.2.1).
+//!
+//! A round is the readies of many groups collected at once (their entries written, not yet
+//! synced) and the one sync that makes them durable. Up to [`ROUNDS_IN_FLIGHT`] rounds sync
+//! at once: entries that arrive while a round syncs are written and their sync started at
+//! once, instead of waiting for that round to end and then for a sync of their own. Rounds
+//! finish in the order they started (a group's readies must be persisted in order, and a
+//! later sync says nothing of an earlier one's files).
+//!
+//! A group may have readies in several rounds only while it leads: a leader only appends to
+//! its log. A follower's next ready may truncate entries an earlier round is still syncing,
+//! install a snapshot, or stage a new term or vote, so a follower (or any group whose ready
+//! in flight staged a state) waits for its rounds to finish before it is collected again.
+//! A leader deposed while its round syncs may meanwhile learn of the new leader's
+//! conflicting entries: Raft replaces them in memory, the store only at the next collect.
+//! The round's end must not make the old entries count, so the high watermark stops at
+//! Raft's own persisted index, which Raft lowers below a conflict (`release_waiters`; the
+//! driver simulation found this).
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use crate::replica::{Collected, Replica};
+
+/// A group's replica, shared by the driver and the broker.
+pub type SharedReplica = Arc<Mutex<Replica>>;
+
+/// A disk sync in progress (see `driver::Disk::sync`).
+pub type SyncFuture = Pin<Box<dyn Future<Output = io::Result<()>> + Send>>;
+
+/// Rounds syncing at once at most. Two keep the disk busy while the next round is written;
+/// more only split the same writes into more syncs.
+pub const ROUNDS_IN_FLIGHT: usize = 2;
+
+/// One group's ready in a round.
+pub struct Taken {
+    pub group: u64,
+    pub replica: SharedReplica,
+    pub collected: Collected,
+}
+
+/// The readies a round collected and the sync they wait for (none when nothing was written).
+pub struct Round {
+    pub taken: Vec<Taken>,
+    /// Some of the readies staged a new term, vote or configuration.
+    pub staged: bool,
+    pub sync: Option<SyncFuture>,
+}
+
+/// The rounds in flight, oldest first, and which groups they hold.
+#[derive(Default)]
+pub struct Rounds {
+    queue: VecDeque<Round>,
+    /// Per group with readies in flight: how many rounds hold one, and whether one of those
+    /// staged a state.
+    held: HashMap<u64, (usize, bool)>,
+}
+
+impl Rounds {
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    pub fn has_room(&self) -> bool {
+        self.queue.len() < ROUNDS_IN_FLIGHT
+    }
+
+    /// The oldest round wrote nothing that needs a sync.
+    pub fn oldest_needs_no_sync(&self) -> bool {
+        self.queue.front().is_some_and(|r| r.sync.is_none())
+    }
+
+    /// Whether the group's next ready may be collected now, with earlier rounds in flight.
+    pub fn may_collect(&self, group: u64, replica: &Replica) -> bool {
+        match self.held.get(&group) {
+            None => true,
+            Some(&(_, staged)) => !staged && replica.is_leader(),
+        }
+    }
+
+    pub fn push(&mut self, round: Round) {
+        for t in &round.taken {
+            let e = self.held.entry(t.group).or_insert((0, false));
+            e.0 += 1;
+            e.1 |= t.collected.staged_state().is_some();
+        }
+        self.queue.push_back(round);
+    }
+
+    /// Resolves once the oldest round's sync has (at once when it needed none, or when no
+    /// round is in flight: the caller asks only with rounds in flight). Cancel-safe: the
+    /// sync stays with its round until [`Rounds::pop`].
+    pub async fn oldest_synced(&mut self) -> io::Result<()> {
+        match self.queue.front_mut().and_then(|r| r.sync.as_mut()) {
+            Some(sync) => sync.await,
+            None => Ok(()),
+        }
+    }
+
+    /// Takes the oldest round, once [`Rounds::oldest_synced`] resolved; its groups are no
+    /// longer held by it.
+    pub fn pop(&mut self) -> Option<Round> {
+        let round = self.queue.pop_front()?;
+        for t in &round.taken {
+            if let Some(e) = self.held.get_mut(&t.group) {
+                e.0 -= 1;
+                if e.0 == 0 {
+                    self.held.remove(&t.group);
+                }
+            }
+        }
+        Some(round)
+    }
+}
