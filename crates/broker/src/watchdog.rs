@@ -2,7 +2,8 @@
 //!
 //! Two loops must keep going round while the broker runs: the async runtime (a task marks
 //! a beat every tenth of `watchdog.timeout.ms`) and the Raft driver (it marks a beat at
-//! every turn, at least once per tick). A thread of its own, outside the runtime, reads the
+//! every turn with no sync in flight, at least once per tick, and whenever a round's sync
+//! returns, so a sync that never returns stops it). A thread of its own, outside the runtime, reads the
 //! beats; when one is older than `watchdog.timeout.ms` it logs what is stuck (each beat's
 //! age, the oldest requests in flight with their client and API, and the state of every
 //! thread of the process as Linux reports it) and stops the broker with exit code 70. A

@@ -166,7 +166,9 @@ pub struct Driver {
     now_ms: fn() -> i64,
     host: Host,
     task: Mutex<Option<Task>>,
-    /// Marked at every turn of the driver's loop (at least every tick while it runs).
+    /// Marked at every turn of the driver's loop (at least every tick while it runs) with
+    /// no round in flight, and whenever a round finishes: a sync that never returns stops it
+    /// though the loop goes on turning.
     beat: runnel_sync::Beat,
 }
 
@@ -242,7 +244,7 @@ impl Driver {
         self.groups.write_or_stop().clear();
     }
 
-    /// When the driver's loop last went round; the broker's watchdog reads it.
+    /// When the driver last made progress (see the field); the broker's watchdog reads it.
     pub fn beat(&self) -> &runnel_sync::Beat {
         &self.beat
     }
@@ -353,7 +355,9 @@ impl Driver {
                 (self.host.on_fatal)(fatal);
                 return;
             }
-            self.beat.mark();
+            if rounds.is_empty() {
+                self.beat.mark();
+            }
         }
     }
 
@@ -518,6 +522,7 @@ impl Driver {
             self.send(g, out);
         }
         self.dirty.lock_or_stop().extend(again);
+        self.beat.mark();
         Ok(())
     }
 }
