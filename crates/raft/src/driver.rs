@@ -481,11 +481,10 @@ impl Driver {
         if self.sync == SyncPolicy::Never {
             files.clear();
         }
-        let staged = !states.is_empty();
         files.extend(states);
         // Log files and staged states alike: one syncfs, or an fdatasync each.
         let sync = (!files.is_empty()).then(|| self.host.disk.sync(files, self.sync == SyncPolicy::Filesystem));
-        Ok(Some(Round { taken, staged, sync }))
+        Ok(Some(Round { taken, sync }))
     }
 
     /// Finishes the oldest round once its sync resolved with `synced`: puts staged states in
@@ -499,9 +498,7 @@ impl Driver {
             error!(error = %e, "fsync of raft entries failed; stopping");
             return Err(Fatal::Sync(e));
         }
-        if round.staged {
-            self.commit_staged_states(&round.taken).await?;
-        }
+        self.commit_staged_states(&round.taken).await?;
         let mut again = Vec::with_capacity(round.taken.len());
         for Taken { group: g, replica: r, collected: c } in round.taken {
             let mut out = Vec::new();

@@ -45,8 +45,6 @@ pub struct Taken {
 /// The readies a round collected and the sync they wait for (none when nothing was written).
 pub struct Round {
     pub taken: Vec<Taken>,
-    /// Some of the readies staged a new term, vote or configuration.
-    pub staged: bool,
     pub sync: Option<SyncFuture>,
 }
 
