@@ -39,6 +39,7 @@ next to the broker logs in the test's tmp_path and named in the failure.
 """
 
 import collections
+import faulthandler
 import json
 import os
 import pathlib
@@ -124,6 +125,8 @@ class Load:
         self.finished = {}  # worker -> when it returned
         self.subject = {}  # worker -> the topic or group it works on now, named in its failures
         self.unacked = {}  # producing worker -> [records without an answer, the first one, when]
+        self.threads = []
+        self.noted_unfinished = False
         with kw.Conn(addresses[0]) as c:
             nodes = c.metadata_v1([])["brokers"]
         self.node_ids = sorted(n["node_id"] for n in nodes)
@@ -200,15 +203,22 @@ class Load:
     def run(self, workers):
         """Runs every (name, fn) as fn(load, name) in its own thread; joins them (bounded) and
         records each thread still inside a call."""
-        threads = [threading.Thread(target=self._worker, args=(fn, name), name=name, daemon=True)
-                   for name, fn in workers]
-        for t in threads:
+        self.threads = [threading.Thread(target=self._worker, args=(fn, name), name=name, daemon=True)
+                        for name, fn in workers]
+        for t in self.threads:
             t.start()
         end = self.deadline + ANSWER_S + 15
-        for t in threads:
+        for t in self.threads:
             t.join(timeout=max(0.0, end - time.monotonic()))
+        self.note_unfinished()
+
+    def note_unfinished(self):
+        """Records, once, each worker thread still running when the run is over."""
         with self.lock:
-            for t in threads:
+            if self.noted_unfinished:
+                return
+            self.noted_unfinished = True
+            for t in self.threads:
                 if t.is_alive():
                     api, started = self.in_call.get(t.name, ("(between calls)", time.monotonic()))
                     self.unanswered.append(f"{t.name}: still inside {api} (sent at {self.at(started)}) "
@@ -526,12 +536,37 @@ WORKERS = [(topic_churn, 3), (inspector, 2), (group_offsets, 1), (producer_ids, 
 def load_main(cfg):
     """The child process: runs WORKERS against cfg["addresses"], writes the report to cfg["out"]
     and exits at once, whatever clients are still open."""
+    # Last resort, should a thread hold the interpreter inside a client's C code: every
+    # thread's Python stack goes to load.log and the process exits (faulthandler needs no GIL).
+    faulthandler.dump_traceback_later(LOAD_S - 4, exit=True)
     load = Load(cfg["addresses"])
+    written = threading.Lock()
+
+    def write_report(main_blocked=None):
+        with written:
+            report = load.report()
+            report["main_blocked"] = main_blocked
+            pathlib.Path(cfg["out"]).write_text(json.dumps(report))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+    main = threading.get_ident()
+
+    def watchdog():
+        # The workers' calls are bounded, and Load.run waits for them a bounded time; what is
+        # not bounded is a client's destructor (librdkafka's rd_kafka_destroy, which a
+        # consumer that was never closed runs as a close) wherever Python's garbage
+        # collector happens to run it, the main thread included. The report is written
+        # anyway, with the main thread's stack.
+        time.sleep(max(0.0, load.deadline + ANSWER_S + 15 + 5 - time.monotonic()))
+        frame = sys._current_frames().get(main)
+        load.note_unfinished()
+        write_report("".join(traceback.format_stack(frame)) if frame else "(no stack)")
+
+    threading.Thread(target=watchdog, name="watchdog", daemon=True).start()
     load.run([(f"{fn.__name__}-{k}", fn) for fn, n in WORKERS for k in range(n)])
-    pathlib.Path(cfg["out"]).write_text(json.dumps(load.report()))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    write_report()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -754,6 +789,8 @@ def stress(brokers, tmp_path):
         failures += [f"acknowledged data: {p}" for p in lost_or_doubled(brokers, report["acked"])]
     failures += [f"shutdown: {p}" for p in stop_all(brokers)]
 
+    if report.get("main_blocked"):
+        print(f"the load process's main thread was still busy after the run, in:\n{report['main_blocked']}")
     answers = report["answers"]
     summary = (f"{len(brokers)} broker(s), settled in {settled_s:.1f}s: {sum(answers.values())} answers, "
                f"{sum(len(a) for a in report['acked'].values())} acknowledged records, {report['pids']} producer ids\n"
