@@ -13,10 +13,14 @@ usage: .cache/venv/bin/python bench/cold_start.py [COUNT]      (default 10000)
 env:   RUNNEL_BIN (default target/release/runnel), SYSTEMS (default "runnel kafka"),
        PORT / KAFKA_PORT (default 31000 / 31200: below
        the ephemeral range, so that polling a port nobody listens on cannot connect to itself),
-       OUT (default /tmp/runnel-cold-start), PEERS_KAFKA (default ../shared/peers/kafka)
+       OUT (default /tmp/runnel-cold-start), PEERS_KAFKA (default ../shared/peers/kafka),
+       SYNCS=1: Runnel runs under `perf stat`, and each start's row is followed by the
+       fdatasync, fsync and syncfs calls the broker made from its launch to its stop (the
+       next row's stop included)
 """
 
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -34,6 +38,8 @@ KAFKA_PORT = int(os.environ.get("KAFKA_PORT", "31200"))
 PEERS = os.environ.get("PEERS_KAFKA", os.path.join(ROOT, "..", "shared", "peers", "kafka"))
 PEERS_HOME = os.environ.get("PEERS_KAFKA_HOME", "/tmp/peers/kafka")
 OUT = os.environ.get("OUT", "/tmp/runnel-cold-start")
+SYNCS = os.environ.get("SYNCS") == "1"
+SYNC_EVENTS = ["syscalls:sys_enter_fdatasync", "syscalls:sys_enter_fsync", "syscalls:sys_enter_syncfs"]
 PER_TOPIC = 100
 PREFIX = "cold"
 
@@ -77,19 +83,39 @@ class Runnel:
     def launch(self, fresh=False):
         if fresh:
             shutil.rmtree(OUT, ignore_errors=True)
-        self.proc = subprocess.Popen([RUNNEL, "dev", "--port", str(PORT), "--data-dir", OUT],
-                                     stdout=subprocess.DEVNULL, stderr=open(OUT + ".log", "a"))
-        return time.monotonic()
+        argv = [RUNNEL, "dev", "--port", str(PORT), "--data-dir", OUT]
+        if SYNCS:
+            # perf stat forwards no signals: the broker (its child) gets them directly.
+            argv = ["perf", "stat", "-x,", "-o", OUT + ".syncs", "-e", ",".join(SYNC_EVENTS), "--"] + argv
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(OUT + ".log", "a"))
+        launched = time.monotonic()
+        self.pid = self.proc.pid
+        while SYNCS and time.monotonic() < launched + 10:
+            children = pathlib.Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+            if children:
+                self.pid = int(children[0])
+                break
+            time.sleep(0.01)
+        return launched
 
     def stop(self):
         started = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
+        os.kill(self.pid, signal.SIGTERM)
         self.proc.wait(timeout=300)
         return time.monotonic() - started
 
     def kill9(self):
-        self.proc.kill()
+        os.kill(self.pid, signal.SIGKILL)
         self.proc.wait()
+
+    def syncs(self):
+        """The sync calls perf counted for the broker that just exited."""
+        counts = {}
+        for line in pathlib.Path(OUT + ".syncs").read_text().splitlines():
+            fields = line.split(",")
+            if len(fields) > 2 and fields[2] in SYNC_EVENTS:
+                counts[fields[2].rsplit("_", 1)[1]] = fields[0]
+        return ", ".join(f"{v} {k}" for k, v in counts.items())
 
     def wipe(self):
         if self.proc and self.proc.poll() is None:
@@ -154,6 +180,11 @@ def row(label, t):
     print(f"| {label} | {t[0]:.2f} | {t[1]:.2f} | {t[2]:.2f} |", flush=True)
 
 
+def syncs(system, label):
+    if SYNCS and isinstance(system, Runnel):
+        print(f"| syncs, {label}: {system.syncs()} | | | |", flush=True)
+
+
 def run(system, count):
     try:
         launch = system.launch(fresh=True)
@@ -167,9 +198,14 @@ def run(system, count):
         row("first start (created, led, written)", ready_after(launch, system.bootstrap, system.port, count))
         stopped = system.stop()
         print(f"| clean stop: {stopped:.2f} s | | | |", flush=True)
+        syncs(system, "first start and its clean stop")
         row("after a clean stop", ready_after(system.launch(), system.bootstrap, system.port, count))
         system.kill9()
+        syncs(system, "start after a clean stop, until kill -9")
         row("after kill -9", ready_after(system.launch(), system.bootstrap, system.port, count))
+        if SYNCS and isinstance(system, Runnel):
+            system.kill9()
+            syncs(system, "start after kill -9, until kill -9")
     finally:
         system.wipe()
 

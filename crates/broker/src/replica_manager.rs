@@ -4,8 +4,9 @@
 //! about partitions directly: who leads a group the receiver does not host, and requests
 //! to hand a group to its preferred leader (ElectLeaders).
 
+use runnel_sync::LockExt;
 use runnel_sync::RwLockExt;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -80,6 +81,9 @@ pub struct ReplicaManager {
     /// What leaders elsewhere announce of their groups (the leaders of partitions this
     /// broker does not host, and in-sync replicas).
     hints: RwLock<HashMap<RaftGroupId, Hint>>,
+    /// The directories in the data directory when the broker started, which one `syncfs`
+    /// then made durable ([`sync_data_dir`]); each leaves as its replica first opens.
+    synced_at_start: Mutex<HashSet<PathBuf>>,
 }
 
 /// A group's leader as it announced itself, its term, and its in-sync replicas when it
@@ -144,6 +148,44 @@ impl Hooks for RaftHooks {
         if queue.try_send((from, data[1..].to_vec())).is_err() {
             warn!(from, "inbox full; dropping a forwarded message (the sender repeats it)");
         }
+    }
+}
+
+/// Makes everything in the data directory durable with one `syncfs` and lists the
+/// directories it covered (those on the data directory's own filesystem, symbolic links
+/// aside). After a crash the logs' unsynced tails may be in the page cache only; a replica
+/// would otherwise sync its own as it opens, a device flush each (10,000 of them for as many
+/// partitions). A failed sync lists none, and every replica syncs its own.
+async fn sync_data_dir(data_dir: PathBuf) -> HashSet<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = data_dir.clone();
+    let synced = tokio::task::spawn_blocking(move || -> std::io::Result<HashSet<PathBuf>> {
+        let root = match std::fs::File::open(&data_dir) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashSet::new()),
+            Err(e) => return Err(e),
+        };
+        let dev = root.metadata()?.dev();
+        // Listed before the sync, so that the sync covers whatever each one holds.
+        let mut dirs = HashSet::new();
+        for entry in std::fs::read_dir(&data_dir)? {
+            let entry = entry?;
+            let meta = entry.metadata()?;
+            if meta.is_dir() && meta.dev() == dev {
+                dirs.insert(entry.path());
+            }
+        }
+        runnel_storage::sync_filesystem(&root)?;
+        Ok(dirs)
+    })
+    .await;
+    match synced {
+        Ok(Ok(dirs)) => dirs,
+        Ok(Err(e)) => {
+            warn!(data_dir = %shown.display(), error = %e, "could not sync the data directory; each replica syncs its own log as it opens");
+            HashSet::new()
+        }
+        Err(_) => HashSet::new(),
     }
 }
 
@@ -223,6 +265,7 @@ impl ReplicaManager {
             peers: peers_tx,
             txn: txn_tx,
         };
+        let synced_at_start = Mutex::new(sync_data_dir(config.data_dir.clone()).await);
         let tls = if listen.is_some() { peer_tls(config)? } else { None };
         let links = runnel_raft::PeerLinks { tls, buffers: config.socket_buffers() };
         let driver =
@@ -236,6 +279,7 @@ impl ReplicaManager {
             catalog,
             driver,
             hints: RwLock::new(HashMap::new()),
+            synced_at_start,
         });
         tokio::spawn(peer_loop(manager.clone(), peers_rx));
         Ok((manager, ControllerLinks { inbox: controller_rx, meta_ready, txn_inbox: txn_rx, raft_address }))
@@ -381,7 +425,10 @@ impl ReplicaManager {
         group: RaftGroupId,
         campaign: bool,
     ) -> Result<SharedReplica> {
-        let cfg = ReplicaConfig::new(raft_id(self.node_id), voters.iter().map(|b| raft_id(*b)).collect());
+        let mut cfg = ReplicaConfig::new(raft_id(self.node_id), voters.iter().map(|b| raft_id(*b)).collect());
+        // Its files' last writes came before the start's syncfs (this process writes to a
+        // replica's directory only once it has opened it).
+        cfg.tail_synced = self.synced_at_start.lock_or_stop().remove(dir);
         let mut replica = Replica::open(dir, log_config, &cfg, crate::now_ms())
             .with_context(|| format!("opening {}", dir.display()))?;
         if campaign {
@@ -647,4 +694,28 @@ pub async fn announce_leaders(manager: Arc<ReplicaManager>, controller: Arc<Cont
 /// sync.
 pub fn isr_lag_ticks(settings: &crate::config::Settings) -> u64 {
     settings.i64("replica.lag.time.max.ms").max(0) as u64 / runnel_raft::driver::TICK.as_millis() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_start_sync_lists_the_partition_directories_it_covered() {
+        let data = tempfile::tempdir().expect("tempdir");
+        let elsewhere = tempfile::tempdir().expect("tempdir");
+        for d in ["orders-0", "orders-1", "__cluster_metadata-0"] {
+            std::fs::create_dir(data.path().join(d)).expect("mkdir");
+        }
+        std::fs::write(data.path().join("meta.properties"), b"node.id=0\n").expect("write");
+        // A link to a directory is not counted: it may lead to another filesystem.
+        std::os::unix::fs::symlink(elsewhere.path(), data.path().join("linked-0")).expect("symlink");
+        let listed = sync_data_dir(data.path().to_path_buf()).await;
+        let mut names: Vec<_> = listed.iter().filter_map(|p| p.file_name()?.to_str().map(str::to_owned)).collect();
+        names.sort();
+        assert_eq!(names, ["__cluster_metadata-0", "orders-0", "orders-1"]);
+        assert_eq!(listed.iter().find(|p| p.ends_with("orders-0")), Some(&partition_dir(data.path(), "orders", 0)));
+        // A broker's first start: no data directory yet.
+        assert!(sync_data_dir(data.path().join("not-yet")).await.is_empty());
+    }
 }

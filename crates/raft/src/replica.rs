@@ -26,44 +26,12 @@ use tokio::sync::oneshot;
 
 use crate::store::RaftLog;
 
+mod config;
 mod members;
 mod quiet;
+pub use config::ReplicaConfig;
 pub use members::Member;
 pub use quiet::QUIESCE;
-
-/// Timing and identity of a replica. Ticks are driven by the caller (100 ms in a broker).
-#[derive(Debug, Clone)]
-pub struct ReplicaConfig {
-    /// This replica's Raft id (a broker's node id + 1: Raft reserves 0).
-    pub id: u64,
-    /// The group's voters when it is created; an existing replica keeps its own record.
-    pub voters: Vec<u64>,
-    pub election_tick: usize,
-    pub heartbeat_tick: usize,
-    /// Committed entries with data are handed to the caller ([`Replica::take_applied`]):
-    /// the metadata group needs them, partition groups do not.
-    pub deliver_committed: bool,
-    /// Bound on bytes proposed but not committed; proposals past it are refused.
-    pub max_uncommitted_bytes: u64,
-    /// An idle group goes quiet (see `replica/quiet.rs`); the metadata group never does.
-    pub quiesce: bool,
-}
-
-impl ReplicaConfig {
-    pub fn new(id: u64, voters: Vec<u64>) -> ReplicaConfig {
-        ReplicaConfig {
-            id,
-            voters,
-            election_tick: 10,
-            // Three heartbeats per shortest election timeout. Idle groups cost in
-            // proportion: at 10k partitions per broker, every tick was 28% of a core.
-            heartbeat_tick: 3,
-            deliver_committed: false,
-            max_uncommitted_bytes: 256 << 20,
-            quiesce: true,
-        }
-    }
-}
 
 #[derive(Debug)]
 pub enum ProposeError {
@@ -170,7 +138,7 @@ pub struct Replica {
 
 impl Replica {
     pub fn open(dir: &Path, log_config: LogConfig, cfg: &ReplicaConfig, now_ms: i64) -> io::Result<Replica> {
-        let mut store = RaftLog::open(dir, log_config, &cfg.voters, now_ms)?;
+        let mut store = RaftLog::open_with(dir, log_config, &cfg.voters, now_ms, cfg.tail_synced)?;
         let conf = store.conf_state();
         if conf.voters == [cfg.id] && conf.learners.is_empty() && conf.voters_outgoing.is_empty() {
             // The only voter: every entry on its disk is committed (a majority of one has

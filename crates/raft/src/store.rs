@@ -95,6 +95,18 @@ impl RaftLog {
     /// Opens the replica's log in `dir`. A new log starts with `voters` as its
     /// configuration; an existing one keeps what it recorded.
     pub fn open(dir: &Path, config: LogConfig, voters: &[u64], now_ms: i64) -> io::Result<RaftLog> {
+        RaftLog::open_with(dir, config, voters, now_ms, false)
+    }
+
+    /// [`RaftLog::open`]; with `tail_synced`, the caller has synced the log's filesystem
+    /// since its files were last written (see [`crate::ReplicaConfig::tail_synced`]).
+    pub fn open_with(
+        dir: &Path,
+        config: LogConfig,
+        voters: &[u64],
+        now_ms: i64,
+        tail_synced: bool,
+    ) -> io::Result<RaftLog> {
         fs::create_dir_all(dir)?;
         let saved = read_state(dir)?;
         // The entry map is built as the recovery scan reads the headers, not from a list of
@@ -176,8 +188,9 @@ impl RaftLog {
         // After a crash the log's unsynced tail may still be only in the page cache; this
         // replica is about to count every entry as persisted (and tell its leader so), so
         // make that true. After a clean shutdown nothing is dirty, and the sync (a device
-        // flush per replica on some disks) is skipped.
-        if !store.log.synced_to_end() {
+        // flush per replica on some disks) is skipped, and so it is when the caller synced
+        // the whole filesystem after the crash (one flush for every replica).
+        if !tail_synced && !store.log.synced_to_end() {
             store.log.sync_handle().sync_data()?;
         }
         store.synced_index = store.last();

@@ -28,15 +28,20 @@ pub use producer::{AbortedTxn, ProducerError, ProducerInfo, ProducerTable};
 pub fn sync_files(files: &[std::sync::Arc<std::fs::File>], syncfs: bool) -> std::io::Result<()> {
     fault::before_sync()?;
     if syncfs && files.len() >= 2 {
-        use std::os::fd::AsRawFd;
-        // SAFETY: syncfs only reads the descriptor, which `files[0]` keeps open.
-        if unsafe { libc::syncfs(files[0].as_raw_fd()) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        return Ok(());
+        return sync_filesystem(&files[0]);
     }
     for f in files {
         f.sync_data()?;
+    }
+    Ok(())
+}
+
+/// Makes everything written to the filesystem that holds `file` durable (`syncfs`).
+pub fn sync_filesystem(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: syncfs only reads the descriptor, which `file` keeps open.
+    if unsafe { libc::syncfs(file.as_raw_fd()) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
