@@ -269,15 +269,20 @@ impl Broker {
             .collect();
         // A few syncs per chunk instead of five per partition; each staged partition holds
         // files open until its chunk is synced.
+        let mut all_closed = true;
         for chunk in partitions.chunks(CLOSE_CHUNK) {
             if let Err(e) = close_together(chunk, syncfs) {
                 tracing::warn!(error = %e, "closing logs together; closing them one by one");
                 for (topic, p) in chunk {
                     if let Err(e) = p.close() {
+                        all_closed = false;
                         tracing::warn!(%topic, partition = p.index, error = %e, "closing log");
                     }
                 }
             }
+        }
+        if all_closed {
+            crate::replica_manager::mark_clean_shutdown(&self.config.data_dir);
         }
     }
 }
