@@ -18,6 +18,12 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 command -v go >/dev/null 2>&1 || { echo "build.sh: go not found on PATH" >&2; exit 1; }
 
+# One build at a time (two pytest workers may each call this): the second finds the
+# binaries up to date.
+mkdir -p .cache/go
+exec 9>.cache/go/build.lock
+flock 9
+
 build() {  # build NAME: tests/go/NAME -> .cache/go/NAME
     local name=$1 out=.cache/go/$1
     if [ "$force" != "--force" ] && [ -x "$out" ] \

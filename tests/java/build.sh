@@ -21,6 +21,10 @@ LIB_STAMP=$LIB.stamp
 CLASSES_STAMP=$OUT/classes.stamp
 
 mkdir -p "$OUT"
+# One build at a time (two pytest workers may each call this): the second finds the first's
+# stamps and does nothing.
+exec 9>"$OUT/build.lock"
+flock 9
 
 # fetch POM DIR JAR...: the runtime closure of POM into DIR, redone only when POM changed
 # (its checksum is kept in DIR.stamp); the JAR globs must match afterwards.
