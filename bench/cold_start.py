@@ -14,9 +14,9 @@ env:   RUNNEL_BIN (default target/release/runnel), SYSTEMS (default "runnel kafk
        PORT / KAFKA_PORT (default 31000 / 31200: below
        the ephemeral range, so that polling a port nobody listens on cannot connect to itself),
        OUT (default /tmp/runnel-cold-start), PEERS_KAFKA (default ../shared/peers/kafka),
-       SYNCS=1: Runnel runs under `perf stat`, and each start's row is followed by the
-       fdatasync, fsync and syncfs calls the broker made from its launch to its stop (the
-       next row's stop included)
+       SYNCS=1: then Runnel is started twice more under `perf stat`, after a kill -9 that
+       followed a write to every partition and after a clean stop, each time until every
+       partition is led (then kill -9): the fdatasync, fsync and syncfs calls of each start
 """
 
 import os
@@ -80,17 +80,17 @@ class Runnel:
         self.proc = None
         self.bootstrap, self.port = f"127.0.0.1:{PORT}", PORT
 
-    def launch(self, fresh=False):
+    def launch(self, fresh=False, counted=False):
         if fresh:
             shutil.rmtree(OUT, ignore_errors=True)
         argv = [RUNNEL, "dev", "--port", str(PORT), "--data-dir", OUT]
-        if SYNCS:
+        if counted:
             # perf stat forwards no signals: the broker (its child) gets them directly.
             argv = ["perf", "stat", "-x,", "-o", OUT + ".syncs", "-e", ",".join(SYNC_EVENTS), "--"] + argv
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(OUT + ".log", "a"))
         launched = time.monotonic()
         self.pid = self.proc.pid
-        while SYNCS and time.monotonic() < launched + 10:
+        while counted and time.monotonic() < launched + 10:
             children = pathlib.Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
             if children:
                 self.pid = int(children[0])
@@ -180,9 +180,31 @@ def row(label, t):
     print(f"| {label} | {t[0]:.2f} | {t[1]:.2f} | {t[2]:.2f} |", flush=True)
 
 
-def syncs(system, label):
-    if SYNCS and isinstance(system, Runnel):
-        print(f"| syncs, {label}: {system.syncs()} | | | |", flush=True)
+def sync_counts(system, count):
+    """The sync calls of a start until every partition is led: after a kill -9 that followed
+    a write to every partition (the last row's: every log's tail is past its checkpoint),
+    and after a clean stop. The broker runs under perf stat only for the counted starts."""
+    admin = AdminClient({"bootstrap.servers": system.bootstrap})
+    print("\n| start (counted until every partition is led) | all led s | sync calls |\n|---|---|---|")
+    for label in ("after kill -9", "after a clean stop"):
+        if label == "after kill -9":
+            system.kill9()
+        else:
+            system.stop()
+        launch = system.launch(counted=True)
+        wait_port(system.port, launch + 120)
+        while not all_led(admin, count):
+            if time.monotonic() > launch + 600:
+                raise TimeoutError("not every partition led within 600 s")
+            time.sleep(0.05)
+        led = time.monotonic() - launch
+        system.kill9()
+        print(f"| {label} | {led:.2f} | {system.syncs()} |", flush=True)
+        system.launch()
+        wait_port(system.port, time.monotonic() + 120)
+        admin = AdminClient({"bootstrap.servers": system.bootstrap})
+        while not all_led(admin, count):
+            time.sleep(0.05)
 
 
 def run(system, count):
@@ -198,14 +220,11 @@ def run(system, count):
         row("first start (created, led, written)", ready_after(launch, system.bootstrap, system.port, count))
         stopped = system.stop()
         print(f"| clean stop: {stopped:.2f} s | | | |", flush=True)
-        syncs(system, "first start and its clean stop")
         row("after a clean stop", ready_after(system.launch(), system.bootstrap, system.port, count))
         system.kill9()
-        syncs(system, "start after a clean stop, until kill -9")
         row("after kill -9", ready_after(system.launch(), system.bootstrap, system.port, count))
         if SYNCS and isinstance(system, Runnel):
-            system.kill9()
-            syncs(system, "start after kill -9, until kill -9")
+            sync_counts(system, count)
     finally:
         system.wipe()
 
