@@ -25,7 +25,8 @@ use tracing::{debug, info, warn};
 use crate::broker::Broker;
 use crate::ctx::{Reply, Session};
 use crate::dispatch;
-use crate::out_frame::{encode_response, OutFrame};
+use crate::out_frame::{encode_response, OutFrame, Piece};
+use crate::sendfile::{FileRecords, FileSink};
 
 type Framed = std::pin::Pin<Box<dyn std::future::Future<Output = Option<OutFrame>> + Send>>;
 
@@ -65,7 +66,7 @@ pub async fn serve(
     let Some(tls) = &entry.tls else {
         let (rd, wr) = stream.into_split();
         let anonymous = crate::authz::ANONYMOUS.into();
-        return serve_halves(broker, rd, wr, peer, &entry, anonymous, shutdown, pool).await;
+        return serve_halves(broker, rd, wr, peer, &entry, anonymous, shutdown, pool, true).await;
     };
     let acceptor = runnel_security::TlsAcceptor::from(tls.current());
     let handshake =
@@ -88,7 +89,7 @@ pub async fn serve(
         }
     };
     let (rd, wr) = tokio::io::split(stream);
-    serve_halves(broker, rd, wr, peer, &entry, principal, shutdown, pool).await
+    serve_halves(broker, rd, wr, peer, &entry, principal, shutdown, pool, false).await
 }
 
 /// As Kafka: a TLS client with a certificate is `User:` and its subject's distinguished name
@@ -121,9 +122,10 @@ async fn serve_halves<R, W>(
     principal: Arc<str>,
     mut shutdown: watch::Receiver<bool>,
     pool: Arc<Semaphore>,
+    sendfile: bool,
 ) where
     R: AsyncRead + Unpin + Send,
-    W: AsyncWrite + Unpin + Send + 'static,
+    W: AsyncWrite + FileSink + Unpin + Send + 'static,
 {
     let inflight_max = broker.config.settings.usize("queued.max.requests.per.connection").max(1);
     let (tx, rx) = mpsc::channel::<Queued>(inflight_max);
@@ -139,8 +141,14 @@ async fn serve_halves<R, W>(
     let reauth_ms = broker.config.settings.for_listener(&entry.name, "connections.max.reauth.ms").parse().unwrap_or(0);
     let mut gate = entry.sasl.clone().map(|s| crate::sasl_gate::Gate::new(s, sasl_receive_max, reauth_ms));
     let listener = &entry.name;
-    let mut session =
-        Session { peer, listener: listener.clone(), principal, mute: Arc::default(), deferred: Arc::default() };
+    let mut session = Session {
+        peer,
+        listener: listener.clone(),
+        principal,
+        mute: Arc::default(),
+        deferred: Arc::default(),
+        sendfile,
+    };
     loop {
         let size = tokio::select! {
             r = rd.read_i32() => match r {
@@ -211,7 +219,7 @@ async fn serve_halves<R, W>(
             };
             if let Some(resp) = resp {
                 let Ok(api) = ApiKey::try_from(key) else { break };
-                let bytes = encode_response(api, version, correlation_id, &resp);
+                let bytes = encode_response(api, version, correlation_id, &resp, Vec::new());
                 if close {
                     info!(%peer, listener = %listener, api = ?api, "closing connection: SASL login refused");
                 }
@@ -249,7 +257,7 @@ async fn serve_halves<R, W>(
     debug!(%peer, "connection closed");
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(
+async fn write_loop<W: AsyncWrite + FileSink + Unpin>(
     wr: W,
     mut rx: mpsc::Receiver<Queued>,
     inflight: Arc<crate::inflight::Connection>,
@@ -261,8 +269,18 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         drop(permit);
         if let Some(frame) = out {
             for piece in frame.pieces() {
-                // A piece at least as large as the buffer goes to the socket directly.
-                if wr.write_all(piece).await.is_err() {
+                let sent = match piece {
+                    // A piece at least as large as the buffer goes to the socket directly.
+                    Piece::Bytes(b) => wr.write_all(b).await,
+                    Piece::File(f) => match wr.flush().await {
+                        Ok(()) => wr.get_mut().send_file(f).await,
+                        Err(e) => Err(e),
+                    },
+                };
+                if let Err(e) = sent {
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                        warn!(error = %e, "closing connection: a fetch response could not be finished");
+                    }
                     return;
                 }
             }
@@ -285,8 +303,12 @@ pub async fn handle_frame(broker: &Arc<Broker>, frame: Bytes, peer: SocketAddr) 
         principal: crate::authz::ANONYMOUS.into(),
         mute: Arc::default(),
         deferred: Arc::default(),
+        sendfile: false,
     };
-    Ok(decode(broker, frame, &session)?.await.map(OutFrame::into_bytes))
+    match decode(broker, frame, &session)?.await {
+        Some(frame) => frame.into_bytes().map(Some).map_err(|e| e.to_string()),
+        None => Ok(None),
+    }
 }
 
 /// Parses one frame and starts its handler. An error means: close the connection.
@@ -303,7 +325,8 @@ fn decode(broker: &Arc<Broker>, mut frame: Bytes, session: &Session) -> Result<F
             // KIP-511: answer an ApiVersions we cannot parse with a v0 response listing
             // what we support, so the client can pick a version and retry.
             let resp = dispatch::unsupported_version_response();
-            return Ok(Box::pin(std::future::ready(encode_response(key, 0, correlation_id, &resp.into()))));
+            let frame = encode_response(key, 0, correlation_id, &resp.into(), Vec::new());
+            return Ok(Box::pin(std::future::ready(frame)));
         }
         return Err(format!("unsupported version {version} of {key:?}"));
     }
@@ -317,13 +340,16 @@ fn decode(broker: &Arc<Broker>, mut frame: Bytes, session: &Session) -> Result<F
     let api = runnel_metrics::get().api(raw_key, || format!("{key:?}"));
     api.requests.inc();
     let started = std::time::Instant::now();
-    let reply: Reply = dispatch::dispatch(broker, &header, request, session);
+    // Records a Fetch answer may send from files (plaintext connections): set by the handler.
+    let files = session.sendfile.then(|| Arc::new(FileRecords::default()));
+    let reply: Reply = dispatch::dispatch(broker, &header, request, session, files.clone());
     Ok(Box::pin(async move {
         let resp = reply.await;
         api.time.observe(started.elapsed().as_secs_f64());
         let resp = resp?;
         crate::metrics::count_errors(api, &resp);
-        encode_response(key, version, correlation_id, &resp)
+        let files = files.map(|f| f.take()).unwrap_or_default();
+        encode_response(key, version, correlation_id, &resp, files)
     }))
 }
 

@@ -27,6 +27,9 @@ pub struct Ctx {
     pub quotas: std::sync::Arc<runnel_security::quota::Table>,
     /// The connection's produce requests whose appends wait in their replies.
     pub deferred: std::sync::Arc<Deferred>,
+    /// Where a Fetch answer lists the records it sends from files (`sendfile.rs`); `None`
+    /// when the connection cannot (TLS).
+    pub files: Option<std::sync::Arc<crate::sendfile::FileRecords>>,
 }
 
 /// Produce requests of one connection append in the order they arrived, as an idempotent
@@ -76,6 +79,8 @@ pub struct Session {
     pub principal: std::sync::Arc<str>,
     pub mute: std::sync::Arc<crate::quota::Mute>,
     pub deferred: std::sync::Arc<Deferred>,
+    /// Records may go from files to the socket (a plaintext connection).
+    pub sendfile: bool,
 }
 
 /// A reply that is ready now.

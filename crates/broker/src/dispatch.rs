@@ -148,7 +148,13 @@ pub fn unsupported_version_response() -> ApiVersionsResponse {
     api_versions_response().with_error_code(ResponseError::UnsupportedVersion.code())
 }
 
-pub fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, request: RequestKind, session: &Session) -> Reply {
+pub fn dispatch(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    request: RequestKind,
+    session: &Session,
+    files: Option<Arc<crate::sendfile::FileRecords>>,
+) -> Reply {
     let ctx = Ctx {
         client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
         peer: session.peer,
@@ -157,6 +163,7 @@ pub fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, request: RequestKi
         mute: session.mute.clone(),
         quotas: broker.controller().client_quotas(),
         deferred: session.deferred.clone(),
+        files,
     };
     if ctx.quotas.is_empty() {
         return route(broker, request, header.request_api_version, &ctx);

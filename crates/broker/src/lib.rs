@@ -43,6 +43,7 @@ mod reassign;
 pub mod replica_manager;
 mod replica_selector;
 mod sasl_gate;
+mod sendfile;
 pub mod server;
 mod share;
 mod share_session;

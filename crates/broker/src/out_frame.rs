@@ -5,62 +5,95 @@
 //! copied what it held again at every growth) before the socket copied it once more. Here
 //! a response is encoded into [`Pieces`]: the fields go into one buffer sized exactly from
 //! the response's computed size, and a byte field that is one of the response's records
-//! is kept as the `Bytes` the log read filled, a piece of its own. The writer sends the
-//! pieces in order.
+//! is kept as the `Bytes` the log read filled, a piece of its own, or, on a plaintext
+//! connection, as the slice of the segment file the records lie in (`sendfile.rs`). The
+//! writer sends the pieces in order.
 
 use bytes::buf::UninitSlice;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::buf::ByteBufMut;
 use kafka_protocol::protocol::Encodable;
+use runnel_storage::FileSlice;
+
+use crate::sendfile::is_placeholder;
 
 /// A byte field shorter than this is copied into the frame: a piece of its own would cost
 /// the writer more than the copy.
-const SHARE_MIN: usize = 4096;
+pub const SHARE_MIN: usize = 4096;
+
+/// A piece of a response frame: bytes in memory, or a slice of a segment file.
+#[derive(Debug, Clone)]
+pub enum Piece {
+    Bytes(Bytes),
+    File(FileSlice),
+}
+
+impl Piece {
+    fn len(&self) -> usize {
+        match self {
+            Piece::Bytes(b) => b.len(),
+            Piece::File(f) => f.len,
+        }
+    }
+
+    /// The piece's bytes, read from its file if it has one.
+    fn read(&self) -> std::io::Result<Bytes> {
+        match self {
+            Piece::Bytes(b) => Ok(b.clone()),
+            Piece::File(f) => f.read().map(Bytes::from),
+        }
+    }
+}
 
 /// A response frame, size prefix included, in the order its pieces go out.
 #[derive(Debug, Default)]
 pub struct OutFrame {
-    pieces: Vec<Bytes>,
+    pieces: Vec<Piece>,
 }
 
 impl OutFrame {
-    pub fn pieces(&self) -> &[Bytes] {
+    pub fn pieces(&self) -> &[Piece] {
         &self.pieces
     }
 
     fn len(&self) -> usize {
-        self.pieces.iter().map(Bytes::len).sum()
+        self.pieces.iter().map(Piece::len).sum()
     }
 
-    /// The frame in one buffer (a copy unless it has a single piece).
-    pub fn into_bytes(mut self) -> Bytes {
-        if self.pieces.len() == 1 {
-            return self.pieces.pop().unwrap_or_default();
+    /// The frame in one buffer (a copy unless it has a single piece in memory).
+    pub fn into_bytes(mut self) -> std::io::Result<Bytes> {
+        if let [Piece::Bytes(_)] = self.pieces.as_slice() {
+            return self.pieces.pop().map_or(Ok(Bytes::new()), |p| p.read());
         }
         let mut all = BytesMut::with_capacity(self.len());
         for p in &self.pieces {
-            all.extend_from_slice(p);
+            all.extend_from_slice(&p.read()?);
         }
-        all.freeze()
+        Ok(all.freeze())
     }
 }
 
-/// Encodes a response with its header and size prefix. `None` (logged) when the handler
-/// built a response its version cannot carry: a bug, which the client sees as a timeout.
-pub fn encode_response(key: ApiKey, version: i16, correlation_id: i32, resp: &ResponseKind) -> Option<OutFrame> {
+/// Encodes a response with its header and size prefix; `files` are the slices that the
+/// response's stand-ins for records sent from files stand for, in order (`sendfile.rs`).
+/// `None` (logged) when the handler built a response its version cannot carry, or stand-ins
+/// and slices that do not match: a bug, which the client sees as a timeout.
+pub fn encode_response(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    resp: &ResponseKind,
+    files: Vec<FileSlice>,
+) -> Option<OutFrame> {
     // ApiVersions responses always carry a v0 header, whatever the request version.
     let header_version = if key == ApiKey::ApiVersions { 0 } else { key.response_header_version(version) };
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let encoded = match resp {
-        ResponseKind::Fetch(f) => {
-            let shared = big(f.responses.iter().flat_map(|t| &t.partitions).map(|p| &p.records));
-            in_pieces(&header, header_version, f, version, &shared)
-        }
-        ResponseKind::ShareFetch(f) => {
-            let shared = big(f.responses.iter().flat_map(|t| &t.partitions).map(|p| &p.records));
-            in_pieces(&header, header_version, f, version, &shared)
-        }
+        ResponseKind::Fetch(f) => big(f.responses.iter().flat_map(|t| &t.partitions).map(|p| &p.records), files)
+            .and_then(|shared| in_pieces(&header, header_version, f, version, &shared)),
+        ResponseKind::ShareFetch(f) => big(f.responses.iter().flat_map(|t| &t.partitions).map(|p| &p.records), files)
+            .and_then(|shared| in_pieces(&header, header_version, f, version, &shared)),
+        _ if !files.is_empty() => Err(anyhow::anyhow!("file slices given for a {key:?} response")),
         _ => in_one_buffer(&header, header_version, resp, version),
     };
     match encoded {
@@ -74,9 +107,27 @@ pub fn encode_response(key: ApiKey, version: i16, correlation_id: i32, resp: &Re
     }
 }
 
-/// The records worth a piece of their own.
-fn big<'a>(records: impl Iterator<Item = &'a Option<Bytes>>) -> Vec<Bytes> {
-    records.filter_map(|r| r.as_ref().filter(|b| b.len() >= SHARE_MIN).cloned()).collect()
+/// A byte field that becomes a piece of its own: the records as encoded (a stand-in for
+/// a file slice, or the bytes read), and the piece that goes out in their place.
+type Shared = (Bytes, Piece);
+
+/// The records worth a piece of their own, in the order the encoder meets them, each
+/// stand-in paired with the next of `files`.
+fn big<'a>(records: impl Iterator<Item = &'a Option<Bytes>>, files: Vec<FileSlice>) -> anyhow::Result<Vec<Shared>> {
+    let mut files = files.into_iter();
+    let mut shared = Vec::new();
+    for r in records.flatten().filter(|b| b.len() >= SHARE_MIN) {
+        let piece = if is_placeholder(r) {
+            let file = files.next().ok_or_else(|| anyhow::anyhow!("more stand-ins than file slices"))?;
+            anyhow::ensure!(file.len == r.len(), "a stand-in of {} bytes for a slice of {}", r.len(), file.len);
+            Piece::File(file)
+        } else {
+            Piece::Bytes(r.clone())
+        };
+        shared.push((r.clone(), piece));
+    }
+    anyhow::ensure!(files.next().is_none(), "more file slices than stand-ins");
+    Ok(shared)
 }
 
 fn in_one_buffer(
@@ -91,7 +142,7 @@ fn in_one_buffer(
     resp.encode(&mut buf, version)?;
     let len = i32::try_from(buf.len() - 4)?;
     buf[0..4].copy_from_slice(&len.to_be_bytes());
-    Ok(OutFrame { pieces: vec![buf.freeze()] })
+    Ok(OutFrame { pieces: vec![Piece::Bytes(buf.freeze())] })
 }
 
 /// A response whose `shared` byte fields become pieces of their own, the rest in one
@@ -101,41 +152,56 @@ fn in_pieces<M: Encodable>(
     header_version: i16,
     resp: &M,
     version: i16,
-    shared: &[Bytes],
+    shared: &[Shared],
 ) -> anyhow::Result<OutFrame> {
     let size = header.compute_size(header_version)? + resp.compute_size(version)?;
-    let own = size.saturating_sub(shared.iter().map(Bytes::len).sum());
+    let own = size.saturating_sub(shared.iter().map(|(b, _)| b.len()).sum());
     let mut buf = Pieces::new(shared, 4 + own);
     buf.put_i32(i32::try_from(size)?);
     header.encode(&mut buf, header_version)?;
     resp.encode(&mut buf, version)?;
-    let frame = buf.finish();
+    let frame = buf.finish()?;
     anyhow::ensure!(frame.len() == 4 + size, "encoded {} bytes, computed {}", frame.len(), 4 + size);
     Ok(frame)
 }
 
 /// An encoding buffer that keeps the `shared` byte fields as pieces instead of copying them.
 struct Pieces<'a> {
-    shared: &'a [Bytes],
-    done: Vec<Bytes>,
+    shared: &'a [Shared],
+    /// The next of `shared` to meet: the encoder writes them in order.
+    next: usize,
+    done: Vec<Piece>,
     cur: BytesMut,
+    /// A file piece could not be read back into memory by [`Pieces::join`].
+    failed: Option<std::io::Error>,
 }
 
 impl<'a> Pieces<'a> {
-    fn new(shared: &'a [Bytes], own: usize) -> Pieces<'a> {
-        Pieces { shared, done: Vec::with_capacity(2 * shared.len() + 1), cur: BytesMut::with_capacity(own) }
+    fn new(shared: &'a [Shared], own: usize) -> Pieces<'a> {
+        Pieces {
+            shared,
+            next: 0,
+            done: Vec::with_capacity(2 * shared.len() + 1),
+            cur: BytesMut::with_capacity(own),
+            failed: None,
+        }
     }
 
     /// Bytes in the pieces before the current buffer.
     fn done_len(&self) -> usize {
-        self.done.iter().map(Bytes::len).sum()
+        self.done.iter().map(Piece::len).sum()
     }
 
-    fn finish(mut self) -> OutFrame {
-        if !self.cur.is_empty() || self.done.is_empty() {
-            self.done.push(self.cur.freeze());
+    fn finish(mut self) -> anyhow::Result<OutFrame> {
+        if let Some(e) = self.failed {
+            return Err(e.into());
         }
-        OutFrame { pieces: self.done }
+        // A field not met in place (a stand-in copied as bytes) would send the wrong bytes.
+        anyhow::ensure!(self.next == self.shared.len(), "{} of {} shared fields placed", self.next, self.shared.len());
+        if !self.cur.is_empty() || self.done.is_empty() {
+            self.done.push(Piece::Bytes(self.cur.freeze()));
+        }
+        Ok(OutFrame { pieces: self.done })
     }
 
     /// Everything back in one buffer: for the (unused by responses) encoders that go back
@@ -146,7 +212,13 @@ impl<'a> Pieces<'a> {
         }
         let mut all = BytesMut::with_capacity(self.done_len() + self.cur.capacity());
         for p in self.done.drain(..) {
-            all.extend_from_slice(&p);
+            match p.read() {
+                Ok(b) => all.extend_from_slice(&b),
+                Err(e) => {
+                    self.failed.get_or_insert(e);
+                    all.resize(all.len() + p.len(), 0);
+                }
+            }
         }
         all.extend_from_slice(&self.cur);
         self.cur = all;
@@ -170,13 +242,16 @@ unsafe impl BufMut for Pieces<'_> {
 
     fn put_slice(&mut self, src: &[u8]) {
         if src.len() >= SHARE_MIN {
-            if let Some(b) = self.shared.iter().find(|b| b.as_ptr() == src.as_ptr() && b.len() == src.len()) {
-                if !self.cur.is_empty() {
-                    let head = self.cur.split().freeze();
-                    self.done.push(head);
+            if let Some((b, piece)) = self.shared.get(self.next) {
+                if b.as_ptr() == src.as_ptr() && b.len() == src.len() {
+                    if !self.cur.is_empty() {
+                        let head = self.cur.split().freeze();
+                        self.done.push(Piece::Bytes(head));
+                    }
+                    self.done.push(piece.clone());
+                    self.next += 1;
+                    return;
                 }
-                self.done.push(b.clone());
-                return;
             }
         }
         self.cur.extend_from_slice(src);
@@ -234,32 +309,73 @@ mod tests {
             .with_responses(vec![FetchableTopicResponse::default().with_partitions(parts)])
             .into();
         for version in [4, 12, 16] {
-            let frame = encode_response(ApiKey::Fetch, version, 7, &resp).expect("encodes");
-            let shared: Vec<&Bytes> = frame.pieces().iter().filter(|p| p.as_ptr() == big.as_ptr()).collect();
-            assert_eq!(shared.len(), 2, "both big records are shared, not copied (v{version})");
+            let frame = encode_response(ApiKey::Fetch, version, 7, &resp, Vec::new()).expect("encodes");
+            let shared = frame.pieces().iter().filter(|p| matches!(p, Piece::Bytes(b) if b.as_ptr() == big.as_ptr()));
+            assert_eq!(shared.count(), 2, "both big records are shared, not copied (v{version})");
             // Head, records, middle, records, and in flexible versions the tagged fields after.
             let tail = usize::from(version >= 12);
             assert_eq!(frame.pieces().len(), 4 + tail, "v{version}");
-            assert_eq!(frame.into_bytes().to_vec(), one_buffer(ApiKey::Fetch, version, &resp));
+            assert_eq!(frame.into_bytes().expect("in memory").to_vec(), one_buffer(ApiKey::Fetch, version, &resp));
         }
     }
 
     #[test]
     fn a_response_without_records_is_one_piece_and_a_gap_before_a_piece_joins_them() {
         let resp: ResponseKind = FetchResponse::default().with_throttle_time_ms(5).into();
-        let frame = encode_response(ApiKey::Fetch, 12, 7, &resp).expect("encodes");
+        let frame = encode_response(ApiKey::Fetch, 12, 7, &resp, Vec::new()).expect("encodes");
         assert_eq!(frame.pieces().len(), 1);
-        assert_eq!(frame.into_bytes().to_vec(), one_buffer(ApiKey::Fetch, 12, &resp));
+        assert_eq!(frame.into_bytes().expect("in memory").to_vec(), one_buffer(ApiKey::Fetch, 12, &resp));
 
         let big = Bytes::from(vec![1u8; SHARE_MIN]);
-        let shared = [big.clone()];
+        let shared = [(big.clone(), Piece::Bytes(big.clone()))];
         let mut buf = Pieces::new(&shared, 16);
         buf.put_u8(9);
         buf.put_slice(&big);
         buf.put_u8(8);
         buf.range(0..1)[0] = 5;
-        let out = buf.finish().into_bytes();
+        let out = buf.finish().expect("finished").into_bytes().expect("in memory");
         assert_eq!(out.len(), SHARE_MIN + 2);
         assert_eq!((out[0], out[SHARE_MIN + 1]), (5, 8));
+    }
+
+    fn fetch_of(records: Vec<Option<Bytes>>) -> ResponseKind {
+        let parts = records
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| PartitionData::default().with_partition_index(i as i32).with_records(r))
+            .collect();
+        FetchResponse::default().with_responses(vec![FetchableTopicResponse::default().with_partitions(parts)]).into()
+    }
+
+    #[test]
+    fn stand_ins_become_the_file_slices_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("00000000000000000000.log");
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i % 241) as u8).collect();
+        std::fs::write(&path, &data).expect("write");
+        let file = std::sync::Arc::new(std::fs::File::open(&path).expect("open"));
+        // Two slices of the same length: only their order tells them apart.
+        let slice = |pos: u64| FileSlice { file: file.clone(), pos, len: 10_000, next_offset: 0 };
+        let hole = || crate::sendfile::placeholder(10_000).expect("stand-in");
+        let memory = Bytes::from(vec![9u8; 6_000]);
+        let with_holes = fetch_of(vec![Some(hole()), Some(memory.clone()), Some(hole())]);
+        let real = fetch_of(vec![
+            Some(Bytes::copy_from_slice(&data[30_000..40_000])),
+            Some(memory),
+            Some(Bytes::copy_from_slice(&data[5_000..15_000])),
+        ]);
+        let frame =
+            encode_response(ApiKey::Fetch, 12, 7, &with_holes, vec![slice(30_000), slice(5_000)]).expect("encodes");
+        let files: Vec<u64> =
+            frame.pieces().iter().filter_map(|p| if let Piece::File(f) = p { Some(f.pos) } else { None }).collect();
+        assert_eq!(files, vec![30_000, 5_000]);
+        assert_eq!(frame.into_bytes().expect("read back").to_vec(), one_buffer(ApiKey::Fetch, 12, &real));
+        // Stand-ins and slices that do not pair up are refused, never sent as zeros.
+        assert!(encode_response(ApiKey::Fetch, 12, 7, &with_holes, vec![slice(0)]).is_none());
+        assert!(encode_response(ApiKey::Fetch, 12, 7, &with_holes, vec![slice(0), slice(0), slice(0)]).is_none());
+        let short = FileSlice { len: 9_999, ..slice(0) };
+        assert!(encode_response(ApiKey::Fetch, 12, 7, &with_holes, vec![slice(0), short]).is_none());
+        let metadata: ResponseKind = kafka_protocol::messages::MetadataResponse::default().into();
+        assert!(encode_response(ApiKey::Metadata, 12, 7, &metadata, vec![slice(0)]).is_none());
     }
 }

@@ -16,11 +16,13 @@ mod config;
 pub mod fault;
 mod log;
 mod producer;
+mod read;
 mod segment;
 
 pub use cleaner::{all_records_keyed, records_of, CleanPlan, CleanStats, Cleaned, RecordRef, Records};
-pub use log::{AppendError, AppendInfo, Log, LogConfig, ReadError, ReadPlan, SEGMENT_BYTES_MAX};
+pub use log::{AppendError, AppendInfo, Log, LogConfig, ReadError, SEGMENT_BYTES_MAX};
 pub use producer::{AbortedTxn, ProducerError, ProducerInfo, ProducerTable};
+pub use read::{FileSlice, ReadPlan};
 
 /// Makes everything written to `files` so far durable: one `syncfs` when `syncfs` is set
 /// and there are two or more files (one journal commit for all of them), else an

@@ -9,7 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use runnel_wire::batch::{stamp, BatchHeader, Batches};
+use runnel_wire::batch::{stamp, BatchHeader};
 use runnel_wire::marker::marker;
 use thiserror::Error;
 use tracing::{info, warn};
@@ -21,6 +21,8 @@ use crate::producer::{AbortedTxn, ProducerError, ProducerTable};
 use crate::segment::{file_name, Segment};
 
 mod checkpoint;
+
+use crate::read::ReadPlan;
 
 use checkpoint::read_checkpoint;
 
@@ -46,71 +48,6 @@ pub enum ReadError {
     OffsetOutOfRange { offset: i64, log_start_offset: i64, log_end_offset: i64 },
     #[error("i/o: {0}")]
     Io(#[from] io::Error),
-}
-
-/// What to read for a fetch, decided under the partition lock and carried out without it
-/// (the `Arc<File>` keeps a segment readable even if retention deletes it meanwhile).
-#[derive(Debug)]
-pub struct ReadPlan {
-    file: Option<Arc<File>>,
-    pos: u64,
-    len: usize,
-    /// Exclusive upper offset: batches at or past it (not yet committed) are cut off.
-    upper: i64,
-}
-
-/// Reads `len` bytes at `pos` of `file` into `buf`'s spare room, without zeroing it first:
-/// a fetch's read is the broker's largest buffer, and zeroing it was a pass over every byte
-/// served (with the request frames, 5-8% of a single broker's CPU in
-/// `runnel bench --profile-pid`).
-fn read_exact_at_into(file: &File, buf: &mut Vec<u8>, len: usize, pos: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    buf.reserve(len);
-    let (start, end) = (buf.len(), buf.len() + len);
-    while buf.len() < end {
-        let at = libc::off_t::try_from(pos + (buf.len() - start) as u64).map_err(io::Error::other)?;
-        let left = end - buf.len();
-        let spare = buf.spare_capacity_mut();
-        let want = left.min(spare.len());
-        // SAFETY: pread writes at most `want` bytes into the spare room, which holds that
-        // many; it returns how many it wrote, and only those are taken into the length.
-        let n = unsafe { libc::pread(file.as_raw_fd(), spare.as_mut_ptr().cast(), want, at) };
-        match n {
-            n if n < 0 => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            // SAFETY: the first `n` bytes of the spare room were just written.
-            n => unsafe { buf.set_len(buf.len() + n as usize) },
-        }
-    }
-    Ok(())
-}
-
-impl ReadPlan {
-    pub fn is_empty(&self) -> bool {
-        self.file.is_none() || self.len == 0
-    }
-
-    /// Reads whole batches below `upper`. A batch cut by the byte limit is dropped unless
-    /// it is the first (the plan already sized itself to hold the first one when asked).
-    pub fn execute(self) -> io::Result<Vec<u8>> {
-        let Some(file) = self.file else { return Ok(Vec::new()) };
-        let mut buf = Vec::new();
-        read_exact_at_into(&file, &mut buf, self.len, self.pos)?;
-        let mut keep = 0;
-        for item in Batches::new(&buf) {
-            match item {
-                Ok((h, range)) if h.base_offset < self.upper => keep = range.end,
-                _ => break,
-            }
-        }
-        buf.truncate(keep);
-        Ok(buf)
-    }
 }
 
 pub struct Log {
@@ -550,7 +487,7 @@ impl Log {
         if offset < start || offset > end {
             return Err(ReadError::OffsetOutOfRange { offset, log_start_offset: start, log_end_offset: end });
         }
-        let empty = ReadPlan { file: None, pos: 0, len: 0, upper };
+        let empty = ReadPlan::empty(upper);
         if offset >= upper {
             return Ok(empty);
         }
@@ -562,7 +499,7 @@ impl Log {
                 }
                 let want = if min_one { max_bytes.max(h.total_bytes()) } else { max_bytes };
                 let len = want.min((seg.size - pos) as usize);
-                return Ok(ReadPlan { file: Some(seg.file.clone()), pos, len, upper });
+                return Ok(ReadPlan::new(seg.file.clone(), pos, len, upper));
             }
         }
         Ok(empty)
@@ -748,26 +685,5 @@ impl Log {
         self.cleaner_point = self.cleaner_point.max(cleaned.cleaned_through);
         self.write_checkpoint()?;
         Ok(cleaned.stats)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_read_into_spare_room_returns_exactly_the_bytes_asked_for() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("f");
-        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-        std::fs::write(&path, &data).expect("write");
-        let file = File::open(&path).expect("open");
-        let mut buf = b"kept".to_vec();
-        read_exact_at_into(&file, &mut buf, 70_000, 1234).expect("read");
-        assert_eq!(&buf[..4], b"kept");
-        assert_eq!(&buf[4..], &data[1234..71_234]);
-        let mut past = Vec::new();
-        let e = read_exact_at_into(&file, &mut past, 10, 99_995).expect_err("past the end");
-        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
     }
 }

@@ -257,3 +257,39 @@ fn a_close_in_steps_leaves_a_clean_checkpoint() {
     assert!(log.synced_to_end());
     assert_eq!(log.log_end_offset(), 75);
 }
+
+#[test]
+fn a_located_slice_holds_exactly_the_batches_a_read_returns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = LogConfig { segment_bytes: 64 * 1024, index_interval_bytes: 500, ..LogConfig::default() };
+    let mut log = Log::open(dir.path(), config, 0).expect("open");
+    // Batches of 1 to 60 records: some headers share a window of the locator, some do not.
+    let mut ts = 0;
+    for i in 0..200 {
+        let n = 1 + (i * 7) % 60;
+        append(&mut log, &batch(n, ts, -1, 0)).expect("append");
+        ts += n as i64;
+    }
+    let end = log.log_end_offset();
+    let mut checked = 0;
+    for from in (0..end).step_by(97) {
+        for max_bytes in [1, 200, 4000, 5000, 70_000, 1 << 20] {
+            for upper in [from, from + 1, from + 150, end] {
+                for min_one in [true, false] {
+                    let read = log.read(from, max_bytes, upper, min_one).expect("plan").execute().expect("read");
+                    let slice = log.read(from, max_bytes, upper, min_one).expect("plan").locate().expect("locate");
+                    match slice {
+                        None => assert!(read.is_empty(), "from {from} max {max_bytes} upper {upper}"),
+                        Some(s) => {
+                            assert_eq!(s.read().expect("slice"), read, "from {from} max {max_bytes} upper {upper}");
+                            let last = Batches::new(&read).map(|r| r.expect("whole").0).last().expect("a batch");
+                            assert_eq!(s.next_offset, last.next_offset());
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "{checked} non-empty reads compared");
+}

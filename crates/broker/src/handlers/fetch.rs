@@ -13,6 +13,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId};
 use runnel_security::acl::Operation;
+use runnel_storage::{FileSlice, ReadPlan};
 use runnel_wire::Batches;
 use tokio::time::Instant;
 use tracing::info;
@@ -64,12 +65,53 @@ struct Read {
     data: PartitionData,
     /// Send it even in an incremental response (records, an error, or changed offsets).
     news: bool,
+    /// The file slice that `data.records` stands in for (`sendfile.rs`).
+    slice: Option<FileSlice>,
+}
+
+/// A partition's records for a response: read into memory, or, when the connection can
+/// send from files and they are long enough to be a piece of their own, a file slice and
+/// its stand-in.
+enum Records {
+    Memory(Vec<u8>),
+    File(FileSlice, Bytes),
+}
+
+impl Records {
+    fn read(plan: ReadPlan, from_files: bool) -> std::io::Result<Records> {
+        if !from_files {
+            return plan.execute().map(Records::Memory);
+        }
+        let Some(slice) = plan.locate()? else { return Ok(Records::Memory(Vec::new())) };
+        let hole = (slice.len >= crate::out_frame::SHARE_MIN).then(|| crate::sendfile::placeholder(slice.len));
+        match hole.flatten() {
+            Some(hole) => Ok(Records::File(slice, hole)),
+            None => slice.read().map(Records::Memory),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Records::Memory(b) => b.len(),
+            Records::File(s, _) => s.len,
+        }
+    }
+
+    /// The offset after the last batch.
+    fn next_offset(&self) -> Option<i64> {
+        match self {
+            Records::Memory(b) => Batches::new(b).filter_map(Result::ok).last().map(|(h, _)| h.next_offset()),
+            Records::File(s, _) => Some(s.next_offset),
+        }
+    }
 }
 
 /// One pass over the partitions: what a response sent now would hold. Partitions of the
 /// topics in `denied` (no READ on them) get TOPIC_AUTHORIZATION_FAILED. A consumer at
 /// `place` (its `client.rack` resolved) is sent to a nearer replica of each partition this
-/// broker leads, when there is one (KIP-392).
+/// broker leads, when there is one (KIP-392). With `from_files`, records are located in
+/// their segment files rather than read (the connection sends them with `sendfile`).
+#[allow(clippy::too_many_arguments)]
 fn read_all(
     b: &Broker,
     parts: &[(PartKey, PartState)],
@@ -78,6 +120,7 @@ fn read_all(
     isolation: Isolation,
     place: Option<&LazyPlace<impl Fn() -> Option<ClientPlace>>>,
     v: i16,
+    from_files: bool,
 ) -> (Vec<Read>, usize) {
     let mut total = 0usize;
     let mut out = Vec::with_capacity(parts.len());
@@ -92,7 +135,7 @@ fn read_all(
         }
         if denied.contains(key.topic.as_str()) {
             data.error_code = ResponseError::TopicAuthorizationFailed.code();
-            out.push(Read { key: key.clone(), data, news: true });
+            out.push(Read { key: key.clone(), data, news: true, slice: None });
             continue;
         }
         let part = b
@@ -107,7 +150,7 @@ fn read_all(
                 ResponseError::UnknownTopicOrPartition
             };
             data.error_code = code.code();
-            out.push(Read { key: key.clone(), data, news: true });
+            out.push(Read { key: key.clone(), data, news: true, slice: None });
             continue;
         };
         if let Some(replica) = place.and_then(|p| part.preferred_read_replica(p, st.fetch_offset)) {
@@ -117,7 +160,7 @@ fn read_all(
             data.last_stable_offset = part.last_stable_offset();
             data.log_start_offset = part.log_start_offset();
             data.records = Some(Bytes::new());
-            out.push(Read { key: key.clone(), data, news: true });
+            out.push(Read { key: key.clone(), data, news: true, slice: None });
             continue;
         }
         let budget = max_bytes.saturating_sub(total).min(st.max_bytes.max(0) as usize);
@@ -126,7 +169,7 @@ fn read_all(
             Ok(read) => read,
             Err(e) => {
                 data.error_code = errors::partition(&e).code();
-                out.push(Read { key: key.clone(), data, news: true });
+                out.push(Read { key: key.clone(), data, news: true, slice: None });
                 continue;
             }
         };
@@ -142,17 +185,18 @@ fn read_all(
             data.log_start_offset = read.log_start_offset;
         }
         data.aborted_transactions = if v >= 4 { Some(Vec::new()) } else { None };
-        let records = read.plan.and_then(|plan| plan.execute().map_err(Into::into));
+        let records = read.plan.and_then(|plan| Records::read(plan, from_files).map_err(Into::into));
         let mut news = read.high_watermark != st.sent_high_watermark
             || data.last_stable_offset != st.sent_last_stable_offset
             || data.log_start_offset != st.sent_log_start_offset;
+        let mut slice = None;
         match records {
-            Ok(bytes) => {
-                total += bytes.len();
-                news |= !bytes.is_empty();
+            Ok(records) => {
+                total += records.len();
+                news |= records.len() > 0;
                 if v >= 4 && !read.aborted.is_empty() {
                     // The aborted transactions that reach into what is returned.
-                    let end = Batches::new(&bytes).filter_map(Result::ok).last().map(|(h, _)| h.next_offset());
+                    let end = records.next_offset();
                     let within = read.aborted.iter().filter(|a| end.is_some_and(|end| a.first_offset < end));
                     data.aborted_transactions = Some(
                         within
@@ -164,7 +208,13 @@ fn read_all(
                             .collect(),
                     );
                 }
-                data.records = Some(Bytes::from(bytes));
+                data.records = Some(match records {
+                    Records::Memory(bytes) => Bytes::from(bytes),
+                    Records::File(s, hole) => {
+                        slice = Some(s);
+                        hole
+                    }
+                });
             }
             Err(e) => {
                 data.error_code = errors::read(&e).code();
@@ -172,7 +222,7 @@ fn read_all(
                 news = true;
             }
         }
-        out.push(Read { key: key.clone(), data, news });
+        out.push(Read { key: key.clone(), data, news, slice });
     }
     (out, total)
 }
@@ -191,6 +241,7 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
     // (the quotas, the client) when some client has a quota.
     let quota = (!quotas.is_empty()).then(|| (quotas, ctx.quota_client(), ctx.mute.clone()));
     let mute = ctx.mute.clone();
+    let files = ctx.files.clone();
     Box::pin(async move {
         let w = wanted(&b, &r, v);
         let (session_id, epoch) = if v >= 7 { (r.session_id, r.session_epoch) } else { (0, -1) };
@@ -242,7 +293,8 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
         });
         let reads = loop {
             let arrived = b.arrivals.watch(hosted_groups(&b, &resolved.parts));
-            let (reads, total) = read_all(&b, &resolved.parts, &denied, max_bytes, isolation, place.as_ref(), v);
+            let (reads, total) =
+                read_all(&b, &resolved.parts, &denied, max_bytes, isolation, place.as_ref(), v, files.is_some());
             let errors = reads.iter().any(|rd| rd.data.error_code != 0);
             if total >= r.min_bytes.max(0) as usize || errors || Instant::now() >= deadline || b.is_shutting_down() {
                 break reads;
@@ -251,16 +303,20 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
             let woken = tokio::time::timeout_at(deadline, arrived.changed()).await;
             drop(waiting);
             if woken.is_err() {
-                break read_all(&b, &resolved.parts, &denied, max_bytes, isolation, place.as_ref(), v).0;
+                break read_all(&b, &resolved.parts, &denied, max_bytes, isolation, place.as_ref(), v, files.is_some())
+                    .0;
             }
         };
         count(&reads);
         let mut sent = Vec::new();
         let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+        // The file slices of the partitions sent, in the order they appear in the response.
+        let mut slices = Vec::new();
         for rd in reads {
             if resolved.incremental && !rd.news {
                 continue;
             }
+            slices.extend(rd.slice);
             sent.push((rd.key.clone(), rd.data.high_watermark, rd.data.last_stable_offset, rd.data.log_start_offset));
             let same_topic = topics.last().is_some_and(|t| {
                 if v >= 13 {
@@ -298,6 +354,9 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
         resp.throttle_time_ms = mute.remaining_ms();
         if v >= 7 {
             resp.session_id = resolved.session_id;
+        }
+        if let Some(files) = &files {
+            files.set(slices);
         }
         Some(resp.into())
     })
