@@ -210,57 +210,13 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
     loop {
         let now = Instant::now();
         let more = plan.records.is_none_or(|r| generated < r) && now < plan.deadline;
-        // 1. Generate what the schedule allows and the buffer holds.
-        let mut next_due: Option<Instant> = None;
-        let mut clock = Clock::default();
-        while more && buffered < w.buffer_bytes && plan.records.is_none_or(|r| generated < r) {
-            let due = plan.rate.map(|r| start + Duration::from_secs_f64(generated as f64 / r));
-            if let Some(d) = due {
-                if d > now {
-                    next_due = Some(d);
-                    break;
-                }
-            }
-            let size = if w.record_bytes.0 == w.record_bytes.1 {
-                w.record_bytes.0
-            } else {
-                rng.gen_range(w.record_bytes.0..=w.record_bytes.1)
-            };
-            let key = (!keys.is_empty()).then(|| &keys[rng.gen_range(0..keys.len())]);
-            let p = match key {
-                Some(k) => partition_for_key(k, n),
-                None => sticky,
-            };
-            let started = micros_since(plan.t0, due.unwrap_or(now));
-            let (stamp_us, ts_ms) = clock.next(plan.t0);
-            let open = parts[p].open.get_or_insert_with(|| Open {
-                builder: BatchBuilder::new(ts_ms),
-                starts: Vec::new(),
-                opened: now,
-            });
-            let stamp = stamp_us.to_be_bytes();
-            if size >= 8 {
-                open.builder.push_parts(ts_ms, key.map(Vec::as_slice), Some(&[&stamp, &payload[..size - 8]]));
-            } else {
-                open.builder.push(ts_ms, key.map(Vec::as_slice), Some(&payload[..size]));
-            }
-            open.starts.push((started, size as u32));
-            buffered += size + 16;
-            generated += 1;
-            if open.builder.size_bytes() >= w.batch_bytes {
-                let st = &mut parts[p];
-                st.full.extend(st.open.take());
-                if key.is_none() && n > 1 {
-                    sticky = (sticky + 1 + rng.gen_range(0..n - 1)) % n;
-                }
-            }
-        }
-        let done_generating = plan.records.is_some_and(|r| generated >= r) || Instant::now() >= plan.deadline;
-        // 2. Send ready batches: full, lingered long enough, or everything once done; one
+        let done_generating = !more;
+        // 1. Send ready batches: full, lingered long enough, or everything once done; one
         // request per leader at a time, as long as its connection has a free in-flight slot
         // (as Kafka's sender does: a backlog goes out in up to `max.in.flight` requests at
-        // once, not one per answer).
-        let now = Instant::now();
+        // once, not one per answer). Sending comes before generating more: an answer frees
+        // a slot, and the next request goes out at once, as Kafka's sender thread sends while
+        // the application goes on producing.
         let mut next_linger: Option<Instant> = None;
         for st in parts.iter_mut() {
             if st.full.is_empty() {
@@ -331,6 +287,57 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                     buffered -= settle(done?, &mut rec, &plan);
                 }
             }
+        }
+        // 2. Generate what the schedule allows and the buffer holds.
+        let mut next_due: Option<Instant> = None;
+        let mut clock = Clock::default();
+        let mut generated_now = 0u64;
+        while more && buffered < w.buffer_bytes && plan.records.is_none_or(|r| generated < r) {
+            let due = plan.rate.map(|r| start + Duration::from_secs_f64(generated as f64 / r));
+            if let Some(d) = due {
+                if d > now {
+                    next_due = Some(d);
+                    break;
+                }
+            }
+            let size = if w.record_bytes.0 == w.record_bytes.1 {
+                w.record_bytes.0
+            } else {
+                rng.gen_range(w.record_bytes.0..=w.record_bytes.1)
+            };
+            let key = (!keys.is_empty()).then(|| &keys[rng.gen_range(0..keys.len())]);
+            let p = match key {
+                Some(k) => partition_for_key(k, n),
+                None => sticky,
+            };
+            let started = micros_since(plan.t0, due.unwrap_or(now));
+            let (stamp_us, ts_ms) = clock.next(plan.t0);
+            let open = parts[p].open.get_or_insert_with(|| Open {
+                builder: BatchBuilder::new(ts_ms),
+                starts: Vec::new(),
+                opened: now,
+            });
+            let stamp = stamp_us.to_be_bytes();
+            if size >= 8 {
+                open.builder.push_parts(ts_ms, key.map(Vec::as_slice), Some(&[&stamp, &payload[..size - 8]]));
+            } else {
+                open.builder.push(ts_ms, key.map(Vec::as_slice), Some(&payload[..size]));
+            }
+            open.starts.push((started, size as u32));
+            buffered += size + 16;
+            generated += 1;
+            generated_now += 1;
+            if open.builder.size_bytes() >= w.batch_bytes {
+                let st = &mut parts[p];
+                st.full.extend(st.open.take());
+                if key.is_none() && n > 1 {
+                    sticky = (sticky + 1 + rng.gen_range(0..n - 1)) % n;
+                }
+            }
+        }
+        if generated_now > 0 {
+            // What filled or lingered long enough goes out before the producer waits.
+            continue;
         }
         if done_generating && parts.iter().all(|p| p.open.is_none() && p.full.is_empty()) {
             break;
