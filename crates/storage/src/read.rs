@@ -41,10 +41,6 @@ impl FileSlice {
     }
 }
 
-/// Headers are found by reading this much at a time: one read covers the headers of many
-/// small batches, and costs little beside a large one.
-const HEADER_WINDOW: usize = 4096;
-
 impl ReadPlan {
     pub(crate) fn new(file: Arc<File>, pos: u64, len: usize, upper: i64) -> ReadPlan {
         ReadPlan { file: Some(file), pos, len, upper }
@@ -56,6 +52,15 @@ impl ReadPlan {
 
     pub fn is_empty(&self) -> bool {
         self.file.is_none() || self.len == 0
+    }
+
+    /// The bytes the plan spans: what it reads at most.
+    pub fn len(&self) -> usize {
+        if self.file.is_none() {
+            0
+        } else {
+            self.len
+        }
     }
 
     /// Reads whole batches below `upper`. A batch cut by the byte limit is dropped unless
@@ -79,18 +84,10 @@ impl ReadPlan {
     /// only. `None` when there are none.
     pub fn locate(self) -> io::Result<Option<FileSlice>> {
         let Some(file) = self.file else { return Ok(None) };
-        let mut window: Vec<u8> = Vec::new();
-        // Where the window starts, relative to the plan's position.
-        let mut window_at = 0usize;
+        let mut headers = Headers::new(&file, self.pos + self.len as u64);
         let (mut at, mut next_offset) = (0usize, None);
-        while self.len - at >= HEADER_BYTES {
-            if at + HEADER_BYTES > window_at + window.len() {
-                window.clear();
-                let want = HEADER_WINDOW.max(HEADER_BYTES).min(self.len - at);
-                read_exact_at_into(&file, &mut window, want, self.pos + at as u64)?;
-                window_at = at;
-            }
-            let Ok(h) = BatchHeader::parse(&window[at - window_at..]) else { break };
+        while let Some(bytes) = headers.at(self.pos + at as u64)? {
+            let Ok(h) = BatchHeader::parse(bytes) else { break };
             if h.base_offset >= self.upper || h.total_bytes() > self.len - at {
                 break;
             }
@@ -98,6 +95,43 @@ impl ReadPlan {
             next_offset = Some(h.next_offset());
         }
         Ok(next_offset.map(|next_offset| FileSlice { file, pos: self.pos, len: at, next_offset }))
+    }
+}
+
+/// Headers are found by reading this much at a time: one read covers the headers of many
+/// small batches, and costs little beside a large one.
+const HEADER_WINDOW: usize = 4096;
+
+/// Reads the batch headers of a file below `end` a window of [`HEADER_WINDOW`] bytes at a
+/// time, for walks that look at headers only (locating a fetch's batches, finding the batch
+/// that holds an offset): a small batch's header read on its own cost a `pread` per batch.
+pub(crate) struct Headers<'a> {
+    file: &'a File,
+    end: u64,
+    window: [u8; HEADER_WINDOW],
+    /// The file bytes the window holds: [at, at + held).
+    at: u64,
+    held: usize,
+}
+
+impl<'a> Headers<'a> {
+    pub(crate) fn new(file: &'a File, end: u64) -> Headers<'a> {
+        Headers { file, end, window: [0; HEADER_WINDOW], at: 0, held: 0 }
+    }
+
+    /// The bytes from `pos` on (at least a header's worth, from the window), or `None` when
+    /// fewer than [`HEADER_BYTES`] remain before the end.
+    pub(crate) fn at(&mut self, pos: u64) -> io::Result<Option<&[u8]>> {
+        if pos.saturating_add(HEADER_BYTES as u64) > self.end {
+            return Ok(None);
+        }
+        if pos < self.at || pos + HEADER_BYTES as u64 > self.at + self.held as u64 {
+            let want = (self.end - pos).min(HEADER_WINDOW as u64) as usize;
+            std::os::unix::fs::FileExt::read_exact_at(self.file, &mut self.window[..want], pos)?;
+            (self.at, self.held) = (pos, want);
+        }
+        let from = (pos - self.at) as usize;
+        Ok(Some(&self.window[from..self.held]))
     }
 }
 

@@ -14,8 +14,7 @@ use std::sync::Arc;
 use runnel_wire::batch::{BatchHeader, HEADER_BYTES};
 use runnel_wire::marker::{marker, Marker};
 
-/// How much of a segment one read of batch headers takes in (see `Segment::find_batch`).
-const HEADER_WINDOW: usize = 4096;
+use crate::read::Headers;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IndexEntry {
@@ -207,27 +206,16 @@ impl Segment {
         self.find_batch(&mut pos, |h| h.last_offset() >= offset)
     }
 
-    /// Walks batch headers from `pos` until `pred` holds. Headers are read a window of
-    /// [`HEADER_WINDOW`] bytes at a time: between two index entries lie up to
-    /// `index.interval.bytes` of batches, and a small batch's header a read of its own cost
-    /// a tailing consumer's fetch a dozen or more `pread`s.
+    /// Walks batch headers from `pos` until `pred` holds, reading them a window at a time
+    /// ([`Headers`]): between two index entries lie up to `index.interval.bytes` of batches.
     fn find_batch(
         &self,
         pos: &mut u64,
         mut pred: impl FnMut(&BatchHeader) -> bool,
     ) -> io::Result<Option<(u64, BatchHeader)>> {
-        let mut window = [0u8; HEADER_WINDOW];
-        // The file bytes the window holds: [at, at + held).
-        let (mut at, mut held) = (0u64, 0usize);
-        while *pos + HEADER_BYTES as u64 <= self.size {
-            if *pos < at || *pos + HEADER_BYTES as u64 > at + held as u64 {
-                let want = (self.size - *pos).min(HEADER_WINDOW as u64) as usize;
-                self.file.read_exact_at(&mut window[..want], *pos)?;
-                (at, held) = (*pos, want);
-            }
-            let from = (*pos - at) as usize;
-            let h =
-                BatchHeader::parse(&window[from..held]).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let mut headers = Headers::new(&self.file, self.size);
+        while let Some(bytes) = headers.at(*pos)? {
+            let h = BatchHeader::parse(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             if pred(&h) {
                 return Ok(Some((*pos, h)));
             }

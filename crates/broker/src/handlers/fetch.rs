@@ -79,7 +79,9 @@ enum Records {
 
 impl Records {
     fn read(plan: ReadPlan, from_files: bool) -> std::io::Result<Records> {
-        if !from_files {
+        // Records too few for a piece of their own are read into memory: one read, where
+        // locating them would read their headers first.
+        if !from_files || plan.len() < crate::out_frame::SHARE_MIN {
             return plan.execute().map(Records::Memory);
         }
         let Some(slice) = plan.locate()? else { return Ok(Records::Memory(Vec::new())) };
