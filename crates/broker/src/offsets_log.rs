@@ -83,7 +83,7 @@ impl InternalLog {
             let part = topic.partitions.get(partition as usize).cloned().ok_or("partition out of range")?;
             let batch = encode(&records, txn)?;
             let h = BatchHeader::validate_for_append(&batch).map_err(|e| e.to_string())?;
-            let appended = part.append(&[(&batch, h)], Acks::All).map_err(|e| e.to_string())?;
+            let appended = part.append(&[(batch.into(), h)], Acks::All).map_err(|e| e.to_string())?;
             let timeout = self.catalog.settings().i64("offsets.commit.timeout.ms").max(1) as u64;
             Ok::<_, String>((appended, Duration::from_millis(timeout)))
         })();

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use runnel_raft::{driver, Driver, Durability, ProposeError, Replica, SharedReplica};
 use runnel_storage::{AbortedTxn, CleanStats, Log, ProducerError, ReadError, ReadPlan};
 use runnel_wire::{BatchHeader, TxnEnd};
@@ -257,12 +258,12 @@ impl Partition {
     /// Proposes validated batches, in order, to the partition's Raft group (leader only).
     /// Stops at the first refused batch; the earlier ones stay proposed. The answer's
     /// [`Appended::durable`] waits for what `acks` asks.
-    pub fn append(&self, batches: &[(&[u8], BatchHeader)], acks: Acks) -> Result<Appended, PartitionError> {
+    pub fn append(&self, batches: &[(Bytes, BatchHeader)], acks: Acks) -> Result<Appended, PartitionError> {
         let mut r = self.lock().ok_or(PartitionError::NotLeader)?;
         let mut first = None;
         let mut last = None;
         for (bytes, h) in batches {
-            let p = match r.propose_batch(bytes, h) {
+            let p = match r.propose_batch(bytes.clone(), h) {
                 Ok(p) => p,
                 Err(e) => {
                     if first.is_some() {

@@ -13,13 +13,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use raft::eraftpb::{
     ConfChange, ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, Entry, EntryType, Message,
     MessageType,
 };
 use raft::{Config, RawNode, SnapshotStatus, StateRole};
 use runnel_storage::{CleanPlan, CleanStats, Cleaned, Log, LogConfig, ProducerError};
-use runnel_wire::batch::stamp;
 use runnel_wire::marker::marker_batch;
 use runnel_wire::{BatchHeader, TxnEnd};
 use tokio::sync::oneshot;
@@ -401,9 +401,9 @@ impl Replica {
     }
 
     /// Proposes a validated client batch. The leader checks idempotence against the log and
-    /// against batches proposed but not yet written, then stamps the next offsets and the
-    /// term into the batch.
-    pub fn propose_batch(&mut self, batch: &[u8], h: &BatchHeader) -> Result<Proposed, ProposeError> {
+    /// against batches proposed but not yet written. The batch goes into the entry as it
+    /// came (not copied): its offsets and leader epoch are stamped as the store writes it.
+    pub fn propose_batch(&mut self, batch: Bytes, h: &BatchHeader) -> Result<Proposed, ProposeError> {
         if !self.is_leader() {
             return Err(ProposeError::NotLeader(self.leader()));
         }
@@ -411,7 +411,7 @@ impl Replica {
             return Err(ProposeError::Invalid("control batches cannot be produced".into()));
         }
         let term = self.term();
-        let epoch = i32::try_from(term).map_err(|_| ProposeError::Invalid("term past i32".into()))?;
+        i32::try_from(term).map_err(|_| ProposeError::Invalid("term past i32".into()))?;
         let (next, pending) = self.pending();
         let store = self.node.store();
         if let Some((base, last)) = store.log().check_producer(h, &pending).map_err(ProposeError::Producer)? {
@@ -420,9 +420,7 @@ impl Replica {
             let term = self.entry_term(index).unwrap_or(term);
             return Ok(Proposed { base_offset: base, last_offset: last, index, term, duplicate: true });
         }
-        let mut data = batch.to_vec();
-        stamp(&mut data, next, epoch);
-        self.propose_raw(data)?;
+        self.propose_raw(batch)?;
         let index = self.node.raft.raft_log.last_index();
         Ok(Proposed {
             base_offset: next,
@@ -447,16 +445,15 @@ impl Replica {
             return Err(ProposeError::NotLeader(self.leader()));
         }
         let term = self.term();
-        let epoch = i32::try_from(term).map_err(|_| ProposeError::Invalid("term past i32".into()))?;
+        i32::try_from(term).map_err(|_| ProposeError::Invalid("term past i32".into()))?;
         let (next, pending) = self.pending();
         let newer_pending = pending.iter().any(|p| p.producer_id == producer_id && p.producer_epoch > producer_epoch);
         if newer_pending {
             return Err(ProposeError::Producer(ProducerError::Fenced));
         }
         self.log().check_marker(producer_id, producer_epoch).map_err(ProposeError::Producer)?;
-        let mut data = marker_batch(producer_id, producer_epoch, coordinator_epoch, end, now_ms);
-        stamp(&mut data, next, epoch);
-        self.propose_raw(data)?;
+        let data = marker_batch(producer_id, producer_epoch, coordinator_epoch, end, now_ms);
+        self.propose_raw(data.into())?;
         let index = self.node.raft.raft_log.last_index();
         Ok(Proposed { base_offset: next, last_offset: next, index, term, duplicate: false })
     }
@@ -479,11 +476,9 @@ impl Replica {
             return Err(ProposeError::NotLeader(self.leader()));
         }
         let term = self.term();
-        let epoch = i32::try_from(term).map_err(|_| ProposeError::Invalid("term past i32".into()))?;
+        i32::try_from(term).map_err(|_| ProposeError::Invalid("term past i32".into()))?;
         let (next, _) = self.pending();
-        let mut data = crate::store::delete_records_batch(offset);
-        stamp(&mut data, next, epoch);
-        self.propose_raw(data)?;
+        self.propose_raw(crate::store::delete_records_batch(offset).into())?;
         let index = self.node.raft.raft_log.last_index();
         Ok(Proposed { base_offset: next, last_offset: next, index, term, duplicate: false })
     }
@@ -537,12 +532,18 @@ impl Replica {
         let batch =
             b.finish(0, runnel_wire::build::ProducerFields::NONE).map_err(|e| ProposeError::Invalid(e.to_string()))?;
         let h = BatchHeader::parse(&batch).map_err(|e| ProposeError::Invalid(e.to_string()))?;
-        self.propose_batch(&batch, &h)
+        self.propose_batch(batch.into(), &h)
     }
 
-    fn propose_raw(&mut self, data: Vec<u8>) -> Result<(), ProposeError> {
+    /// Proposes an entry holding `data` (raft-rs's `propose` would take a `Vec`, and a
+    /// client's batch would be copied into one).
+    fn propose_raw(&mut self, data: Bytes) -> Result<(), ProposeError> {
         self.wake();
-        match self.node.propose(Vec::new(), data) {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgPropose);
+        m.from = self.node.raft.id;
+        m.set_entries(vec![Entry { data, ..Entry::default() }].into());
+        match self.node.raft.step(m) {
             Ok(()) => Ok(()),
             Err(raft::Error::ProposalDropped) if self.is_leader() => Err(ProposeError::Busy),
             Err(_) => Err(ProposeError::NotLeader(self.leader())),
@@ -550,21 +551,29 @@ impl Replica {
     }
 
     /// The offset after every entry Raft holds (written or not), and the headers of the
-    /// batches proposed but not yet written.
+    /// batches proposed but not yet written, with the offsets they will be written at (the
+    /// store stamps them: an entry's batch holds what the client sent).
     fn pending(&self) -> (i64, Vec<BatchHeader>) {
+        let (next, pending) = self.unwritten();
+        (next, pending.into_iter().map(|(_, h)| h).collect())
+    }
+
+    /// [`Replica::pending`], each batch with its Raft index.
+    fn unwritten(&self) -> (i64, Vec<(u64, BatchHeader)>) {
         let store = self.node.store();
         let mut next = store.log().log_end_offset();
-        let mut headers = Vec::new();
+        let mut batches = Vec::new();
         for e in self.node.raft.raft_log.unstable.entries.iter().filter(|e| e.index > store.last()) {
             match BatchHeader::parse(&e.data) {
                 Ok(h) if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() => {
+                    let h = BatchHeader { base_offset: next, ..h };
                     next = h.next_offset();
-                    headers.push(h);
+                    batches.push((e.index, h));
                 }
                 _ => next += 1,
             }
         }
-        (next, headers)
+        (next, batches)
     }
 
     /// Raft index of the entry whose batch starts at `offset` (written or pending).
@@ -578,11 +587,11 @@ impl Replica {
                 return None;
             }
         }
-        let unstable = &self.node.raft.raft_log.unstable.entries;
-        unstable
-            .iter()
-            .find(|e| BatchHeader::parse(&e.data).is_ok_and(|h| h.base_offset <= offset && offset <= h.last_offset()))
-            .map(|e| e.index)
+        let (_, unwritten) = self.unwritten();
+        unwritten
+            .into_iter()
+            .find(|(_, h)| h.base_offset <= offset && offset <= h.last_offset())
+            .map(|(index, _)| index)
     }
 
     fn entry_term(&self, index: u64) -> Option<u64> {

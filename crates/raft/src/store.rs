@@ -20,7 +20,7 @@ use bytes::Bytes;
 use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 use runnel_storage::{CleanStats, Cleaned, Log, LogConfig};
-use runnel_wire::batch::{stamp, Batches};
+use runnel_wire::batch::Batches;
 use runnel_wire::build::BatchBuilder;
 use runnel_wire::BatchHeader;
 
@@ -318,20 +318,13 @@ impl RaftLog {
         for e in entries {
             let base = self.log.log_end_offset();
             let term = i32::try_from(e.term).map_err(|_| io::Error::other("term past i32"))?;
+            // A batch's offsets are where the log ends and its leader epoch the entry's term,
+            // stamped as it is written: a leader proposes a client's batch as it came, and
+            // every replica, its log the same up to here, stamps the same.
             if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
-                let h = BatchHeader::parse(&e.data).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
-                if h.base_offset != base || h.total_bytes() != e.data.len() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("entry {} holds offset {} but the log ends at {base}", e.index, h.base_offset),
-                    ));
-                }
-                self.log.append_stamped(&e.data, &h, now_ms)?;
+                self.log.append_at_end(&e.data, term, now_ms)?;
             } else {
-                let mut batch = control_batch(e);
-                stamp(&mut batch, base, term);
-                let h = BatchHeader::parse(&batch).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
-                self.log.append_stamped(&batch, &h, now_ms)?;
+                self.log.append_at_end(&control_batch(e), term, now_ms)?;
             }
             let settled = self.settled();
             self.offsets.push(base, settled);
@@ -655,8 +648,7 @@ mod tests {
         for _ in 0..n {
             let mut b = BatchBuilder::new(1_000);
             b.push(1_000, None, Some(&[7u8; 200]));
-            let mut batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
-            stamp(&mut batch, store.log().log_end_offset(), term as i32);
+            let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
             let e = Entry { index: store.last() + 1, term, data: batch.into(), ..Default::default() };
             store.append(&[e], 0).expect("append");
         }
@@ -756,8 +748,7 @@ mod tests {
         for i in 0..n {
             let mut b = BatchBuilder::new(1_000);
             b.push(1_000, Some(format!("k{}", i % 4).as_bytes()), Some(&[i as u8; 100]));
-            let mut batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
-            stamp(&mut batch, store.log().log_end_offset(), term as i32);
+            let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
             let e = Entry { index: store.last() + 1, term, data: batch.into(), ..Default::default() };
             store.append(&[e], 0).expect("append");
         }
@@ -884,11 +875,14 @@ mod tests {
         // A new leader replaces entries from 1000 on.
         let mut b = BatchBuilder::new(1_000);
         b.push(1_000, None, Some(&[8u8; 200]));
-        let mut batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
-        stamp(&mut batch, 999, 3);
+        let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
         store.append(&[Entry { index: 1000, term: 3, data: batch.into(), ..Default::default() }], 0).expect("append");
         assert_eq!((store.last(), store.offset_of(1000).expect("offset_of")), (1000, Some(999)));
         assert_eq!(store.term(1000).expect("term"), 3);
+        // The entry was proposed as the client sent it; the store stamped it as it wrote it.
+        let written = store.entries(1000, 1001, None, GetEntriesContext::empty(false)).expect("entries");
+        let h = BatchHeader::validate(&written[0].data).expect("a valid batch");
+        assert_eq!((h.base_offset, h.partition_leader_epoch), (999, 3));
 
         assert_eq!(store.trim(300, 700).expect("trim"), Some(300));
         assert_eq!(store.first(), 301);

@@ -170,7 +170,7 @@ impl Sim {
                 }
                 let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
                 let h = BatchHeader::parse(&batch).expect("header");
-                match r.propose_batch(&batch, &h) {
+                match r.propose_batch(batch.clone().into(), &h) {
                     Ok(p) => {
                         let rx = r.wait(p.index, p.term, Durability::Committed);
                         self.waiting.push((batch[21..].to_vec(), p.base_offset, rx));

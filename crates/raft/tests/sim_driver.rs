@@ -315,7 +315,7 @@ impl World {
 /// Proposes a client batch at `r` (if it leads) and returns its commit wait.
 fn propose(r: &mut Replica, group: u64, batch: &[u8]) -> Option<Waiting> {
     let h = BatchHeader::parse(batch).expect("the client's batch parses");
-    match r.propose_batch(batch, &h) {
+    match r.propose_batch(bytes::Bytes::copy_from_slice(batch), &h) {
         Ok(p) => Some(Waiting {
             group,
             body: batch[BATCH_PREFIX_BYTES..].to_vec(),

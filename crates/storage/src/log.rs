@@ -9,7 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use runnel_wire::batch::{stamp, BatchHeader};
+use runnel_wire::batch::{stamp, BatchHeader, HEADER_BYTES};
 use runnel_wire::marker::marker;
 use thiserror::Error;
 use tracing::{info, warn};
@@ -62,7 +62,6 @@ pub struct Log {
     cleaner_point: i64,
     producers: ProducerTable,
     leader_epoch: i32,
-    scratch: Vec<u8>,
     /// Checkpoints written so far; a staged close ([`Log::close_stage`]) is only committed
     /// if no other was written (or the log truncated) in between.
     checkpoints: u64,
@@ -139,7 +138,6 @@ impl Log {
             cleaner_point,
             producers,
             leader_epoch: 0,
-            scratch: Vec::new(),
             checkpoints: 0,
             closing: None,
         };
@@ -212,39 +210,36 @@ impl Log {
         if let Some((base_offset, last_offset)) = self.producers.check(h).map_err(AppendError::Producer)? {
             return Ok(AppendInfo { base_offset, last_offset, duplicate: true });
         }
-        let base_offset = self.log_end_offset();
-        self.maybe_roll(batch.len() as u64, base_offset.saturating_add(h.last_offset_delta as i64), now_ms)?;
-        self.scratch.clear();
-        self.scratch.extend_from_slice(batch);
-        stamp(&mut self.scratch, base_offset, self.leader_epoch);
-        let stamped = BatchHeader { base_offset, partition_leader_epoch: self.leader_epoch, ..*h };
-        let scratch = std::mem::take(&mut self.scratch);
-        let written = self.active_mut().append(&scratch, &stamped);
-        self.scratch = scratch;
-        if let Err(e) = written {
-            // The tail may now hold a partial batch; cut it so the next append lands cleanly.
-            let size = self.active().size;
-            let _ = self.active_mut().truncate_to(size);
-            return Err(e.into());
-        }
-        self.producers.record(&stamped, marker(&stamped, batch));
+        let stamped = self.append_at_end(batch, self.leader_epoch, now_ms)?;
         assert_eq!(self.log_end_offset(), stamped.next_offset(), "log end must follow the appended batch");
-        Ok(AppendInfo { base_offset, last_offset: stamped.last_offset(), duplicate: false })
+        Ok(AppendInfo { base_offset: stamped.base_offset, last_offset: stamped.last_offset(), duplicate: false })
     }
 
-    /// Appends a batch whose offsets and leader epoch are already stamped (a replicated
-    /// entry): it must start exactly at the log end. Producer state follows it, so a
-    /// follower that becomes leader answers retries as the old leader would have.
-    pub fn append_stamped(&mut self, batch: &[u8], h: &BatchHeader, now_ms: i64) -> io::Result<()> {
-        assert_eq!(h.base_offset, self.log_end_offset(), "a replicated batch must start at the log end");
+    /// Appends a batch at the log end, stamping its offsets (from the log end) and
+    /// `leader_epoch` into its header as it is written (a replicated entry, or a validated
+    /// batch): the batch itself is not copied or changed. The CRC does not cover those
+    /// fields. Producer state follows it, so a follower that becomes leader answers retries
+    /// as the old leader would have. Returns the header as written.
+    pub fn append_at_end(&mut self, batch: &[u8], leader_epoch: i32, now_ms: i64) -> io::Result<BatchHeader> {
+        let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
+        let mut head = [0u8; HEADER_BYTES];
+        head.copy_from_slice(
+            batch.get(..HEADER_BYTES).ok_or_else(|| invalid(format!("a batch of {} bytes", batch.len())))?,
+        );
+        stamp(&mut head, self.log_end_offset(), leader_epoch);
+        let h = BatchHeader::parse(&head).map_err(|e| invalid(e.to_string()))?;
+        if h.total_bytes() != batch.len() {
+            return Err(invalid(format!("a batch of {} bytes says it has {}", batch.len(), h.total_bytes())));
+        }
         self.maybe_roll(batch.len() as u64, h.last_offset(), now_ms)?;
-        if let Err(e) = self.active_mut().append(batch, h) {
+        if let Err(e) = self.active_mut().append_split(&head, &batch[HEADER_BYTES..], &h) {
+            // The tail may now hold a partial batch; cut it so the next append lands cleanly.
             let size = self.active().size;
             let _ = self.active_mut().truncate_to(size);
             return Err(e);
         }
-        self.producers.record(h, marker(h, batch));
-        Ok(())
+        self.producers.record(&h, marker(&h, batch));
+        Ok(h)
     }
 
     /// Removes every batch at or after `offset` (Raft replaced them with the leader's

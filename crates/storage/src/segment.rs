@@ -168,15 +168,24 @@ impl Segment {
 
     /// Appends one stamped batch at the end of the file.
     pub fn append(&mut self, batch: &[u8], h: &BatchHeader) -> io::Result<()> {
+        self.append_split(&[], batch, h)
+    }
+
+    /// Appends a batch given as its first bytes and the rest (a header stamped apart from
+    /// the batch it belongs to, which is then not copied).
+    pub fn append_split(&mut self, head: &[u8], rest: &[u8], h: &BatchHeader) -> io::Result<()> {
         let pos = self.size;
         if let Err(e) = crate::fault::before_write() {
             // A full disk takes part of a write before it refuses the rest.
-            let _ = self.file.write_all_at(&batch[..batch.len() / 2], pos);
+            let _ = self.file.write_all_at(head, pos);
+            let _ = self.file.write_all_at(&rest[..rest.len() / 2], pos + head.len() as u64);
             return Err(e);
         }
-        self.file.write_all_at(batch, pos)?;
-        self.note_appended(h, pos, batch.len() as u64);
-        self.size += batch.len() as u64;
+        let len = (head.len() + rest.len()) as u64;
+        self.file.write_all_at(head, pos)?;
+        self.file.write_all_at(rest, pos + head.len() as u64)?;
+        self.note_appended(h, pos, len);
+        self.size += len;
         Ok(())
     }
 

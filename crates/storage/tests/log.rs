@@ -174,16 +174,19 @@ fn time_retention_rolls_and_deletes_an_expired_active_segment() {
 fn replicated_appends_and_truncation_at_any_batch_boundary() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut log = Log::open(dir.path(), small_segments(), 0).expect("open");
-    // Stamped batches from a leader: offsets are given, producer state follows them.
+    // Batches from a leader, stamped at the log end as they are written (the bytes given
+    // are not changed); producer state follows them.
     let mut bases = Vec::new();
     for i in 0..40 {
-        let mut b = batch(2, i, 7, i as i32 * 2);
+        let b = batch(2, i, 7, i as i32 * 2);
         let base = log.log_end_offset();
-        runnel_wire::batch::stamp(&mut b, base, 3);
-        let h = BatchHeader::validate_for_append(&b).expect("valid");
-        log.append_stamped(&b, &h, 0).expect("append");
+        let h = log.append_at_end(&b, 3, 0).expect("append");
+        assert_eq!((h.base_offset, h.partition_leader_epoch), (base, 3));
+        assert_eq!(b, batch(2, i, 7, i as i32 * 2));
         bases.push(base);
     }
+    let written = read_all(&log, 0);
+    assert!(written.iter().all(|h| h.partition_leader_epoch == 3));
     assert!(log.segment_count() > 3);
     // Cut one batch at a time from the top: every batch boundary, segment starts included.
     for k in (20..40).rev() {
@@ -212,10 +215,13 @@ fn replicated_appends_and_truncation_at_any_batch_boundary() {
 fn a_segment_never_spans_more_than_i32_max_offsets() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut log = Log::open(dir.path(), LogConfig::default(), 0).expect("open");
-    let b = batch(1, 1_000, -1, -1);
-    let mut h = BatchHeader::validate(&b).expect("valid");
-    h.last_offset_delta = (1 << 30) - 1;
-    h.records_count = 1 << 30;
+    // The header claims 2^30 records (last offset delta at bytes 23..27, record count at
+    // 57..61); the CRC no longer matches, which appending does not check again.
+    let mut b = batch(1, 1_000, -1, -1);
+    b[23..27].copy_from_slice(&((1i32 << 30) - 1).to_be_bytes());
+    b[57..61].copy_from_slice(&(1i32 << 30).to_be_bytes());
+    let h = BatchHeader::parse(&b).expect("parses");
+    assert_eq!((h.last_offset_delta, h.records_count), ((1 << 30) - 1, 1 << 30));
     let mut bases = Vec::new();
     for _ in 0..5 {
         bases.push(log.append(&b, &h, 1_000).expect("append").base_offset);

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
@@ -74,19 +75,16 @@ impl From<(ResponseError, String)> for Refusal {
 
 /// A batch ready to append: borrowed from the request unless the broker rewrote it
 /// (recompression, LogAppendTime).
-type Validated<'a> = (Cow<'a, [u8]>, BatchHeader);
+/// A batch as it will be proposed: a slice of the request's records when nothing had to
+/// change, else rebuilt.
+type Validated = (Bytes, BatchHeader);
 
 /// Validates a partition's records into batches ready to append. Records are decoded only
 /// when a rule needs them: a compacted topic (keys), a timestamp bound the batch header
 /// cannot settle, or a `compression.type` other than the batch's.
 /// `transactional`: the request names a transactional id, so transactional batches are
 /// taken (control batches never are: only the broker writes markers).
-fn validate<'a>(
-    records: &'a [u8],
-    rules: &TopicRules,
-    transactional: bool,
-    now_ms: i64,
-) -> Result<Vec<Validated<'a>>, Refusal> {
+fn validate(records: &Bytes, rules: &TopicRules, transactional: bool, now_ms: i64) -> Result<Vec<Validated>, Refusal> {
     let mut out = Vec::new();
     let (lowest, highest) = (now_ms.saturating_sub(rules.before_max_ms), now_ms.saturating_add(rules.after_max_ms));
     // The index of each batch's first record among the partition's records.
@@ -95,7 +93,7 @@ fn validate<'a>(
     let mut bad_timestamp = false;
     for item in Batches::new(records) {
         let (_, range) = item.map_err(|e| (errors::batch(&e), e.to_string()))?;
-        let bytes = &records[range];
+        let bytes = &records[range.clone()];
         let h = BatchHeader::validate_for_append(bytes).map_err(|e| (errors::batch(&e), e.to_string()))?;
         if bytes.len() > rules.max_message_bytes {
             return Err(too_large(bytes.len(), rules).into());
@@ -144,11 +142,14 @@ fn validate<'a>(
         if rules.log_append_time {
             set_log_append_time(batch.to_mut(), now_ms);
         }
-        let h = match batch {
-            Cow::Borrowed(_) => h,
-            Cow::Owned(ref b) => BatchHeader::parse(b).map_err(|e| (errors::batch(&e), e.to_string()))?,
+        let validated = match batch {
+            Cow::Borrowed(_) => (records.slice(range), h),
+            Cow::Owned(b) => {
+                let h = BatchHeader::parse(&b).map_err(|e| (errors::batch(&e), e.to_string()))?;
+                (Bytes::from(b), h)
+            }
         };
-        out.push((batch, h));
+        out.push(validated);
     }
     if !bad.is_empty() {
         // As Kafka's LogValidator: one refusal for the whole batch, naming each bad record.
@@ -406,12 +407,11 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, resolved: Resolved, v: i16, ctx: &
                         return Err((ResponseError::NotEnoughReplicas, msg).into());
                     }
                 }
-                let records = p.records.as_deref().unwrap_or_default();
-                let batches = validate(records, rules, transactional, now_ms)?;
-                let refs: Vec<(&[u8], BatchHeader)> = batches.iter().map(|(bytes, h)| (bytes.as_ref(), *h)).collect();
+                let records = p.records.clone().unwrap_or_default();
+                let batches = validate(&records, rules, transactional, now_ms)?;
                 let appended =
-                    part.append(&refs, acks).map_err(|e| Refusal::from((errors::partition(&e), e.to_string())))?;
-                let records: i64 = refs.iter().map(|(_, h)| h.records_count.max(0) as i64).sum();
+                    part.append(&batches, acks).map_err(|e| Refusal::from((errors::partition(&e), e.to_string())))?;
+                let records: i64 = batches.iter().map(|(_, h)| h.records_count.max(0) as i64).sum();
                 Ok((appended, rules.log_append_time, records))
             })();
             if let Some(m) = &counted {
