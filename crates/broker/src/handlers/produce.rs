@@ -79,6 +79,12 @@ impl From<(ResponseError, String)> for Refusal {
 /// change, else rebuilt.
 type Validated = (Bytes, BatchHeader);
 
+/// A batch is proposed as a slice of its request (not copied) only when it is at least this
+/// fraction (1/N) of the request's records; a smaller one is copied, which is cheap. A Raft
+/// entry keeps its whole buffer alive, for as long as it waits in a slow peer's queue,
+/// which counts only the entry: so a queued entry keeps at most N times its size alive.
+const SHARED_SHARE_MAX: usize = 16;
+
 /// Validates a partition's records into batches ready to append. Records are decoded only
 /// when a rule needs them: a compacted topic (keys), a timestamp bound the batch header
 /// cannot settle, or a `compression.type` other than the batch's.
@@ -334,6 +340,8 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, resolved: Resolved, v: i16, ctx: &
     let mut waits: Vec<(usize, usize, Appended)> = Vec::new();
     let mut responses = Vec::with_capacity(r.topic_data.len());
     let mut bytes = 0usize;
+    let request_records: usize =
+        r.topic_data.iter().flat_map(|t| &t.partition_data).map(|p| p.records.as_ref().map_or(0, |b| b.len())).sum();
     for (t, found) in r.topic_data.into_iter().zip(resolved) {
         let (topic, rules) = found.map_or((None, None), |(t, rules)| (Some(t), Some(rules)));
         // By the name the request gives, known or not; v13 names topics by id, and an
@@ -408,7 +416,12 @@ fn append(b: &Arc<Broker>, r: ProduceRequest, resolved: Resolved, v: i16, ctx: &
                     }
                 }
                 let records = p.records.clone().unwrap_or_default();
-                let batches = validate(&records, rules, transactional, now_ms)?;
+                let mut batches = validate(&records, rules, transactional, now_ms)?;
+                for (batch, _) in &mut batches {
+                    if batch.len().saturating_mul(SHARED_SHARE_MAX) < request_records {
+                        *batch = Bytes::copy_from_slice(batch);
+                    }
+                }
                 let appended =
                     part.append(&batches, acks).map_err(|e| Refusal::from((errors::partition(&e), e.to_string())))?;
                 let records: i64 = batches.iter().map(|(_, h)| h.records_count.max(0) as i64).sum();
