@@ -22,7 +22,7 @@ const ME: u64 = 2;
 
 fuzz_target!(|data: &[u8]| {
     let mut messages = Vec::new();
-    let _ = decode_frame(data, |envelope| messages.push(envelope));
+    let _ = decode_frame(&bytes::Bytes::copy_from_slice(data), |envelope| messages.push(envelope));
     if messages.is_empty() || messages.len() > 64 {
         return;
     }

@@ -13,7 +13,7 @@ use runnel_raft::transport::decode_frame;
 
 fuzz_target!(|data: &[u8]| {
     let mut messages = Vec::new();
-    let _ = decode_frame(data, |envelope| messages.push(envelope));
+    let _ = decode_frame(&bytes::Bytes::copy_from_slice(data), |envelope| messages.push(envelope));
     for (group, m) in messages {
         // A decoded message can be encoded again (the driver re-sends what it steps). No
         // round-trip equality: rust-protobuf keeps unknown fields and field presence that

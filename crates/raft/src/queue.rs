@@ -40,6 +40,13 @@ impl Sender {
     /// Queues `envelope` if it fits; false if it was dropped (full, or no receiver).
     pub fn try_send(&self, envelope: Envelope) -> bool {
         let size = size_of(&envelope.1);
+        self.try_send_counted(envelope, size)
+    }
+
+    /// Queues `envelope` counted as `size` bytes (at least its own [`size_of`]: more when
+    /// it keeps a larger buffer alive).
+    pub fn try_send_counted(&self, envelope: Envelope, size: usize) -> bool {
+        let size = size.max(size_of(&envelope.1));
         // Counted before it is queued, so the receiver never takes off more than was added.
         let before = self.bytes.fetch_add(size, Ordering::Relaxed);
         if before > 0 && before + size > self.max_bytes {

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use protobuf::Message as _;
 use raft::eraftpb::Message;
 use runnel_security::{ClientTls, ServerTls, TlsAcceptor, TlsConnector};
@@ -353,7 +353,6 @@ async fn accept_loop(listener: TcpListener, inbound: Sender, tls: Option<Arc<Ser
 }
 
 async fn peer_reader(mut stream: Reader, inbound: Sender) {
-    let mut buf = Vec::new();
     let mut sender = None;
     loop {
         let mut len = [0u8; 4];
@@ -365,18 +364,35 @@ async fn peer_reader(mut stream: Reader, inbound: Sender) {
             warn!(len, "peer frame too large; closing the connection");
             return;
         }
-        buf.resize(len, 0);
-        if stream.read_exact(&mut buf).await.is_err() {
-            return;
+        // A buffer of its own per frame: the messages decoded from it keep slices of it
+        // (an entry's batch is not copied on its way to this replica's log), and it is
+        // freed when the last of them is dropped.
+        let mut frame = BytesMut::with_capacity(len);
+        while frame.len() < len {
+            let left = len - frame.len();
+            match stream.read_buf(&mut (&mut frame).limit(left)).await {
+                Ok(n) if n > 0 => {}
+                _ => return,
+            }
         }
         let mut impostor = None;
-        let decoded = decode_frame(&buf, |envelope| {
+        let mut messages = Vec::new();
+        let decoded = decode_frame(&frame.freeze(), |envelope| {
             if impostor.is_some() || *sender.get_or_insert(envelope.1.from) != envelope.1.from {
                 impostor.get_or_insert(envelope.1.from);
                 return;
             }
-            inbound.try_send(envelope);
+            messages.push(envelope);
         });
+        // The messages keep slices of the frame, which lives as long as any of them: each
+        // counts against the queue's byte bound for its share of the whole frame, whatever
+        // else it held (messages that did not decode), so the bound still covers memory.
+        let sizes: Vec<usize> = messages.iter().map(|(_, m)| queue::size_of(m)).collect();
+        let total = sizes.iter().sum::<usize>().max(1);
+        for (envelope, size) in messages.into_iter().zip(sizes) {
+            let share = (size as u128 * len as u128 / total as u128) as usize;
+            inbound.try_send_counted(envelope, share);
+        }
         if let Err(e) = decoded {
             warn!(error = %e, "malformed peer frame; closing the connection");
             return;
@@ -384,9 +400,6 @@ async fn peer_reader(mut stream: Reader, inbound: Sender) {
         if let Some(other) = impostor {
             warn!(sender = ?sender, other, "a peer connection carried messages from two senders; closing it");
             return;
-        }
-        if buf.capacity() > FRAME_BUFFER_KEEP_BYTES {
-            buf = Vec::new();
         }
     }
 }
@@ -403,19 +416,20 @@ impl std::fmt::Display for MalformedFrame {
 
 /// Splits one frame from a peer (the bytes after its length) into its messages and hands
 /// each one that decodes to `deliver`, in order; one that does not decode is skipped.
-/// Fewer than 12 bytes left at the end are ignored.
-pub fn decode_frame(mut b: &[u8], mut deliver: impl FnMut(Envelope)) -> Result<(), MalformedFrame> {
+/// Fewer than 12 bytes left at the end are ignored. The messages' byte fields (entries'
+/// data) are slices of `frame`, not copies.
+pub fn decode_frame(frame: &Bytes, mut deliver: impl FnMut(Envelope)) -> Result<(), MalformedFrame> {
+    let mut b = frame.clone();
     while b.remaining() >= 12 {
         let group = b.get_u64();
         let n = b.get_u32() as usize;
         if n > b.remaining() {
             return Err(MalformedFrame);
         }
-        match Message::parse_from_bytes(&b[..n]) {
+        match Message::parse_from_carllerche_bytes(&b.split_to(n)) {
             Ok(m) => deliver((group, m)),
             Err(e) => warn!(error = %e, "undecodable Raft message"),
         }
-        b.advance(n);
     }
     Ok(())
 }
@@ -439,12 +453,12 @@ mod tests {
         let append = Message { entries: vec![entry].into(), ..m(2, 8) };
         let sent = vec![(7, m(2, 5)), (8, append), (u64::MAX, m(3, 0))];
         let mut got = Vec::new();
-        decode_frame(&frame(&sent), |e| got.push(e)).expect("well-formed");
+        decode_frame(&frame(&sent).into(), |e| got.push(e)).expect("well-formed");
         assert_eq!(got, sent);
         // Fewer than 12 trailing bytes are ignored, as they always were.
         let mut short = frame(&sent);
         short.extend_from_slice(&[0; 11]);
-        assert_eq!(decode_frame(&short, |_| {}), Ok(()));
+        assert_eq!(decode_frame(&short.into(), |_| {}), Ok(()));
     }
 
     /// The `raft_transport` fuzz target drives this (docs/fuzzing.md): a message length
@@ -456,12 +470,12 @@ mod tests {
         b.extend_from_slice(&1000u32.to_be_bytes());
         b.extend_from_slice(&[0; 20]);
         let mut got = 0;
-        assert_eq!(decode_frame(&b, |_| got += 1), Err(MalformedFrame));
+        assert_eq!(decode_frame(&b.into(), |_| got += 1), Err(MalformedFrame));
         assert_eq!(got, 1);
         let mut garbage = 5u64.to_be_bytes().to_vec();
         garbage.extend_from_slice(&3u32.to_be_bytes());
         garbage.extend_from_slice(&[0xff, 0xff, 0xff]);
-        assert_eq!(decode_frame(&garbage, |_| got += 1), Ok(()));
+        assert_eq!(decode_frame(&garbage.into(), |_| got += 1), Ok(()));
         assert_eq!(got, 1);
     }
 

@@ -15,7 +15,7 @@ fn unhex(s: &str) -> Vec<u8> {
 /// Steps every message of `frame` into a fresh replica; returns how many were refused.
 fn step_frame(frame: &[u8]) -> usize {
     let mut messages = Vec::new();
-    let _ = decode_frame(frame, |e| messages.push(e));
+    let _ = decode_frame(&bytes::Bytes::copy_from_slice(frame), |e| messages.push(e));
     assert!(!messages.is_empty(), "the input decodes");
     let dir = tempfile::tempdir().expect("tempdir");
     let mut replica =
