@@ -43,10 +43,9 @@ impl Sender {
         self.try_send_counted(envelope, size)
     }
 
-    /// Queues `envelope` counted as `size` bytes (at least its own [`size_of`]: more when
-    /// it keeps a larger buffer alive).
+    /// Queues `envelope` counted as `size` bytes (its [`size_of`], or more when it keeps a
+    /// larger buffer alive).
     pub fn try_send_counted(&self, envelope: Envelope, size: usize) -> bool {
-        let size = size.max(size_of(&envelope.1));
         // Counted before it is queued, so the receiver never takes off more than was added.
         let before = self.bytes.fetch_add(size, Ordering::Relaxed);
         if before > 0 && before + size > self.max_bytes {

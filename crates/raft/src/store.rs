@@ -321,11 +321,14 @@ impl RaftLog {
             // A batch's offsets are where the log ends and its leader epoch the entry's term,
             // stamped as it is written: a leader proposes a client's batch as it came, and
             // every replica, its log the same up to here, stamps the same.
-            if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
-                self.log.append_at_end(&e.data, term, now_ms)?;
+            let control;
+            let batch = if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
+                &e.data[..]
             } else {
-                self.log.append_at_end(&control_batch(e), term, now_ms)?;
-            }
+                control = control_batch(e);
+                &control[..]
+            };
+            self.log.append_at_end(batch, term, now_ms)?;
             let settled = self.settled();
             self.offsets.push(base, settled);
             note_term(&mut self.terms, e.index, e.term, base);

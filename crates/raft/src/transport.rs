@@ -391,7 +391,7 @@ async fn peer_reader(mut stream: Reader, inbound: Sender) {
         let total = sizes.iter().sum::<usize>().max(1);
         for (envelope, size) in messages.into_iter().zip(sizes) {
             let share = (size as u128 * len as u128 / total as u128) as usize;
-            inbound.try_send_counted(envelope, share);
+            inbound.try_send_counted(envelope, share.max(size));
         }
         if let Err(e) = decoded {
             warn!(error = %e, "malformed peer frame; closing the connection");

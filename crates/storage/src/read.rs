@@ -56,11 +56,7 @@ impl ReadPlan {
 
     /// The bytes the plan spans: what it reads at most.
     pub fn len(&self) -> usize {
-        if self.file.is_none() {
-            0
-        } else {
-            self.len
-        }
+        self.len
     }
 
     /// Reads whole batches below `upper`. A batch cut by the byte limit is dropped unless

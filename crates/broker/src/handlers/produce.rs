@@ -73,10 +73,8 @@ impl From<(ResponseError, String)> for Refusal {
     }
 }
 
-/// A batch ready to append: borrowed from the request unless the broker rewrote it
+/// A batch ready to append: a slice of the request's records unless the broker rewrote it
 /// (recompression, LogAppendTime).
-/// A batch as it will be proposed: a slice of the request's records when nothing had to
-/// change, else rebuilt.
 type Validated = (Bytes, BatchHeader);
 
 /// A batch is proposed as a slice of its request (not copied) only when it is at least this
