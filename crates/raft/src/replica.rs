@@ -710,6 +710,7 @@ impl Replica {
             }
         }
         self.node.mut_store().set_commit(last);
+        self.node.mut_store().applied_to(last);
         self.node.advance_apply_to(last);
         Ok(())
     }

@@ -11,6 +11,7 @@
 //! vote or configuration change, not on every commit (a lost commit index is re-learned
 //! from the leader).
 
+use std::collections::VecDeque;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -49,6 +50,9 @@ const SNAPSHOT_PREFIX_BYTES_MAX: u64 = 32 << 20;
 /// Bytes read from the log per chunk when raft-rs asks for entries.
 const READ_CHUNK_BYTES: usize = 1 << 20;
 
+/// Bytes of entries [`RaftLog`] keeps from one append until they are applied, at most.
+const RECENT_BYTES_MAX: usize = 4 << 20;
+
 pub struct RaftLog {
     log: Log,
     dir: PathBuf,
@@ -78,6 +82,14 @@ pub struct RaftLog {
     /// States put in place so far, and their count when a close was staged.
     state_writes: u64,
     closing: Option<u64>,
+    /// The last entries appended and not yet applied, as `append` was given them (a
+    /// leader's batches unstamped, slices of the request they came in): Raft asks for them
+    /// again as soon as they commit, to apply them, and to send them to a follower that
+    /// was not sent them from memory. Reading them back from the log cost a pread and a
+    /// copy of every byte produced, and on one broker a round of the driver's own per
+    /// request. At most [`RECENT_BYTES_MAX`]; older ones are read from the log.
+    recent: VecDeque<Entry>,
+    recent_bytes: usize,
 }
 
 /// Starts a new run in `terms` when entry `index` (at `offset`) has a new term.
@@ -144,6 +156,8 @@ impl RaftLog {
             staged: None,
             state_writes: 0,
             closing: None,
+            recent: VecDeque::new(),
+            recent_bytes: 0,
         };
         match saved {
             Some(s) => {
@@ -315,6 +329,7 @@ impl RaftLog {
             self.synced_index = self.synced_index.min(at - 1);
         }
         assert_eq!(at, self.last() + 1, "entries must follow the log");
+        self.keep_recent(entries);
         for e in entries {
             let base = self.log.log_end_offset();
             let term = i32::try_from(e.term).map_err(|_| io::Error::other("term past i32"))?;
@@ -340,6 +355,63 @@ impl RaftLog {
         self.hard.commit = self.hard.commit.max(commit);
     }
 
+    /// Keeps `entries` (appended at the end of the log) in `recent`, which then ends where
+    /// the log does: what followed the first of them is gone from both.
+    fn keep_recent(&mut self, entries: &[Entry]) {
+        let at = entries.first().map_or(0, |e| e.index);
+        while self.recent.back().is_some_and(|e| e.index >= at) {
+            self.forget_recent(false);
+        }
+        if self.recent.back().is_some_and(|e| e.index + 1 != at) {
+            self.recent.clear();
+            self.recent_bytes = 0;
+        }
+        for e in entries {
+            self.recent_bytes += e.data.len();
+            self.recent.push_back(e.clone());
+        }
+        while self.recent_bytes > RECENT_BYTES_MAX {
+            self.forget_recent(true);
+        }
+    }
+
+    /// Drops the oldest (`front`) or the newest entry kept in `recent`.
+    fn forget_recent(&mut self, front: bool) {
+        let e = if front { self.recent.pop_front() } else { self.recent.pop_back() };
+        self.recent_bytes -= e.map_or(0, |e| e.data.len());
+        if self.recent.is_empty() && self.recent.capacity() > 16 {
+            // An idle group keeps no buffer of a burst it once had.
+            self.recent = VecDeque::new();
+        }
+    }
+
+    /// Entries up to `index` were applied: `recent` keeps none of them.
+    pub fn applied_to(&mut self, index: u64) {
+        while self.recent.front().is_some_and(|e| e.index <= index) {
+            self.forget_recent(true);
+        }
+    }
+
+    /// Entries `low..high` from `recent`, if it holds them all, with `read_entries`' size
+    /// rule: at least one, then up to `max_bytes`.
+    fn recent_entries(&self, low: u64, high: u64, max_bytes: u64) -> Option<Vec<Entry>> {
+        let first = self.recent.front()?.index;
+        if low < first || high > self.recent.back()?.index + 1 || low >= high {
+            return None;
+        }
+        let mut size = 0u64;
+        let mut out = Vec::new();
+        for e in self.recent.range((low - first) as usize..(high - first) as usize) {
+            let len = e.data.len() as u64;
+            if size > 0 && size + len > max_bytes {
+                break;
+            }
+            size += len;
+            out.push(e.clone());
+        }
+        Some(out)
+    }
+
     /// Records the configuration that entry `index` (a configuration change) left.
     pub fn set_conf_state(&mut self, index: u64, conf: ConfState) -> io::Result<()> {
         self.conf_history.retain(|(i, _)| *i < index);
@@ -360,6 +432,8 @@ impl RaftLog {
         self.log.restore(prefix, producers, log_start, first_offset, now_ms)?;
         self.offsets.reset(meta.index + 1);
         self.terms.clear();
+        self.recent.clear();
+        self.recent_bytes = 0;
         self.snap_index = meta.index;
         self.snap_term = meta.term;
         self.first_offset = first_offset;
@@ -528,7 +602,11 @@ impl raft::Storage for RaftLog {
         if high > self.last() + 1 {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
-        self.read_entries(low, high, max_size.into().unwrap_or(u64::MAX)).map_err(storage_err)
+        let max_size = max_size.into().unwrap_or(u64::MAX);
+        if let Some(entries) = self.recent_entries(low, high, max_size) {
+            return Ok(entries);
+        }
+        self.read_entries(low, high, max_size).map_err(storage_err)
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
@@ -655,6 +733,51 @@ mod tests {
             let e = Entry { index: store.last() + 1, term, data: batch.into(), ..Default::default() };
             store.append(&[e], 0).expect("append");
         }
+    }
+
+    /// The base offset in the header of each entry `low..high` returns: 0 for a batch kept
+    /// as it was given (the builder's), its offset in the log for one read from the log.
+    fn base_offsets(store: &RaftLog, low: u64, high: u64) -> Vec<i64> {
+        let entries = store.entries(low, high, None, GetEntriesContext::empty(false)).expect("entries");
+        entries.iter().map(|e| BatchHeader::parse(&e.data).expect("a batch").base_offset).collect()
+    }
+
+    #[test]
+    fn entries_not_yet_applied_come_back_as_appended_and_follow_the_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = RaftLog::open(dir.path(), LogConfig::default(), &[1, 2, 3], 0).expect("open");
+        fill(&mut store, 10, 1);
+        assert_eq!(base_offsets(&store, 2, 11), vec![0; 9], "kept as appended");
+        // A new leader replaces entries from 6 on: what was kept of them goes too.
+        let mut b = BatchBuilder::new(1_000);
+        b.push(1_000, None, Some(&[9u8; 300]));
+        let batch = Bytes::from(b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch"));
+        store.append(&[Entry { index: 6, term: 2, data: batch.clone(), ..Default::default() }], 0).expect("append");
+        assert_eq!(store.last(), 6);
+        let entries = store.entries(5, 7, None, GetEntriesContext::empty(false)).expect("entries");
+        assert_eq!((entries[1].term, &entries[1].data), (2, &batch));
+        // Applied entries are read from the log (stamped); a range reaching below what is
+        // kept is read from the log whole.
+        store.applied_to(3);
+        assert_eq!(base_offsets(&store, 2, 4), vec![1, 2]);
+        assert_eq!(base_offsets(&store, 3, 7), vec![2, 3, 4, 5]);
+        assert_eq!(base_offsets(&store, 4, 7), vec![0, 0, 0]);
+        // At most RECENT_BYTES_MAX are kept: the oldest go first.
+        let big = |fill: u8| {
+            let mut b = BatchBuilder::new(1_000);
+            b.push(1_000, None, Some(&vec![fill; 1 << 20]));
+            Bytes::from(b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch"))
+        };
+        for i in 0..6u64 {
+            let e = Entry { index: 7 + i, term: 2, data: big(i as u8), ..Default::default() };
+            store.append(&[e], 0).expect("append");
+        }
+        assert!(store.recent_bytes <= RECENT_BYTES_MAX);
+        assert_eq!(base_offsets(&store, 12, 13), vec![0], "the newest is kept");
+        assert_eq!(base_offsets(&store, 7, 8), vec![6], "the oldest was read from the log");
+        // Applying everything leaves nothing kept.
+        store.applied_to(12);
+        assert!(store.recent.is_empty() && store.recent_bytes == 0);
     }
 
     /// Found by the `raft_store_open` fuzz target (docs/fuzzing.md): a `raft.state` whose
@@ -879,13 +1002,20 @@ mod tests {
         let mut b = BatchBuilder::new(1_000);
         b.push(1_000, None, Some(&[8u8; 200]));
         let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
-        store.append(&[Entry { index: 1000, term: 3, data: batch.into(), ..Default::default() }], 0).expect("append");
+        store
+            .append(&[Entry { index: 1000, term: 3, data: batch.clone().into(), ..Default::default() }], 0)
+            .expect("append");
         assert_eq!((store.last(), store.offset_of(1000).expect("offset_of")), (1000, Some(999)));
         assert_eq!(store.term(1000).expect("term"), 3);
         // The entry was proposed as the client sent it; the store stamped it as it wrote it.
+        // Until it is applied Raft gets it back from memory as it was given, then from the log.
+        let kept = store.entries(1000, 1001, None, GetEntriesContext::empty(false)).expect("entries");
+        assert_eq!(kept[0].data, Bytes::from(batch.clone()), "kept as given");
+        store.applied_to(1000);
         let written = store.entries(1000, 1001, None, GetEntriesContext::empty(false)).expect("entries");
         let h = BatchHeader::validate(&written[0].data).expect("a valid batch");
         assert_eq!((h.base_offset, h.partition_leader_epoch), (999, 3));
+        assert_eq!(written[0].data[61..], batch[61..], "the rest of the batch as given");
 
         assert_eq!(store.trim(300, 700).expect("trim"), Some(300));
         assert_eq!(store.first(), 301);
