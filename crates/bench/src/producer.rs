@@ -230,6 +230,7 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                 }
             }
         }
+        let mut sent_any = false;
         loop {
             let mut ready: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
             for (p, st) in parts.iter().enumerate() {
@@ -264,6 +265,7 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                     TopicProduceData::default().with_name(topic_name(&w.topic)).with_partition_data(data),
                 ]);
                 let conn = conns.get(&leader).context("connection to leader")?;
+                sent_any = true;
                 if w.acks == 0 {
                     // No answer comes: the record is done once written.
                     let fut = conn.send_no_reply(&req, PRODUCE_VERSION).await;
@@ -286,6 +288,14 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                 while let Some(done) = in_flight.try_join_next() {
                     buffered -= settle(done?, &mut rec, &plan);
                 }
+            }
+        }
+        if sent_any {
+            // The requests go on the wire before this task generates more: the connection's
+            // writer task would otherwise wait until the generating is done (on one core, a
+            // few milliseconds), where Kafka's sender thread writes them as they are ready.
+            for c in conns.values() {
+                c.written().await?;
             }
         }
         // 2. Generate what the schedule allows and the buffer holds.

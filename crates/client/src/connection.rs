@@ -39,8 +39,15 @@ const RESPONSE_BYTES_MAX: usize = 256 << 20;
 /// answer (with the time it arrived) goes, and the in-flight slot it holds.
 type Waiter = (i32, i16, oneshot::Sender<Result<(Bytes, Instant)>>, OwnedSemaphorePermit);
 
+/// What the writer task is given: a frame (and who waits for its answer), or a mark to
+/// answer once every frame before it is in the socket.
+enum Out {
+    Frame(Bytes, Option<Waiter>),
+    Written(oneshot::Sender<()>),
+}
+
 pub struct Connection {
-    out: mpsc::Sender<(Bytes, Option<Waiter>)>,
+    out: mpsc::Sender<Out>,
     next_id: AtomicI32,
     in_flight: Arc<Semaphore>,
     client_id: String,
@@ -103,13 +110,20 @@ impl Connection {
         R: tokio::io::AsyncRead + Unpin + Send + 'static,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let (tx, mut rx) = mpsc::channel::<(Bytes, Option<Waiter>)>(in_flight.max(1));
+        let (tx, mut rx) = mpsc::channel::<Out>(in_flight.max(1));
         // `None` once the reader has stopped: nothing more will be answered, so a waiter
         // arriving after that is failed at once instead of waiting forever.
         let pending: Arc<Mutex<Option<VecDeque<Waiter>>>> = Arc::new(Mutex::new(Some(VecDeque::new())));
         let p = pending.clone();
         tokio::spawn(async move {
-            while let Some((frame, waiter)) = rx.recv().await {
+            while let Some(out) = rx.recv().await {
+                let (frame, waiter) = match out {
+                    Out::Frame(frame, waiter) => (frame, waiter),
+                    Out::Written(done) => {
+                        let _ = done.send(());
+                        continue;
+                    }
+                };
                 if let Some(w) = waiter {
                     match p.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
                         Some(queue) => queue.push_back(w),
@@ -178,7 +192,16 @@ impl Connection {
     /// Sends a request that gets no answer (Produce with acks=0).
     pub async fn send_no_reply<R: Request>(&self, req: &R, version: i16) -> Result<()> {
         let frame = self.frame(req, version)?.0;
-        self.out.send((frame, None)).await.map_err(|_| anyhow!("connection closed"))
+        self.out.send(Out::Frame(frame, None)).await.map_err(|_| anyhow!("connection closed"))
+    }
+
+    /// Resolves once every request sent before it is written to the socket (the writer task
+    /// writes them in order). A producer that goes on with other work after sending waits
+    /// for this first, so that its requests are on the wire, not queued behind that work.
+    pub async fn written(&self) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.out.send(Out::Written(tx)).await.map_err(|_| anyhow!("connection closed"))?;
+        rx.await.map_err(|_| anyhow!("connection closed"))
     }
 
     fn frame<R: Request>(&self, req: &R, version: i16) -> Result<(Bytes, i32, ApiKey)> {
@@ -216,7 +239,7 @@ impl Connection {
         let (tx, rx) = oneshot::channel();
         let header_version = key.response_header_version(version);
         let waiter = (id, header_version, tx, permit);
-        self.out.send((frame, Some(waiter))).await.map_err(|_| anyhow!("connection closed"))?;
+        self.out.send(Out::Frame(frame, Some(waiter))).await.map_err(|_| anyhow!("connection closed"))?;
         Ok(async move {
             let (mut body, arrived) = rx.await.map_err(|_| anyhow!("connection closed"))??;
             let resp =
