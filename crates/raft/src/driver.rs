@@ -91,7 +91,8 @@ pub trait Disk: Send + Sync {
 }
 
 /// A broker's disk: [`runnel_storage::sync_files`] on Tokio's blocking pool, so a slow
-/// flush holds up no other task.
+/// flush holds up no other task. A thread that syncs asks once for a short scheduler slice
+/// ([`crate::sched`]), so it starts soon after it is woken even on a busy core.
 pub struct BlockingPoolDisk;
 
 impl Disk for BlockingPoolDisk {
@@ -99,6 +100,7 @@ impl Disk for BlockingPoolDisk {
         // Started now, not when first polled: the driver starts a round's sync and goes on
         // writing the next round while it runs.
         let syncing = tokio::task::spawn_blocking(move || {
+            crate::sched::short_slice_once();
             let started = std::time::Instant::now();
             let synced = runnel_storage::sync_files(&files, syncfs);
             runnel_metrics::get().flush_time.observe(started.elapsed().as_secs_f64());

@@ -16,6 +16,7 @@ mod offsets;
 pub mod queue;
 pub mod replica;
 mod rounds;
+pub mod sched;
 mod snapshot_data;
 pub mod store;
 pub mod transport;
