@@ -18,7 +18,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::ProduceRequest;
 use rand::{Rng, SeedableRng};
-use runnel_client::{init_producer_id, topic_name, wall_ms, Connection, TopicLayout, PRODUCE_VERSION};
+use runnel_client::{init_producer_id, topic_name, wall_ms, Connection, TopicLayout, Writer, PRODUCE_VERSION};
 use runnel_wire::build::{BatchBuilder, ProducerFields};
 use tokio::task::JoinSet;
 
@@ -173,7 +173,10 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
     for leader in plan.layout.leaders.iter() {
         if !conns.contains_key(leader) {
             let addr = plan.addresses.get(leader).context("leader address")?;
-            conns.insert(*leader, Connection::connect(addr, &client_id, w.in_flight).await?);
+            // The writer on a thread of its own, as a Kafka producer's sender thread: this task
+            // generates records without yielding, and with one Tokio worker (the load
+            // generator pinned to one CPU) its requests would otherwise wait for that.
+            conns.insert(*leader, Connection::connect_with(addr, &client_id, w.in_flight, Writer::Thread).await?);
         }
     }
     let (producer_id, producer_epoch) = if w.idempotent {
@@ -230,7 +233,6 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                 }
             }
         }
-        let mut sent_any = false;
         loop {
             let mut ready: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
             for (p, st) in parts.iter().enumerate() {
@@ -265,7 +267,6 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                     TopicProduceData::default().with_name(topic_name(&w.topic)).with_partition_data(data),
                 ]);
                 let conn = conns.get(&leader).context("connection to leader")?;
-                sent_any = true;
                 if w.acks == 0 {
                     // No answer comes: the record is done once written.
                     let fut = conn.send_no_reply(&req, PRODUCE_VERSION).await;
@@ -288,14 +289,6 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                 while let Some(done) = in_flight.try_join_next() {
                     buffered -= settle(done?, &mut rec, &plan);
                 }
-            }
-        }
-        if sent_any {
-            // The requests go on the wire before this task generates more: the connection's
-            // writer task would otherwise wait until the generating is done (on one core, a
-            // few milliseconds), where Kafka's sender thread writes them as they are ready.
-            for c in conns.values() {
-                c.written().await?;
             }
         }
         // 2. Generate what the schedule allows and the buffer holds.

@@ -3,6 +3,8 @@
 //!
 //! A writer task owns the socket's write half and a reader task its read half; the number
 //! of requests waiting for an answer is bounded by the outgoing channel plus `in_flight`.
+//! The writer runs on the runtime, or on a thread of its own ([`Writer::Thread`]) for a
+//! caller that keeps its worker busy between sends, as the load generator's producer does.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -39,11 +41,20 @@ const RESPONSE_BYTES_MAX: usize = 256 << 20;
 /// answer (with the time it arrived) goes, and the in-flight slot it holds.
 type Waiter = (i32, i16, oneshot::Sender<Result<(Bytes, Instant)>>, OwnedSemaphorePermit);
 
-/// What the writer task is given: a frame (and who waits for its answer), or a mark to
-/// answer once every frame before it is in the socket.
-enum Out {
-    Frame(Bytes, Option<Waiter>),
-    Written(oneshot::Sender<()>),
+/// What the writer task is given: a frame, and who waits for its answer.
+type Out = (Bytes, Option<Waiter>);
+
+/// Where a connection's writer task runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// On the runtime, beside the caller's tasks: a request goes out when the caller's
+    /// worker next has time for it.
+    Runtime,
+    /// On a thread of its own, as a Kafka producer's sender thread: a request goes out as
+    /// soon as it is sent, while the caller goes on with work that does not yield (with
+    /// one Tokio worker, a producer generating records would otherwise hold its requests
+    /// back for milliseconds). The thread ends when the connection is dropped.
+    Thread,
 }
 
 pub struct Connection {
@@ -57,7 +68,17 @@ impl Connection {
     /// Connects and starts the reader and writer tasks. At most `in_flight` requests wait
     /// for an answer at a time; [`Connection::send`] waits for a slot.
     pub async fn connect(addr: &str, client_id: &str, in_flight: usize) -> Result<Arc<Connection>> {
-        Self::connect_from(None, addr, client_id, in_flight).await
+        Self::open(None, addr, client_id, in_flight, Writer::Runtime).await
+    }
+
+    /// [`Connection::connect`] with its writer where `writer` says.
+    pub async fn connect_with(
+        addr: &str,
+        client_id: &str,
+        in_flight: usize,
+        writer: Writer,
+    ) -> Result<Arc<Connection>> {
+        Self::open(None, addr, client_id, in_flight, writer).await
     }
 
     /// Connects to the first of a comma-separated list of addresses that answers.
@@ -79,6 +100,16 @@ impl Connection {
         client_id: &str,
         in_flight: usize,
     ) -> Result<Arc<Connection>> {
+        Self::open(netns, addr, client_id, in_flight, Writer::Runtime).await
+    }
+
+    async fn open(
+        netns: Option<&Netns>,
+        addr: &str,
+        client_id: &str,
+        in_flight: usize,
+        writer: Writer,
+    ) -> Result<Arc<Connection>> {
         let stream = match netns {
             None => TcpStream::connect(addr).await,
             Some(ns) => ns.connect(addr, CONNECT_IN_NAMESPACE_MAX).await,
@@ -88,7 +119,7 @@ impl Connection {
         match TLS.get() {
             None => {
                 let (rd, wr) = stream.into_split();
-                Ok(Self::start(rd, wr, client_id, in_flight))
+                Self::start(rd, wr, client_id, in_flight, writer)
             }
             Some(config) => {
                 let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
@@ -99,13 +130,13 @@ impl Connection {
                     .await
                     .with_context(|| format!("TLS handshake with {addr}"))?;
                 let (rd, wr) = tokio::io::split(tls);
-                Ok(Self::start(rd, wr, client_id, in_flight))
+                Self::start(rd, wr, client_id, in_flight, writer)
             }
         }
     }
 
     /// Starts the reader and writer tasks on the two halves of a connection.
-    fn start<R, W>(mut rd: R, mut wr: W, client_id: &str, in_flight: usize) -> Arc<Connection>
+    fn start<R, W>(mut rd: R, mut wr: W, client_id: &str, in_flight: usize, writer: Writer) -> Result<Arc<Connection>>
     where
         R: tokio::io::AsyncRead + Unpin + Send + 'static,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -115,15 +146,8 @@ impl Connection {
         // arriving after that is failed at once instead of waiting forever.
         let pending: Arc<Mutex<Option<VecDeque<Waiter>>>> = Arc::new(Mutex::new(Some(VecDeque::new())));
         let p = pending.clone();
-        tokio::spawn(async move {
-            while let Some(out) = rx.recv().await {
-                let (frame, waiter) = match out {
-                    Out::Frame(frame, waiter) => (frame, waiter),
-                    Out::Written(done) => {
-                        let _ = done.send(());
-                        continue;
-                    }
-                };
+        let write = async move {
+            while let Some((frame, waiter)) = rx.recv().await {
                 if let Some(w) = waiter {
                     match p.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
                         Some(queue) => queue.push_back(w),
@@ -137,7 +161,19 @@ impl Connection {
                     break;
                 }
             }
-        });
+        };
+        match writer {
+            Writer::Runtime => drop(tokio::spawn(write)),
+            Writer::Thread => {
+                // The socket stays registered with the caller's runtime, whose I/O driver
+                // wakes this thread's writes; the thread's own runtime only runs the task.
+                let rt = tokio::runtime::Builder::new_current_thread().build().context("the writer's runtime")?;
+                std::thread::Builder::new()
+                    .name("runnel-writer".into())
+                    .spawn(move || rt.block_on(write))
+                    .context("starting the writer thread")?;
+            }
+        }
         tokio::spawn(async move {
             let fail_all = |why: &str| {
                 let queue = pending.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -181,27 +217,18 @@ impl Connection {
                 let _ = waiter.send(answer);
             }
         });
-        Arc::new(Connection {
+        Ok(Arc::new(Connection {
             out: tx,
             next_id: AtomicI32::new(1),
             in_flight: Arc::new(Semaphore::new(in_flight.max(1))),
             client_id: client_id.to_string(),
-        })
+        }))
     }
 
     /// Sends a request that gets no answer (Produce with acks=0).
     pub async fn send_no_reply<R: Request>(&self, req: &R, version: i16) -> Result<()> {
         let frame = self.frame(req, version)?.0;
-        self.out.send(Out::Frame(frame, None)).await.map_err(|_| anyhow!("connection closed"))
-    }
-
-    /// Resolves once every request sent before it is written to the socket (the writer task
-    /// writes them in order). A producer that goes on with other work after sending waits
-    /// for this first, so that its requests are on the wire, not queued behind that work.
-    pub async fn written(&self) -> Result<()> {
-        let (tx, rx) = oneshot::channel();
-        self.out.send(Out::Written(tx)).await.map_err(|_| anyhow!("connection closed"))?;
-        rx.await.map_err(|_| anyhow!("connection closed"))
+        self.out.send((frame, None)).await.map_err(|_| anyhow!("connection closed"))
     }
 
     fn frame<R: Request>(&self, req: &R, version: i16) -> Result<(Bytes, i32, ApiKey)> {
@@ -239,7 +266,7 @@ impl Connection {
         let (tx, rx) = oneshot::channel();
         let header_version = key.response_header_version(version);
         let waiter = (id, header_version, tx, permit);
-        self.out.send(Out::Frame(frame, Some(waiter))).await.map_err(|_| anyhow!("connection closed"))?;
+        self.out.send((frame, Some(waiter))).await.map_err(|_| anyhow!("connection closed"))?;
         Ok(async move {
             let (mut body, arrived) = rx.await.map_err(|_| anyhow!("connection closed"))??;
             let resp =
@@ -254,5 +281,78 @@ impl Connection {
     /// Sends and waits for the answer.
     pub async fn call<R: Request>(&self, req: &R, version: i16) -> Result<R::Response> {
         Ok(self.send(req, version).await?.await?.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+    use tokio::net::TcpListener;
+
+    /// Threads of this process named `runnel-writer`.
+    fn writer_threads() -> usize {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+        tasks
+            .flatten()
+            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "runnel-writer"))
+            .count()
+    }
+
+    /// Answers every ApiVersions v0 request read from one connection, in order.
+    async fn answer_all(listener: TcpListener) {
+        let Ok((mut s, _)) = listener.accept().await else { return };
+        loop {
+            let mut len = [0u8; 4];
+            if s.read_exact(&mut len).await.is_err() {
+                return;
+            }
+            let mut frame = vec![0u8; i32::from_be_bytes(len) as usize];
+            if s.read_exact(&mut frame).await.is_err() {
+                return;
+            }
+            // api key, api version, then the correlation id.
+            let id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+            let mut body = BytesMut::new();
+            body.put_i32(0);
+            ResponseHeader::default().with_correlation_id(id).encode(&mut body, 0).expect("header");
+            ApiVersionsResponse::default().encode(&mut body, 0).expect("body");
+            let n = (body.len() - 4) as i32;
+            body[0..4].copy_from_slice(&n.to_be_bytes());
+            if s.write_all(&body).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn either_writer_sends_pipelined_requests_in_order_and_a_thread_ends_with_its_connection() {
+        for writer in [Writer::Runtime, Writer::Thread] {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = listener.local_addr().expect("address").to_string();
+            let server = tokio::spawn(answer_all(listener));
+            let conn = Connection::connect_with(&addr, "test", 5, writer).await.expect("connect");
+            if writer == Writer::Thread {
+                assert_eq!(writer_threads(), 1);
+            }
+            let mut answers = Vec::new();
+            for _ in 0..20 {
+                answers.push(conn.send(&ApiVersionsRequest::default(), 0).await.expect("send"));
+            }
+            // Each answer was matched to its request by correlation id, in order.
+            for a in answers {
+                assert_eq!(a.await.expect("answer").0.error_code, 0);
+            }
+            drop(conn);
+            server.await.expect("server");
+            // The writer's queue closed with the connection: its thread ends.
+            for _ in 0..100 {
+                if writer_threads() == 0 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert_eq!(writer_threads(), 0, "{writer:?}");
+        }
     }
 }

@@ -24,7 +24,7 @@ use kafka_protocol::protocol::StrBytes;
 
 pub use admin::{BrokerInfo, ConfigEntry, GroupListing, MemberInfo, PartitionInfo, TopicInfo, Tp};
 pub use cluster::{init_producer_id, Cluster, TopicLayout};
-pub use connection::{use_tls, Connection};
+pub use connection::{use_tls, Connection, Writer};
 pub use netns::Netns;
 pub use records::{for_each_committed_record, for_each_record, value_stamp};
 
