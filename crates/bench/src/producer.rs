@@ -131,6 +131,10 @@ pub struct ProducerPlan {
 
 type Answer = (Sent, Result<(kafka_protocol::messages::ProduceResponse, Instant)>);
 
+/// Most a new batch reserves up front (`batch.size` may be set far larger than any batch
+/// a run fills).
+const BATCH_RESERVE_MAX: usize = 1 << 20;
+
 /// Above this many records a second a producer's schedule is kept by tokio's timer: records
 /// then go out in bursts of several per millisecond anyway.
 const PACER_RATE_MAX: f64 = 20_000.0;
@@ -316,7 +320,12 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
             let started = micros_since(plan.t0, due.unwrap_or(now));
             let (stamp_us, ts_ms) = clock.next(plan.t0);
             let open = parts[p].open.get_or_insert_with(|| Open {
-                builder: BatchBuilder::new(ts_ms),
+                // Room for a full batch and the record that fills it (its key is a few bytes,
+                // its framing under 64): records are copied in once, not again as it grows.
+                builder: BatchBuilder::with_capacity(
+                    ts_ms,
+                    (w.batch_bytes + w.record_bytes.1 + 64).min(BATCH_RESERVE_MAX),
+                ),
                 starts: Vec::new(),
                 opened: now,
             });

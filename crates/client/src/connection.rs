@@ -239,9 +239,14 @@ impl Connection {
             .with_request_api_version(version)
             .with_correlation_id(id)
             .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
-        let mut buf = BytesMut::with_capacity(256);
+        let header_version = key.request_header_version(version);
+        // Sized up front: a 1.5 MB produce request is copied into the frame once, not again
+        // each time the buffer would have doubled.
+        let size = header.compute_size(header_version).map_err(|e| anyhow!("{e}"))?
+            + req.compute_size(version).map_err(|e| anyhow!("sizing {key:?} v{version}: {e}"))?;
+        let mut buf = BytesMut::with_capacity(4 + size);
         buf.put_i32(0);
-        header.encode(&mut buf, key.request_header_version(version)).map_err(|e| anyhow!("{e}"))?;
+        header.encode(&mut buf, header_version).map_err(|e| anyhow!("{e}"))?;
         req.encode(&mut buf, version).map_err(|e| anyhow!("encoding {key:?} v{version}: {e}"))?;
         let len = (buf.len() - 4) as i32;
         buf[0..4].copy_from_slice(&len.to_be_bytes());

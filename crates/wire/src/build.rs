@@ -201,7 +201,18 @@ pub struct BatchBuilder {
 impl BatchBuilder {
     /// `base_timestamp`: the first record's timestamp (deltas are taken from it).
     pub fn new(base_timestamp: i64) -> BatchBuilder {
-        BatchBuilder { records: BytesMut::new(), count: 0, base_timestamp, max_timestamp: base_timestamp }
+        BatchBuilder::with_capacity(base_timestamp, 0)
+    }
+
+    /// [`BatchBuilder::new`] with room for `bytes` of records before it grows (a producer
+    /// that fills batches to `batch.size` copies each record once, not again as it grows).
+    pub fn with_capacity(base_timestamp: i64, bytes: usize) -> BatchBuilder {
+        BatchBuilder {
+            records: BytesMut::with_capacity(bytes),
+            count: 0,
+            base_timestamp,
+            max_timestamp: base_timestamp,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
