@@ -192,10 +192,18 @@ impl Connection {
                     fail_all("bad response frame length");
                     return;
                 }
-                let mut buf = vec![0u8; len as usize];
-                if rd.read_exact(&mut buf).await.is_err() {
-                    fail_all("connection closed");
-                    return;
+                // Read into spare capacity, not zeroed first (a fetch answer may be 50 MB).
+                let len = len as usize;
+                let mut buf = BytesMut::with_capacity(len);
+                while buf.len() < len {
+                    let want = len - buf.len();
+                    match rd.read_buf(&mut (&mut buf).limit(want)).await {
+                        Ok(n) if n > 0 => {}
+                        _ => {
+                            fail_all("connection closed");
+                            return;
+                        }
+                    }
                 }
                 let arrived = Instant::now();
                 let next = pending.lock().unwrap_or_else(|e| e.into_inner()).as_mut().and_then(VecDeque::pop_front);
@@ -204,7 +212,7 @@ impl Connection {
                     return;
                 };
                 drop(permit);
-                let mut frame = Bytes::from(buf);
+                let mut frame = buf.freeze();
                 let answer = ResponseHeader::decode(&mut frame, header_version)
                     .map_err(|e| anyhow!("bad response header: {e}"))
                     .and_then(|h| {
