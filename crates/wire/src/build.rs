@@ -192,6 +192,8 @@ impl ProducerFields {
 
 /// Accumulates records (offset deltas 0, 1, 2, ...) and writes them as one batch.
 pub struct BatchBuilder {
+    /// Room for the batch header ([`HEADER_BYTES`], written when finished), then the
+    /// records: an uncompressed batch is finished in place ([`BatchBuilder::into_batch`]).
     records: BytesMut,
     count: i32,
     base_timestamp: i64,
@@ -207,12 +209,9 @@ impl BatchBuilder {
     /// [`BatchBuilder::new`] with room for `bytes` of records before it grows (a producer
     /// that fills batches to `batch.size` copies each record once, not again as it grows).
     pub fn with_capacity(base_timestamp: i64, bytes: usize) -> BatchBuilder {
-        BatchBuilder {
-            records: BytesMut::with_capacity(bytes),
-            count: 0,
-            base_timestamp,
-            max_timestamp: base_timestamp,
-        }
+        let mut records = BytesMut::with_capacity(HEADER_BYTES + bytes);
+        records.resize(HEADER_BYTES, 0);
+        BatchBuilder { records, count: 0, base_timestamp, max_timestamp: base_timestamp }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -225,7 +224,7 @@ impl BatchBuilder {
 
     /// Size of the uncompressed batch so far.
     pub fn size_bytes(&self) -> usize {
-        HEADER_BYTES + self.records.len()
+        self.records.len()
     }
 
     /// Adds one record with no headers (`None` value: a tombstone).
@@ -286,11 +285,42 @@ impl BatchBuilder {
             .expect("an uncompressed batch cannot fail to build")
     }
 
+    /// [`BatchBuilder::finish`] without a copy when `codec` is none: the header is
+    /// written into the room kept for it in front of the records.
+    pub fn into_batch(mut self, codec: i16, producer: ProducerFields) -> anyhow::Result<Bytes> {
+        if codec != CODEC_NONE {
+            return self.finish(codec, producer).map(Bytes::from);
+        }
+        let section = self.records.len() - HEADER_BYTES;
+        let mut header = Vec::with_capacity(HEADER_BYTES);
+        self.put_header(&mut header, section, codec, producer);
+        self.records[..HEADER_BYTES].copy_from_slice(&header);
+        let crc = crc32c::crc32c(&self.records[21..]);
+        self.records[17..21].copy_from_slice(&crc.to_be_bytes());
+        Ok(self.records.freeze())
+    }
+
     fn finish_with(&self, codec: i16, attributes: i16, producer: ProducerFields) -> anyhow::Result<Vec<u8>> {
-        let section = compress(codec, &self.records)?;
+        let plain = &self.records[HEADER_BYTES..];
+        let compressed;
+        let section = if codec == CODEC_NONE {
+            plain
+        } else {
+            compressed = compress(codec, plain)?;
+            &compressed[..]
+        };
         let mut out = Vec::with_capacity(HEADER_BYTES + section.len());
+        self.put_header(&mut out, section.len(), attributes, producer);
+        out.extend_from_slice(section);
+        let crc = crc32c::crc32c(&out[21..]);
+        out[17..21].copy_from_slice(&crc.to_be_bytes());
+        Ok(out)
+    }
+
+    /// The batch header for `section` bytes of records, its CRC left zero.
+    fn put_header(&self, out: &mut Vec<u8>, section: usize, attributes: i16, producer: ProducerFields) {
         out.extend_from_slice(&0i64.to_be_bytes());
-        out.extend_from_slice(&((HEADER_BYTES - 12 + section.len()) as i32).to_be_bytes());
+        out.extend_from_slice(&((HEADER_BYTES - 12 + section) as i32).to_be_bytes());
         out.extend_from_slice(&(-1i32).to_be_bytes());
         out.push(MAGIC_V2 as u8);
         out.extend_from_slice(&[0; 4]);
@@ -302,10 +332,6 @@ impl BatchBuilder {
         out.extend_from_slice(&producer.producer_epoch.to_be_bytes());
         out.extend_from_slice(&producer.base_sequence.to_be_bytes());
         out.extend_from_slice(&self.count.to_be_bytes());
-        out.extend_from_slice(&section);
-        let crc = crc32c::crc32c(&out[21..]);
-        out[17..21].copy_from_slice(&crc.to_be_bytes());
-        Ok(out)
     }
 }
 
@@ -314,6 +340,27 @@ mod tests {
     use super::*;
     use crate::batch::BatchHeader;
     use kafka_protocol::records::RecordBatchDecoder;
+
+    #[test]
+    fn a_batch_finished_in_place_is_the_batch_finish_builds() {
+        for codec in [CODEC_NONE, CODEC_GZIP, CODEC_LZ4] {
+            let producer = ProducerFields { producer_id: 7, producer_epoch: 2, base_sequence: 40 };
+            let mut b = BatchBuilder::with_capacity(1_000, 64);
+            for i in 0..50u8 {
+                // Past the reserved room too: the buffer grows as it must.
+                b.push_parts(1_000 + i as i64, Some(&[i]), Some(&[b"value-", &[i; 20]]));
+            }
+            let copied = b.finish(codec, producer).expect("finish");
+            if codec == CODEC_NONE {
+                assert_eq!(b.size_bytes(), copied.len());
+            }
+            let in_place = b.into_batch(codec, producer).expect("into_batch");
+            assert_eq!(&in_place[..], &copied[..], "codec {codec}");
+            BatchHeader::validate_for_append(&in_place).expect("a valid batch");
+        }
+        let empty = BatchBuilder::new(5).into_batch(CODEC_NONE, ProducerFields::NONE).expect("empty");
+        assert_eq!(&empty[..], &BatchBuilder::new(5).finish(CODEC_NONE, ProducerFields::NONE).expect("empty")[..]);
+    }
 
     #[test]
     fn decompression_round_trips_and_stops_at_its_bound() {
