@@ -93,6 +93,28 @@ def test_report_counts_match_what_the_broker_stored(runnel_broker, tmp_path):
     assert "produce" in p.stdout and "e2e" in p.stdout
 
 
+def test_a_run_over_tls_reads_back_every_record(tmp_path):
+    """Over a TLS listener the consumers read every record the producers got acknowledged: a
+    consumer's fetch request must leave the client whole even when nothing is sent after
+    it (a TLS stream holds the last record of a write until it is flushed)."""
+    b = Broker(tmp_path / "data", args=["--tls"]).start()
+    try:
+        props = tmp_path / "client.properties"
+        props.write_text("security.protocol=SSL\nssl.truststore.type=PEM\n"
+                         f"ssl.truststore.location={b.data_dir / 'tls' / 'ca.pem'}\n")
+        out = tmp_path / "report.json"
+        p = bench("--bootstrap", b.bootstrap, "--scenario", "durable-512", "--replication-factor", 1, "--duration", 3,
+                  "--command-config", props, "--json", out, "--progress", "false")
+        r = json.loads(out.read_text())
+        produced = r["produce"]["records"]
+        assert produced > 1000, p.stdout
+        assert r["produce"]["errors"] == {}, r["produce"]["errors"]
+        assert r["stored_records"] == produced
+        assert r["end_to_end"]["records"] == produced, "consumers read every record over TLS"
+    finally:
+        b.stop()
+
+
 def test_keyed_compressed_rate_limited_run(runnel_broker, tmp_path):
     b = runnel_broker
     topic = unique_topic("bench")

@@ -160,6 +160,11 @@ impl Connection {
                 if wr.write_all(&frame).await.is_err() {
                     break;
                 }
+                // A TLS stream may keep the frame's last record until flushed; a plain
+                // socket's flush does nothing. Flushed once the queue is empty.
+                if rx.is_empty() && wr.flush().await.is_err() {
+                    break;
+                }
             }
         };
         match writer {
