@@ -48,7 +48,8 @@ fn current() -> io::Result<SchedAttr> {
 
 /// The calling thread's slice in nanoseconds, as the kernel reports it (0 where it does
 /// not report one).
-pub fn slice() -> io::Result<u64> {
+#[cfg(test)]
+fn slice() -> io::Result<u64> {
     Ok(current()?.runtime)
 }
 

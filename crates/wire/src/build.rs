@@ -292,8 +292,8 @@ impl BatchBuilder {
             return self.finish(codec, producer).map(Bytes::from);
         }
         let section = self.records.len() - HEADER_BYTES;
-        let mut header = Vec::with_capacity(HEADER_BYTES);
-        self.put_header(&mut header, section, codec, producer);
+        let mut header = [0u8; HEADER_BYTES];
+        self.put_header(&mut &mut header[..], section, codec, producer);
         self.records[..HEADER_BYTES].copy_from_slice(&header);
         let crc = crc32c::crc32c(&self.records[21..]);
         self.records[17..21].copy_from_slice(&crc.to_be_bytes());
@@ -318,20 +318,20 @@ impl BatchBuilder {
     }
 
     /// The batch header for `section` bytes of records, its CRC left zero.
-    fn put_header(&self, out: &mut Vec<u8>, section: usize, attributes: i16, producer: ProducerFields) {
-        out.extend_from_slice(&0i64.to_be_bytes());
-        out.extend_from_slice(&((HEADER_BYTES - 12 + section) as i32).to_be_bytes());
-        out.extend_from_slice(&(-1i32).to_be_bytes());
-        out.push(MAGIC_V2 as u8);
-        out.extend_from_slice(&[0; 4]);
-        out.extend_from_slice(&attributes.to_be_bytes());
-        out.extend_from_slice(&(self.count - 1).max(0).to_be_bytes());
-        out.extend_from_slice(&self.base_timestamp.to_be_bytes());
-        out.extend_from_slice(&self.max_timestamp.to_be_bytes());
-        out.extend_from_slice(&producer.producer_id.to_be_bytes());
-        out.extend_from_slice(&producer.producer_epoch.to_be_bytes());
-        out.extend_from_slice(&producer.base_sequence.to_be_bytes());
-        out.extend_from_slice(&self.count.to_be_bytes());
+    fn put_header(&self, out: &mut impl BufMut, section: usize, attributes: i16, producer: ProducerFields) {
+        out.put_i64(0);
+        out.put_i32((HEADER_BYTES - 12 + section) as i32);
+        out.put_i32(-1);
+        out.put_u8(MAGIC_V2 as u8);
+        out.put_u32(0);
+        out.put_i16(attributes);
+        out.put_i32((self.count - 1).max(0));
+        out.put_i64(self.base_timestamp);
+        out.put_i64(self.max_timestamp);
+        out.put_i64(producer.producer_id);
+        out.put_i16(producer.producer_epoch);
+        out.put_i32(producer.base_sequence);
+        out.put_i32(self.count);
     }
 }
 

@@ -4,12 +4,13 @@
 //! timestamps, recompression to the topic's `compression.type`), the log cleaner, and the
 //! metadata and Raft logs that carry their own records.
 
+use std::borrow::Cow;
 use std::io;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 
 use crate::batch::{read_varint, BatchHeader, HEADER_BYTES};
-use crate::build::{compress_level, decompress, DECOMPRESSED_BYTES_MAX};
+use crate::build::{compress_level, decompress, CODEC_NONE, DECOMPRESSED_BYTES_MAX};
 
 /// One record inside a batch: its whole encoding (length prefix included), its offset,
 /// timestamp, key and value (`None` value: a tombstone). Headers are not decoded.
@@ -21,9 +22,10 @@ pub struct RecordRef<'a> {
     pub value: Option<&'a [u8]>,
 }
 
-/// The decompressed records section of a batch, with each record located.
-pub struct Records {
-    data: Bytes,
+/// The records section of a batch, with each record located: borrowed from the batch when
+/// it is not compressed, decompressed otherwise.
+pub struct Records<'a> {
+    data: Cow<'a, [u8]>,
     spans: Vec<Span>,
 }
 
@@ -39,7 +41,7 @@ struct Span {
     value: Range,
 }
 
-impl Records {
+impl Records<'_> {
     pub fn iter(&self) -> impl Iterator<Item = RecordRef<'_>> {
         self.spans.iter().map(|s| RecordRef {
             raw: &self.data[s.start..s.end],
@@ -66,9 +68,12 @@ fn invalid(e: impl std::fmt::Display) -> io::Error {
 /// Decompresses (if needed, at most [`DECOMPRESSED_BYTES_MAX`]) and frames the records of
 /// one batch (control batches too). Every length and offset is checked: these bytes come
 /// from clients and from disk.
-pub fn records_of(h: &BatchHeader, batch: &[u8]) -> io::Result<Records> {
+pub fn records_of<'a>(h: &BatchHeader, batch: &'a [u8]) -> io::Result<Records<'a>> {
     let section = batch.get(HEADER_BYTES..).ok_or_else(|| invalid("batch shorter than its header"))?;
-    let data = decompress(h.compression(), section, DECOMPRESSED_BYTES_MAX).map_err(invalid)?;
+    let data = match h.compression() {
+        CODEC_NONE => Cow::Borrowed(section),
+        codec => Cow::Owned(Vec::from(decompress(codec, section, DECOMPRESSED_BYTES_MAX).map_err(invalid)?)),
+    };
     let mut spans = Vec::with_capacity((h.records_count.max(0) as usize).min(data.len()));
     let mut pos = 0usize;
     let bad = |what: &str| invalid(format!("batch at offset {}: {what}", h.base_offset));
