@@ -6,18 +6,19 @@
 # for log.segment.delete.delay.ms=0: the topic a run deletes is removed at once, not a minute
 # later during the other side's run. Runnel fsyncs before it acknowledges; Kafka does not.
 #
-# usage: bench/compare.sh [ROUNDS]          (default 3)
+# usage: bench/compare.sh [ROUNDS]          (default 5)
 # env:   SCENARIOS (default "durable-512 tiny-8 latency-1k"), DURATION (s per run, default 15),
-#        WARMUP (default 5), OUT (default /tmp/runnel-bench-single),
+#        WARMUP (default 30: with 20 s Kafka was still rising through the rounds; two runs
+#        of 5 rounds after 30 s agreed within 5% on durable-512), OUT (default /tmp/runnel-bench-single),
 #        RUNNEL_BIN (default target/release/runnel, built first), PEERS_KAFKA,
 #        PIN=1 (brokers and load generator on separate CPUs: bench/pin.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEERS="${PEERS_KAFKA:-$ROOT/../shared/peers/kafka}"
 PEERS_HOME="${PEERS_KAFKA_HOME:-/tmp/peers/kafka}"
-ROUNDS="${1:-3}"
+ROUNDS="${1:-5}"
 DURATION="${DURATION:-15}"
-WARMUP="${WARMUP:-5}"
+WARMUP="${WARMUP:-30}"
 SCENARIOS="${SCENARIOS:-durable-512 tiny-8 latency-1k}"
 OUT="${OUT:-/tmp/runnel-bench-single}"
 KPORT=31400          # Kafka on 31400 (its controller on 31500)
