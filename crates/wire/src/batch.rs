@@ -198,6 +198,14 @@ pub fn stamp(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
     batch[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
 }
 
+/// Writes the CRC-32C of bytes 21.. (attributes to the end) into the header, after a
+/// change to anything it covers.
+pub fn put_crc(batch: &mut [u8]) {
+    assert!(batch.len() >= HEADER_BYTES, "crc of a batch shorter than its header");
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Zig-zag varint as used by record fields. Returns (value, bytes used).
 pub fn read_varint(b: &[u8]) -> Option<(i64, usize)> {
     let mut raw: u64 = 0;
@@ -337,16 +345,14 @@ mod tests {
         // recordsCount 6 but only 5 records: fix the CRC so only the count is wrong.
         let mut b = good.clone();
         b[57..61].copy_from_slice(&6i32.to_be_bytes());
-        let crc = crc32c::crc32c(&b[21..]);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        put_crc(&mut b);
         // The records section walk catches it, whichever entry point is used.
         assert!(matches!(BatchHeader::validate_for_append(&b), Err(BatchError::BadRecords { .. })));
         assert!(matches!(BatchHeader::validate(&b), Err(BatchError::BadRecords { .. })));
         // lastOffsetDelta disagreeing with recordsCount is caught for appends.
         let mut b = good.clone();
         b[23..27].copy_from_slice(&7i32.to_be_bytes());
-        let crc = crc32c::crc32c(&b[21..]);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        put_crc(&mut b);
         assert!(matches!(BatchHeader::validate_for_append(&b), Err(BatchError::BadCount { .. })));
     }
 

@@ -5,7 +5,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
 
-use crate::batch::{HEADER_BYTES, MAGIC_V2};
+use crate::batch::{put_crc, HEADER_BYTES, MAGIC_V2};
 
 /// Compression codec ids as stored in a batch's attributes.
 pub const CODEC_NONE: i16 = 0;
@@ -295,8 +295,7 @@ impl BatchBuilder {
         let mut header = [0u8; HEADER_BYTES];
         self.put_header(&mut &mut header[..], section, codec, producer);
         self.records[..HEADER_BYTES].copy_from_slice(&header);
-        let crc = crc32c::crc32c(&self.records[21..]);
-        self.records[17..21].copy_from_slice(&crc.to_be_bytes());
+        put_crc(&mut self.records);
         Ok(self.records.freeze())
     }
 
@@ -312,8 +311,7 @@ impl BatchBuilder {
         let mut out = Vec::with_capacity(HEADER_BYTES + section.len());
         self.put_header(&mut out, section.len(), attributes, producer);
         out.extend_from_slice(section);
-        let crc = crc32c::crc32c(&out[21..]);
-        out[17..21].copy_from_slice(&crc.to_be_bytes());
+        put_crc(&mut out);
         Ok(out)
     }
 
@@ -404,8 +402,7 @@ mod tests {
             let count = 1_000_000_000i32;
             bytes[23..27].copy_from_slice(&(count - 1).to_be_bytes());
             bytes[57..61].copy_from_slice(&count.to_be_bytes());
-            let crc = crc32c::crc32c(&bytes[21..]);
-            bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+            put_crc(&mut bytes);
             if codec != CODEC_NONE {
                 BatchHeader::validate_for_append(&bytes).expect("the count of a compressed batch is not checked");
             }

@@ -9,7 +9,7 @@ use std::io;
 
 use bytes::{BufMut, BytesMut};
 
-use crate::batch::{read_varint, BatchHeader, HEADER_BYTES};
+use crate::batch::{put_crc, read_varint, BatchHeader, HEADER_BYTES};
 use crate::build::{compress_level, decompress, CODEC_NONE, DECOMPRESSED_BYTES_MAX};
 
 /// One record inside a batch: its whole encoding (length prefix included), its offset,
@@ -143,8 +143,7 @@ pub fn rebuild<'a>(
     let batch_length = i32::try_from(out.len() - 12).map_err(|_| invalid("rebuilt batch over 2 GiB"))?;
     out[8..12].copy_from_slice(&batch_length.to_be_bytes());
     out[57..61].copy_from_slice(&count.to_be_bytes());
-    let crc = crc32c::crc32c(&out[21..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    put_crc(&mut out);
     Ok(out)
 }
 

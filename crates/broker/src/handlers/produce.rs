@@ -183,8 +183,7 @@ fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
     let attrs = i16::from_be_bytes([batch[21], batch[22]]) | 0x08;
     batch[21..23].copy_from_slice(&attrs.to_be_bytes());
     batch[35..43].copy_from_slice(&now_ms.to_be_bytes());
-    let crc = crc32c::crc32c(&batch[21..]);
-    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    runnel_wire::batch::put_crc(batch);
 }
 
 /// The (topic, partition, producer id, epoch) of each partition where this request would
