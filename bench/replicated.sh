@@ -6,8 +6,9 @@
 # the next Runnel run.
 #
 # usage: bench/replicated.sh [ROUNDS]          (default 3)
-# env:   DURATION (seconds per system per round, default 10)
-#        WARMUP (seconds of a discarded first run per system and scenario, default 5)
+# env:   DURATION (seconds per system per round, default 15)
+#        WARMUP (seconds of a discarded first run per system and scenario, default 30:
+#        with 10 s Kafka was still rising through the rounds, as in bench/compare.sh)
 #        SLOW_MS  (slow-follower disk delay per fsync round, default 50)
 #        STOP_MS / RUN_MS (slow-follower pause duty cycle, default 100 / 400)
 #        SCENARIOS (default "durable-512 tiny-8 slow-follower")
@@ -30,8 +31,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEERS="${PEERS_KAFKA:-$ROOT/../shared/peers/kafka}"
 ROUNDS="${1:-3}"
-DURATION="${DURATION:-10}"
-WARMUP="${WARMUP:-5}"
+DURATION="${DURATION:-15}"
+WARMUP="${WARMUP:-30}"
 SLOW_MS="${SLOW_MS:-50}"
 STOP_MS="${STOP_MS:-100}"
 RUN_MS="${RUN_MS:-400}"
