@@ -317,6 +317,17 @@ mod tests {
             .count()
     }
 
+    /// The writer threads once there are `n`, or after a second of waiting for that.
+    async fn writer_threads_once(n: usize) -> usize {
+        for _ in 0..100 {
+            if writer_threads() == n {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        writer_threads()
+    }
+
     /// Answers every ApiVersions v0 request read from one connection, in order.
     async fn answer_all(listener: TcpListener) {
         let Ok((mut s, _)) = listener.accept().await else { return };
@@ -351,7 +362,9 @@ mod tests {
             let server = tokio::spawn(answer_all(listener));
             let conn = Connection::connect_with(&addr, "test", 5, writer).await.expect("connect");
             if writer == Writer::Thread {
-                assert_eq!(writer_threads(), 1);
+                // A spawned thread names itself once it runs, which may be after
+                // `connect_with` returned.
+                assert_eq!(writer_threads_once(1).await, 1);
             }
             let mut answers = Vec::new();
             for _ in 0..20 {
@@ -364,13 +377,7 @@ mod tests {
             drop(conn);
             server.await.expect("server");
             // The writer's queue closed with the connection: its thread ends.
-            for _ in 0..100 {
-                if writer_threads() == 0 {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-            assert_eq!(writer_threads(), 0, "{writer:?}");
+            assert_eq!(writer_threads_once(0).await, 0, "{writer:?}");
         }
     }
 }
