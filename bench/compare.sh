@@ -11,7 +11,8 @@
 #        WARMUP (default 30: with 20 s Kafka was still rising through the rounds; two runs
 #        of 5 rounds after 30 s agreed within 5% on durable-512), OUT (default /tmp/runnel-bench-single),
 #        RUNNEL_BIN (default target/release/runnel, built first), PEERS_KAFKA,
-#        PIN=1 (brokers and load generator on separate CPUs: bench/pin.sh)
+#        PIN=1 (brokers and load generator on separate CPUs: bench/pin.sh),
+#        RUNNEL_SET ("key=value ..." broker settings for Runnel, e.g. log.cache.tail.bytes=0)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEERS="${PEERS_KAFKA:-$ROOT/../shared/peers/kafka}"
@@ -24,6 +25,8 @@ OUT="${OUT:-/tmp/runnel-bench-single}"
 KPORT=31400          # Kafka on 31400 (its controller on 31500)
 RPORT=31700
 RUNNEL="${RUNNEL_BIN:-$ROOT/target/release/runnel}"
+RUNNEL_SETS=()
+for kv in ${RUNNEL_SET:-}; do RUNNEL_SETS+=(--set "$kv"); done
 # shellcheck source=bench/pin.sh
 source "$ROOT/bench/pin.sh"
 
@@ -41,7 +44,7 @@ trap cleanup EXIT
 
 EXTRA_BROKER_PROPS="log.segment.delete.delay.ms=0" "$PEERS/start-cluster.sh" 1 "$KPORT" >/dev/null
 rm -rf "$OUT/runnel-data"
-"$RUNNEL" dev --port "$RPORT" --data-dir "$OUT/runnel-data" >/dev/null 2>"$OUT/runnel.log" &
+"$RUNNEL" dev --port "$RPORT" --data-dir "$OUT/runnel-data" "${RUNNEL_SETS[@]}" >/dev/null 2>"$OUT/runnel.log" &
 RPID=$!
 for _ in $(seq 100); do
   (echo >"/dev/tcp/127.0.0.1/$RPORT") 2>/dev/null && break

@@ -14,6 +14,7 @@
 #        SCENARIOS (default "durable-512 tiny-8 slow-follower")
 #        PEERS_KAFKA (default ../shared/peers/kafka), OUT (default /tmp/runnel-bench-rf3)
 #        PIN=1 (brokers and load generator on separate CPUs: bench/pin.sh)
+#        RUNNEL_SET ("key=value ..." broker settings for Runnel, e.g. log.cache.tail.bytes=0)
 #
 # Scenarios:
 #   durable-512   12 partitions, 512-byte records, acks=all, idempotent
@@ -43,6 +44,8 @@ RPORT=39892          # Runnel brokers 0..2 on 39892..39894 (Raft on +1000)
 KBOOT="127.0.0.1:$KPORT"
 RBOOT="127.0.0.1:$RPORT"
 RUNNEL="$ROOT/target/release/runnel"
+RUNNEL_SETS=()
+for kv in ${RUNNEL_SET:-}; do RUNNEL_SETS+=(--set "$kv"); done
 PEERS_HOME="${PEERS_KAFKA_HOME:-/tmp/peers/kafka}"
 # shellcheck source=bench/pin.sh
 source "$ROOT/bench/pin.sh"
@@ -67,7 +70,7 @@ trap cleanup EXIT
 EXTRA_BROKER_PROPS="min.insync.replicas=2
 log.segment.delete.delay.ms=0" "$PEERS/start-cluster.sh" 3 "$KPORT" >/dev/null
 rm -rf "$OUT/runnel-data"
-"$RUNNEL" dev --brokers 3 --port "$RPORT" --data-dir "$OUT/runnel-data" > "$OUT/runnel-dev.out" 2> "$OUT/runnel.log" &
+"$RUNNEL" dev --brokers 3 --port "$RPORT" --data-dir "$OUT/runnel-data" "${RUNNEL_SETS[@]}" > "$OUT/runnel-dev.out" 2> "$OUT/runnel.log" &
 DEV_PID=$!
 for _ in $(seq 100); do
   [[ $(grep -c "listening on" "$OUT/runnel-dev.out" 2>/dev/null) -ge 3 ]] && break

@@ -173,6 +173,13 @@ pub const SETTINGS: &[(&str, Kind, &str)] = &[
     // per file: +20% durable-512 throughput measured), `file` fdatasyncs each file. Prefer
     // `file` when the data directory shares its filesystem with busy unrelated writers.
     ("log.fsync.scope", Kind::Str, "filesystem"),
+    // Bytes of the most recently written and synced log a broker leaves in the OS page
+    // cache; older synced pages are dropped as new ones are synced, so the cache holds the
+    // tail consumers and followers read and the broker's footprint stays bounded (on a VM
+    // that hands free memory back to its host, new page cache costs about 8x the CPU per
+    // byte: docs/bench.md). 0 leaves the page cache to the kernel, as Kafka does. Only with
+    // log.fsync.policy=always: an unsynced page cannot be dropped.
+    ("log.cache.tail.bytes", Kind::Long, "1073741824"),
     ("socket.request.max.bytes", Kind::Int, "104857600"),
     // Kernel socket buffers of client and broker-to-broker connections; -1 (the default
     // here; Kafka's is 102400) leaves Linux to size them from each connection's

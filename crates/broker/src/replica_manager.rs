@@ -18,7 +18,7 @@ use runnel_controller::{
     CONTROLLER_CHANNEL, INBOX_MAX, META_GROUP,
 };
 use runnel_raft::driver::lock;
-use runnel_raft::{Driver, Hooks, PeerTls, Replica, ReplicaConfig, SharedReplica, SyncPolicy};
+use runnel_raft::{Driver, Hooks, PeerTls, Persistence, Replica, ReplicaConfig, SharedReplica, SyncPolicy};
 use runnel_security::{ClientTls, ServerTls};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, Notify};
@@ -206,12 +206,13 @@ async fn sync_data_dir(data_dir: PathBuf) -> HashSet<PathBuf> {
     }
 }
 
-fn sync_policy(config: &BrokerConfig) -> SyncPolicy {
-    match (config.settings.get("log.fsync.policy"), config.settings.get("log.fsync.scope")) {
+fn persistence(config: &BrokerConfig) -> Persistence {
+    let sync = match (config.settings.get("log.fsync.policy"), config.settings.get("log.fsync.scope")) {
         ("never", _) => SyncPolicy::Never,
         (_, "file") => SyncPolicy::File,
         _ => SyncPolicy::Filesystem,
-    }
+    };
+    Persistence { sync, cache_tail_bytes: config.settings.i64("log.cache.tail.bytes").max(0) as u64 }
 }
 
 /// Mutual TLS on the internal listener when `controller.listener.names` maps to SSL: its
@@ -286,7 +287,7 @@ impl ReplicaManager {
         let tls = if listen.is_some() { peer_tls(config)? } else { None };
         let links = runnel_raft::PeerLinks { tls, buffers: config.socket_buffers() };
         let driver =
-            Driver::start(raft_id(node_id), listen, peers, Arc::new(hooks), sync_policy(config), crate::now_ms, links)
+            Driver::start(raft_id(node_id), listen, peers, Arc::new(hooks), persistence(config), crate::now_ms, links)
                 .await
                 .with_context(|| format!("listening for peers on {}", listen.unwrap_or_default()))?;
         info!(node_id, listen = listen.unwrap_or("none"), voters = voters.len().max(1), "raft driver started");

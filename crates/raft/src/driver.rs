@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use raft::eraftpb::Message;
+use runnel_storage::{CacheTail, Written};
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::{error, warn};
@@ -74,6 +75,23 @@ pub enum SyncPolicy {
     Never,
 }
 
+/// How a driver persists its groups' logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Persistence {
+    pub sync: SyncPolicy,
+    /// Bytes of the most recently synced log left in the page cache; older synced pages
+    /// are dropped after the round that pushed them out syncs ([`runnel_storage::CacheTail`],
+    /// `log.cache.tail.bytes`). 0 leaves the page cache to the kernel. Only with a sync:
+    /// unsynced pages cannot be dropped.
+    pub cache_tail_bytes: u64,
+}
+
+impl From<SyncPolicy> for Persistence {
+    fn from(sync: SyncPolicy) -> Persistence {
+        Persistence { sync, cache_tail_bytes: 0 }
+    }
+}
+
 pub fn lock(r: &SharedReplica) -> MutexGuard<'_, Replica> {
     r.lock_or_stop()
 }
@@ -83,11 +101,12 @@ pub fn lock(r: &SharedReplica) -> MutexGuard<'_, Replica> {
 /// Contract: the future resolves to `Ok` only once everything written to `files` before
 /// the call is on stable storage (with `syncfs`, one `syncfs` may cover them all, as in
 /// [`runnel_storage::sync_files`]); an error means what reached the disk is unknown, and
-/// the driver stops ([`Fatal::Sync`]). The driver awaits it with no replica locked, so
+/// the driver stops ([`Fatal::Sync`]). Once synced, the ranges in `evict` (written by
+/// earlier rounds) may be dropped from the page cache ([`Written::evict`]). The driver awaits it with no replica locked, so
 /// proposals and reads go on meanwhile, and may call `sync` again before an earlier
 /// future resolved (a round in flight: `rounds.rs`); it takes the results in call order.
 pub trait Disk: Send + Sync {
-    fn sync(&self, files: Vec<Arc<File>>, syncfs: bool) -> SyncFuture;
+    fn sync(&self, files: Vec<Arc<File>>, syncfs: bool, evict: Vec<Written>) -> SyncFuture;
 }
 
 /// A broker's disk: [`runnel_storage::sync_files`] on Tokio's blocking pool, so a slow
@@ -96,7 +115,7 @@ pub trait Disk: Send + Sync {
 pub struct BlockingPoolDisk;
 
 impl Disk for BlockingPoolDisk {
-    fn sync(&self, files: Vec<Arc<File>>, syncfs: bool) -> SyncFuture {
+    fn sync(&self, files: Vec<Arc<File>>, syncfs: bool, evict: Vec<Written>) -> SyncFuture {
         // Started now, not when first polled: the driver starts a round's sync and goes on
         // writing the next round while it runs.
         let syncing = tokio::task::spawn_blocking(move || {
@@ -104,6 +123,9 @@ impl Disk for BlockingPoolDisk {
             let started = std::time::Instant::now();
             let synced = runnel_storage::sync_files(&files, syncfs);
             runnel_metrics::get().flush_time.observe(started.elapsed().as_secs_f64());
+            if synced.is_ok() {
+                evict.iter().for_each(Written::evict);
+            }
             synced
         });
         Box::pin(async move {
@@ -165,6 +187,9 @@ pub struct Driver {
     transport: Arc<dyn Transport>,
     hooks: Arc<dyn Hooks>,
     sync: SyncPolicy,
+    /// The page-cache tail of the logs this driver writes; only touched by collecting a
+    /// round, with no replica locked.
+    tail: Mutex<CacheTail>,
     now_ms: fn() -> i64,
     host: Host,
     task: Mutex<Option<Task>>,
@@ -183,13 +208,13 @@ impl Driver {
         listen: Option<&str>,
         peers: HashMap<u64, String>,
         hooks: Arc<dyn Hooks>,
-        sync: SyncPolicy,
+        persistence: Persistence,
         now_ms: fn() -> i64,
         links: PeerLinks,
     ) -> io::Result<Arc<Driver>> {
         let (tx, rx) = queue::channel(INBOUND_QUEUE_MAX, INBOUND_QUEUE_BYTES_MAX);
         let transport = TcpTransport::start(listen, peers, tx, links).await?;
-        Ok(Driver::with_transport(id, Arc::new(transport), rx, hooks, sync, now_ms, Host::default()))
+        Ok(Driver::with_transport(id, Arc::new(transport), rx, hooks, persistence, now_ms, Host::default()))
     }
 
     /// Starts the driver task over any transport: messages to peers go to `transport`,
@@ -200,7 +225,7 @@ impl Driver {
         transport: Arc<dyn Transport>,
         inbound: queue::Receiver,
         hooks: Arc<dyn Hooks>,
-        sync: SyncPolicy,
+        persistence: Persistence,
         now_ms: fn() -> i64,
         host: Host,
     ) -> Arc<Driver> {
@@ -211,7 +236,12 @@ impl Driver {
             wake: Notify::new(),
             transport,
             hooks,
-            sync,
+            sync: persistence.sync,
+            tail: Mutex::new(CacheTail::new(if persistence.sync == SyncPolicy::Never {
+                0
+            } else {
+                persistence.cache_tail_bytes
+            })),
             now_ms,
             host,
             task: Mutex::new(None),
@@ -437,6 +467,8 @@ impl Driver {
         let mut taken = Vec::new();
         let mut later = Vec::new();
         let mut files = Vec::new();
+        let mut written = Vec::new();
+        let tail = self.tail.lock_or_stop().enabled();
         let mut seen = HashSet::new();
         // Staged terms and votes: synced even without log syncs (Raft needs them).
         let mut states = Vec::new();
@@ -461,6 +493,9 @@ impl Driver {
                         if seen.insert(Arc::as_ptr(&f) as usize) {
                             files.push(f);
                         }
+                        if tail {
+                            rep.log_mut().take_written(&mut written);
+                        }
                     }
                     if let Some(f) = c.staged_state() {
                         states.push(f.clone());
@@ -484,8 +519,15 @@ impl Driver {
             files.clear();
         }
         files.extend(states);
+        // What this round wrote joins the tail; what it pushes out was synced by earlier
+        // rounds and leaves the page cache once this round's sync is done too.
+        let mut evict = Vec::new();
+        let mut tail = self.tail.lock_or_stop();
+        written.into_iter().for_each(|w| tail.push(w, &mut evict));
+        drop(tail);
         // Log files and staged states alike: one syncfs, or an fdatasync each.
-        let sync = (!files.is_empty()).then(|| self.host.disk.sync(files, self.sync == SyncPolicy::Filesystem));
+        let syncfs = self.sync == SyncPolicy::Filesystem;
+        let sync = (!files.is_empty()).then(|| self.host.disk.sync(files, syncfs, evict));
         Ok(Some(Round { taken, sync }))
     }
 
@@ -550,7 +592,7 @@ impl Driver {
             return Ok(());
         }
         let syncfs = self.sync == SyncPolicy::Filesystem;
-        self.host.disk.sync(dirs, syncfs).await.map_err(|e| {
+        self.host.disk.sync(dirs, syncfs, Vec::new()).await.map_err(|e| {
             error!(error = %e, "fsync of raft state failed; stopping");
             Fatal::Sync(e)
         })

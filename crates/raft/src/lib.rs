@@ -21,7 +21,7 @@ mod snapshot_data;
 pub mod store;
 pub mod transport;
 
-pub use driver::{Disk, Driver, Fatal, Hooks, Host, SharedReplica, SyncPolicy};
+pub use driver::{Disk, Driver, Fatal, Hooks, Host, Persistence, SharedReplica, SyncPolicy};
 pub use raft::eraftpb::{ConfChangeType, Message};
 pub use raft::StateRole;
 pub use replica::{Collected, Durability, Member, ProposeError, Proposed, Replica, ReplicaConfig};

@@ -48,8 +48,8 @@ use rand::{Rng, SeedableRng};
 use runnel_raft::driver::{lock, SyncFuture, INBOUND_QUEUE_BYTES_MAX, INBOUND_QUEUE_MAX};
 use runnel_raft::queue;
 use runnel_raft::{
-    Disk, Driver, Durability, Fatal, Hooks, Host, Message, ProposeError, Replica, ReplicaConfig, SyncPolicy,
-    TcpTransport, Transport,
+    Disk, Driver, Durability, Fatal, Hooks, Host, Message, Persistence, ProposeError, Replica, ReplicaConfig,
+    SyncPolicy, TcpTransport, Transport,
 };
 use runnel_storage::{fault, LogConfig};
 use runnel_wire::batch::Batches;
@@ -177,7 +177,7 @@ struct SimDisk {
 }
 
 impl Disk for SimDisk {
-    fn sync(&self, files: Vec<Arc<std::fs::File>>, syncfs: bool) -> SyncFuture {
+    fn sync(&self, files: Vec<Arc<std::fs::File>>, syncfs: bool, evict: Vec<runnel_storage::Written>) -> SyncFuture {
         // A slow disk is modelled in virtual time: `fault::set_sync_delay` sleeps the thread,
         // which here would stop the whole simulated world with it.
         let slow = guard(&self.faults).slow_until.is_some_and(|until| Instant::now() < until);
@@ -204,6 +204,7 @@ impl Disk for SimDisk {
             fault::set_sync_fails(false);
             if synced.is_ok() {
                 guard(&durable).extend(lengths);
+                evict.iter().for_each(runnel_storage::Written::evict);
             }
             synced
         })
@@ -379,6 +380,8 @@ struct Node {
     /// One directory per group, group `g` at `g - 1`.
     dirs: Vec<PathBuf>,
     sync: SyncPolicy,
+    /// The page-cache tail (0: none); a small one drops pages in nearly every round.
+    cache_tail_bytes: u64,
     driver: Option<Arc<Driver>>,
     /// While crashed: when it comes back.
     down_until: Option<Instant>,
@@ -439,6 +442,7 @@ impl Sim {
                 dirs: (1..=GROUPS).map(|g| root.join(format!("n{id}")).join(format!("g{g}"))).collect(),
                 // Several groups share a node's filesystem: one syncfs covers them.
                 sync: if rng.gen_bool(0.5) { SyncPolicy::Filesystem } else { SyncPolicy::File },
+                cache_tail_bytes: if rng.gen_bool(0.5) { 0 } else { 16 << 10 },
                 driver: None,
                 down_until: None,
                 crash_at: None,
@@ -513,7 +517,8 @@ impl Sim {
         };
         let (tx, rx) = queue::channel(INBOUND_QUEUE_MAX, INBOUND_QUEUE_BYTES_MAX);
         let transport = Arc::new(SimTransport { net: self.net.clone() });
-        let driver = Driver::with_transport(id, transport, rx, hooks.clone(), node.sync, now_ms, host);
+        let persistence = Persistence { sync: node.sync, cache_tail_bytes: node.cache_tail_bytes };
+        let driver = Driver::with_transport(id, transport, rx, hooks.clone(), persistence, now_ms, host);
         hooks.driver.set(Arc::downgrade(&driver)).expect("set once");
         for (g, r) in replicas {
             driver.add_group(g, Arc::new(Mutex::new(r)));

@@ -18,11 +18,13 @@ mod log;
 mod producer;
 mod read;
 mod segment;
+mod tail;
 
 pub use cleaner::{all_records_keyed, records_of, CleanPlan, CleanStats, Cleaned, RecordRef, Records};
 pub use log::{AppendError, AppendInfo, Log, LogConfig, ReadError, SEGMENT_BYTES_MAX};
 pub use producer::{AbortedTxn, ProducerError, ProducerInfo, ProducerTable};
 pub use read::{FileSlice, ReadPlan};
+pub use tail::{CacheTail, Written};
 
 /// Makes everything written to `files` so far durable: one `syncfs` when `syncfs` is set
 /// and there are two or more files (one journal commit for all of them), else an

@@ -7,7 +7,7 @@
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use runnel_wire::batch::{stamp, BatchHeader, HEADER_BYTES};
 use runnel_wire::marker::marker;
@@ -19,6 +19,7 @@ use crate::config::roll_jitter;
 pub use crate::config::{LogConfig, SEGMENT_BYTES_MAX};
 use crate::producer::{AbortedTxn, ProducerError, ProducerTable};
 use crate::segment::{file_name, Segment};
+use crate::tail::{Written, PAGE};
 
 mod checkpoint;
 
@@ -67,6 +68,11 @@ pub struct Log {
     checkpoints: u64,
     /// The log end and checkpoint count when a close was staged.
     closing: Option<(i64, u64)>,
+    /// How far [`Log::take_written`] has handed out the writes to a segment file: the file
+    /// (held weakly: it is only compared) and a page-aligned position in it.
+    written_mark: (Weak<File>, u64),
+    /// The part of a segment that rolled which [`Log::take_written`] has not handed out.
+    rolled: Option<Written>,
 }
 
 impl Log {
@@ -140,6 +146,8 @@ impl Log {
             leader_epoch: 0,
             checkpoints: 0,
             closing: None,
+            written_mark: (Weak::new(), 0),
+            rolled: None,
         };
         log.log_start_offset = log.log_start_offset.min(log.log_end_offset());
         if truncated {
@@ -451,10 +459,33 @@ impl Log {
     fn roll(&mut self, now_ms: i64) -> io::Result<()> {
         let base = self.log_end_offset();
         self.active().file.sync_data()?;
+        // Whole now: the partial last page goes too.
+        self.rolled = Some(self.written_in_active(self.active().size.next_multiple_of(PAGE)));
         let seg = Segment::create(&self.dir, base, self.config.index_interval_bytes, now_ms)?;
         self.segments.push(seg);
         self.recovery_point = base;
         self.write_checkpoint()
+    }
+
+    /// Hands out the writes since the last call, in whole pages, for the page-cache tail
+    /// ([`crate::CacheTail`]): the part of a segment that rolled since, and the active
+    /// segment's up to its last whole page. Call it when taking the writes to sync.
+    pub fn take_written(&mut self, out: &mut Vec<Written>) {
+        out.extend(self.rolled.take().filter(|w| !w.is_empty()));
+        let w = self.written_in_active(self.active().size / PAGE * PAGE);
+        if !w.is_empty() {
+            self.written_mark = (w.file.clone(), w.to);
+            out.push(w);
+        }
+    }
+
+    /// The active segment's bytes from where [`Log::take_written`] left it (its start if
+    /// that was another file: a new, reopened or truncated segment) up to `to`.
+    fn written_in_active(&self, to: u64) -> Written {
+        let file = &self.active().file;
+        let (marked, at) = &self.written_mark;
+        let from = if std::ptr::eq(marked.as_ptr(), Arc::as_ptr(file)) { (*at).min(to) } else { 0 };
+        Written { file: Arc::downgrade(file), from, to }
     }
 
     /// Files holding writes that must be fsynced for everything appended so far to be

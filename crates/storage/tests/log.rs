@@ -1,6 +1,7 @@
 //! The partition log's contract: offsets assigned in order, reads return whole committed
 //! batches, a crash's torn tail is cut on reopen, retention and DeleteRecords move the log
-//! start, and idempotent retries are answered from the log without a second copy.
+//! start, idempotent retries are answered from the log without a second copy, and the
+//! written pages are handed to the page-cache tail once each.
 
 use runnel_storage::{AppendError, Log, LogConfig, ProducerError, ReadError};
 use runnel_wire::batch::{BatchHeader, Batches};
@@ -298,4 +299,45 @@ fn a_located_slice_holds_exactly_the_batches_a_read_returns() {
         }
     }
     assert!(checked > 100, "{checked} non-empty reads compared");
+}
+
+#[test]
+fn take_written_hands_out_each_whole_page_once_including_a_rolled_segments_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = LogConfig { segment_bytes: 20_000, ..LogConfig::default() };
+    let mut log = Log::open(dir.path(), config, 0).expect("open");
+    let mut taken = Vec::new();
+    // Not yet a whole page: nothing.
+    append(&mut log, &batch(10, 0, -1, 0)).expect("append");
+    log.take_written(&mut taken);
+    assert!(taken.is_empty(), "{taken:?}");
+    let (mut next, mut pages) = (0, 0u64);
+    let mut rolled = 0;
+    for i in 1..60 {
+        append(&mut log, &batch(10, i * 10, -1, 0)).expect("append");
+        let mut w = Vec::new();
+        log.take_written(&mut w);
+        for r in &w {
+            let (from, to) = r.range();
+            // Contiguous with what came before in the same file, whole pages (a rolled
+            // segment's last partial page included).
+            assert_eq!(from % 4096, 0, "{w:?}");
+            assert_eq!(to % 4096, 0, "{w:?}");
+            if from == 0 && next != 0 {
+                rolled += 1;
+            } else {
+                assert_eq!(from, next, "{w:?}");
+            }
+            next = to;
+            pages += (to - from) / 4096;
+        }
+        assert!(w.len() <= 2);
+        taken.extend(w);
+    }
+    assert!(log.segment_count() >= 3, "the segments rolled");
+    assert!(rolled >= 1, "a new segment's pages came after a rolled one's");
+    assert!(pages >= log.size_bytes() / 4096 - 1, "{pages} pages of {} bytes", log.size_bytes());
+    // Dropping them from the page cache leaves the data.
+    taken.iter().for_each(|w| w.evict());
+    assert_eq!(read_all(&log, 0).len(), 60);
 }
