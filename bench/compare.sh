@@ -12,7 +12,10 @@
 #        of 5 rounds after 30 s agreed within 5% on durable-512), OUT (default /tmp/runnel-bench-single),
 #        RUNNEL_BIN (default target/release/runnel, built first), PEERS_KAFKA,
 #        PIN=1 (brokers and load generator on separate CPUs: bench/pin.sh),
-#        RUNNEL_SET ("key=value ..." broker settings for Runnel, e.g. log.cache.tail.bytes=0)
+#        RUNNEL_SET ("key=value ..." broker settings for Runnel, e.g. log.cache.tail.bytes=0),
+#        BALLAST_GB (fill this much memory in /dev/shm for the run, so that the machine's memory
+#        is as full as a long-running broker's: new page cache then comes from reclaim, not
+#        from free memory; docs/bench.md)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEERS="${PEERS_KAFKA:-$ROOT/../shared/peers/kafka}"
@@ -39,8 +42,13 @@ cleanup() {
   [[ -n "$RPID" ]] && kill "$RPID" 2>/dev/null && wait "$RPID" 2>/dev/null || true
   "$PEERS/stop-cluster.sh" "$KPORT" --wipe >/dev/null 2>&1 || true
   rm -rf "$OUT/runnel-data"
+  rm -f "/dev/shm/runnel-bench-ballast-$$"
 }
 trap cleanup EXIT
+if [[ "${BALLAST_GB:-0}" -gt 0 ]]; then
+  head -c "${BALLAST_GB}G" /dev/zero > "/dev/shm/runnel-bench-ballast-$$"
+  echo "memory filled: $BALLAST_GB GB in /dev/shm; $(awk '/MemAvailable/{print int($2/1048576)}' /proc/meminfo) GB available" | tee -a "$OUT/summary.txt"
+fi
 
 EXTRA_BROKER_PROPS="log.segment.delete.delay.ms=0" "$PEERS/start-cluster.sh" 1 "$KPORT" >/dev/null
 rm -rf "$OUT/runnel-data"

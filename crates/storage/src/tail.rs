@@ -17,6 +17,10 @@ use std::sync::Weak;
 /// The page size the tail counts in: a range only covers pages wholly inside it.
 pub const PAGE: u64 = 4096;
 
+/// The largest folio the page cache uses for a file (a PMD: 2 MiB on x86-64 and arm64
+/// with 4 KiB pages).
+pub const FOLIO_MAX: u64 = 2 << 20;
+
 /// At most this many ranges are held, whatever their size: logs written a few bytes at a
 /// time give one range per page written at most, and this caps what that costs.
 pub const RANGES_MAX: usize = 1 << 16;
@@ -47,9 +51,14 @@ impl Written {
     /// Asks the kernel to drop these bytes' pages from the page cache. Advice only: pages
     /// still dirty are not dropped (the kernel starts writing them back), and a failure
     /// changes nothing that is stored, so it is ignored.
+    ///
+    /// The kernel only drops a folio wholly inside the range, and a file's folios can be
+    /// up to [`FOLIO_MAX`]: the one that straddled where the file's last eviction ended
+    /// would stay for good, so the range reaches that far back (those bytes are older still).
     pub fn evict(&self) {
         let Some(file) = self.file.upgrade() else { return };
-        let (Ok(from), Ok(len)) = (i64::try_from(self.from), i64::try_from(self.len())) else { return };
+        let from = self.from.saturating_sub(FOLIO_MAX) / FOLIO_MAX * FOLIO_MAX;
+        let (Ok(len), Ok(from)) = (i64::try_from(self.to.saturating_sub(from)), i64::try_from(from)) else { return };
         if len == 0 {
             return; // 0 would mean "to the end of the file"
         }
@@ -93,9 +102,26 @@ impl CacheTail {
             _ => self.ranges.push_back(w),
         }
         while self.bytes > self.budget || self.ranges.len() > RANGES_MAX {
-            let Some(old) = self.ranges.pop_front() else { break };
-            self.bytes -= old.len();
-            evict.push(old);
+            // Whole pages over the budget; a range over the count goes whole.
+            let over = if self.ranges.len() > RANGES_MAX {
+                u64::MAX
+            } else {
+                (self.bytes - self.budget).next_multiple_of(PAGE)
+            };
+            let Some(oldest) = self.ranges.front_mut() else { break };
+            let out = if oldest.len() > over {
+                // Contiguous writes merge into one range: only its oldest part goes.
+                let cut = Written { file: oldest.file.clone(), from: oldest.from, to: oldest.from + over };
+                oldest.from = cut.to;
+                cut
+            } else {
+                self.ranges.pop_front().expect("a front range")
+            };
+            self.bytes -= out.len();
+            match evict.last_mut() {
+                Some(last) if last.to == out.from && Weak::ptr_eq(&last.file, &out.file) => last.to = out.to,
+                _ => evict.push(out),
+            }
         }
     }
 }
@@ -124,11 +150,36 @@ mod tests {
         assert_eq!(tail.cached_bytes(), 3 * PAGE);
         assert_eq!(tail.ranges.len(), 2);
         tail.push(range(&b, PAGE, 2 * PAGE), &mut evict);
-        // The oldest range (a's two pages) goes whole: the tail may run under budget.
+        // One page over: only the oldest page of the oldest range goes.
         assert_eq!(evict.len(), 1);
-        assert_eq!((evict[0].from, evict[0].to), (0, 2 * PAGE));
+        assert_eq!((evict[0].from, evict[0].to), (0, PAGE));
         assert!(Weak::ptr_eq(&evict[0].file, &Arc::downgrade(&a)));
-        assert_eq!(tail.cached_bytes(), 2 * PAGE);
+        assert_eq!(tail.cached_bytes(), 3 * PAGE);
+        // A write larger than the budget: everything older goes, and its own oldest part,
+        // as one range per file where they are contiguous.
+        evict.clear();
+        tail.push(range(&b, 2 * PAGE, 6 * PAGE), &mut evict);
+        let got: Vec<(u64, u64)> = evict.iter().map(|w| (w.from, w.to)).collect();
+        assert_eq!(got, vec![(PAGE, 2 * PAGE), (0, 3 * PAGE)]);
+        assert_eq!(tail.cached_bytes(), 3 * PAGE);
+        assert_eq!(tail.ranges.len(), 1);
+        assert_eq!((tail.ranges[0].from, tail.ranges[0].to), (3 * PAGE, 6 * PAGE));
+    }
+
+    #[test]
+    fn one_file_written_contiguously_keeps_its_newest_pages() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = Arc::new(File::create(dir.path().join("a")).expect("a"));
+        let mut tail = CacheTail::new(10 * PAGE);
+        let mut evict = Vec::new();
+        for i in 0..100 {
+            tail.push(range(&a, i * PAGE, (i + 1) * PAGE), &mut evict);
+        }
+        assert_eq!(tail.cached_bytes(), 10 * PAGE);
+        assert_eq!((tail.ranges[0].from, tail.ranges[0].to), (90 * PAGE, 100 * PAGE));
+        // What went is the 90 oldest pages, handed out as one range.
+        let got: Vec<(u64, u64)> = evict.iter().map(|w| (w.from, w.to)).collect();
+        assert_eq!(got, vec![(0, 90 * PAGE)]);
     }
 
     #[test]

@@ -1,0 +1,107 @@
+"""The page-cache tail (`log.cache.tail.bytes`): a broker leaves only the newest synced bytes
+of its log in the OS page cache and drops older synced pages, and consumers still read every
+record, from the disk where the cache no longer has it.
+
+Residency is read with mincore(2) on a mapping of each segment file that is never touched,
+so measuring does not bring pages in. With the tail off (0, as Kafka leaves it all to the
+kernel) the same writes stay cached: that is what shows the measure can tell the two apart.
+"""
+
+import ctypes
+import os
+import pathlib
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from conftest import Broker, create_topic, unique_topic
+
+RECORDS = 24_000
+VALUE_BYTES = 1000
+TAIL = 1 << 20
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_bytes(path):
+    """Bytes of `path` in the page cache, in whole pages."""
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with open(path, "rb") as f:
+        addr = _libc.mmap(None, size, 1, 1, f.fileno(), 0)  # PROT_READ, MAP_SHARED
+        assert addr not in (None, ctypes.c_void_p(-1).value), f"mmap: errno {ctypes.get_errno()}"
+    try:
+        pages = (size + PAGE - 1) // PAGE
+        vec = (ctypes.c_ubyte * pages)()
+        assert _libc.mincore(addr, size, vec) == 0, f"mincore: errno {ctypes.get_errno()}"
+        return sum(b & 1 for b in vec) * PAGE
+    finally:
+        _libc.munmap(addr, size)
+
+
+def value(i):
+    return (b"%08d" % i) * (VALUE_BYTES // 8)
+
+
+def produce_and_measure(tmp_path, name, tail_bytes):
+    """Produces RECORDS records to a new one-partition topic on a broker with the given tail,
+    then returns (bytes of its segments, bytes of them cached, the broker, the topic)."""
+    broker = Broker(tmp_path / name, settings={"log.cache.tail.bytes": str(tail_bytes)}).start()
+    topic = unique_topic("tail")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(RECORDS):
+        while True:
+            try:
+                producer.produce(topic, value(i))
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0, "every record acknowledged"
+    segments = sorted(pathlib.Path(broker.data_dir).glob(f"**/{topic}-0/*.log"))
+    assert segments, f"no segment of {topic} under {broker.data_dir}"
+    total = sum(p.stat().st_size for p in segments)
+    cached = sum(resident_bytes(p) for p in segments)
+    return total, cached, broker, topic
+
+
+def read_all(bootstrap, topic):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g"), "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got = []
+    try:
+        for _ in range(600):
+            if len(got) >= RECORDS:
+                break
+            for m in consumer.consume(1000, 0.5):
+                assert m.error() is None, m.error()
+                got.append(m.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def test_a_small_tail_drops_older_synced_pages_and_every_record_reads_back(tmp_path):
+    total, cached, broker, topic = produce_and_measure(tmp_path, "tail", TAIL)
+    try:
+        assert total >= RECORDS * VALUE_BYTES
+        # The newest 1 MiB, and some pages the kernel would not drop at once (a page still
+        # being written back, a large folio across a range's end): far less than the 24 MB
+        # written.
+        assert cached <= 8 * TAIL, f"{cached} of {total} bytes cached with a {TAIL}-byte tail"
+        got = read_all(broker.bootstrap, topic)
+        assert len(got) == RECORDS
+        assert all(v == value(i) for i, v in enumerate(got)), "records read back as written, in order"
+    finally:
+        broker.kill9()
+
+
+def test_with_the_tail_off_the_page_cache_keeps_what_was_written(tmp_path):
+    total, cached, broker, topic = produce_and_measure(tmp_path, "notail", 0)
+    broker.kill9()
+    assert cached >= total * 3 // 4, f"only {cached} of {total} bytes cached with the tail off"
