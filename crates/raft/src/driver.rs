@@ -101,10 +101,11 @@ pub fn lock(r: &SharedReplica) -> MutexGuard<'_, Replica> {
 /// Contract: the future resolves to `Ok` only once everything written to `files` before
 /// the call is on stable storage (with `syncfs`, one `syncfs` may cover them all, as in
 /// [`runnel_storage::sync_files`]); an error means what reached the disk is unknown, and
-/// the driver stops ([`Fatal::Sync`]). Once synced, the ranges in `evict` (written by
-/// earlier rounds) may be dropped from the page cache ([`Written::evict`]). The driver awaits it with no replica locked, so
-/// proposals and reads go on meanwhile, and may call `sync` again before an earlier
-/// future resolved (a round in flight: `rounds.rs`); it takes the results in call order.
+/// the driver stops ([`Fatal::Sync`]). Once synced, the ranges in `evict` (all written
+/// before the call) may be dropped from the page cache ([`Written::evict`]). The driver
+/// awaits it with no replica locked, so proposals and reads go on meanwhile, and may call
+/// `sync` again before an earlier future resolved (a round in flight: `rounds.rs`); it
+/// takes the results in call order.
 pub trait Disk: Send + Sync {
     fn sync(&self, files: Vec<Arc<File>>, syncfs: bool, evict: Vec<Written>) -> SyncFuture;
 }
@@ -519,8 +520,10 @@ impl Driver {
             files.clear();
         }
         files.extend(states);
-        // What this round wrote joins the tail; what it pushes out was synced by earlier
-        // rounds and leaves the page cache once this round's sync is done too.
+        // What this round wrote joins the tail; what it pushes out (older writes, or the
+        // oldest part of this round's) leaves the page cache once this round's sync is done.
+        // A page of another file whose own round is still syncing is dirty then, and the
+        // kernel keeps it: advice, never a loss.
         let mut evict = Vec::new();
         let mut tail = self.tail.lock_or_stop();
         written.into_iter().for_each(|w| tail.push(w, &mut evict));
