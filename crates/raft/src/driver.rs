@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use raft::eraftpb::Message;
-use runnel_storage::{CacheTail, Written};
+use runnel_storage::Written;
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::{error, warn};
@@ -80,7 +80,7 @@ pub enum SyncPolicy {
 pub struct Persistence {
     pub sync: SyncPolicy,
     /// Bytes of the most recently synced log left in the page cache; older synced pages
-    /// are dropped after the round that pushed them out syncs ([`runnel_storage::CacheTail`],
+    /// are dropped after a later round's sync ([`runnel_storage::CacheTail`],
     /// `log.cache.tail.bytes`). 0 leaves the page cache to the kernel. Only with a sync:
     /// unsynced pages cannot be dropped.
     pub cache_tail_bytes: u64,
@@ -101,13 +101,21 @@ pub fn lock(r: &SharedReplica) -> MutexGuard<'_, Replica> {
 /// Contract: the future resolves to `Ok` only once everything written to `files` before
 /// the call is on stable storage (with `syncfs`, one `syncfs` may cover them all, as in
 /// [`runnel_storage::sync_files`]); an error means what reached the disk is unknown, and
-/// the driver stops ([`Fatal::Sync`]). Once synced, the ranges in `evict` (all written
-/// before the call) may be dropped from the page cache ([`Written::evict`]). The driver
+/// the driver stops ([`Fatal::Sync`]). Once synced, the ranges in `evict` (synced already,
+/// by earlier rounds) may be dropped from the page cache ([`Written::evict`]). The driver
 /// awaits it with no replica locked, so proposals and reads go on meanwhile, and may call
 /// `sync` again before an earlier future resolved (a round in flight: `rounds.rs`); it
 /// takes the results in call order.
 pub trait Disk: Send + Sync {
     fn sync(&self, files: Vec<Arc<File>>, syncfs: bool, evict: Vec<Written>) -> SyncFuture;
+
+    /// Drops the ranges in `evict`, synced already, from the page cache, with no sync.
+    fn evict(&self, evict: Vec<Written>) -> SyncFuture {
+        Box::pin(async move {
+            evict.iter().for_each(Written::evict);
+            Ok(())
+        })
+    }
 }
 
 /// A broker's disk: [`runnel_storage::sync_files`] on Tokio's blocking pool, so a slow
@@ -138,6 +146,15 @@ impl Disk for BlockingPoolDisk {
                 Err(e) if e.is_cancelled() => std::future::pending().await,
                 Err(e) => Err(io::Error::other(e)),
             }
+        })
+    }
+
+    fn evict(&self, evict: Vec<Written>) -> SyncFuture {
+        let evicting = tokio::task::spawn_blocking(move || evict.iter().for_each(Written::evict));
+        Box::pin(async move {
+            // Advice only: a runtime shutting down that dropped it loses nothing.
+            let _ = evicting.await;
+            Ok(())
         })
     }
 }
@@ -188,9 +205,8 @@ pub struct Driver {
     transport: Arc<dyn Transport>,
     hooks: Arc<dyn Hooks>,
     sync: SyncPolicy,
-    /// The page-cache tail of the logs this driver writes; only touched by collecting a
-    /// round, with no replica locked.
-    tail: Mutex<CacheTail>,
+    /// Bytes of the newest synced log the page cache keeps ([`Rounds::new`]).
+    cache_tail_bytes: u64,
     now_ms: fn() -> i64,
     host: Host,
     task: Mutex<Option<Task>>,
@@ -238,11 +254,7 @@ impl Driver {
             transport,
             hooks,
             sync: persistence.sync,
-            tail: Mutex::new(CacheTail::new(if persistence.sync == SyncPolicy::Never {
-                0
-            } else {
-                persistence.cache_tail_bytes
-            })),
+            cache_tail_bytes: if persistence.sync == SyncPolicy::Never { 0 } else { persistence.cache_tail_bytes },
             now_ms,
             host,
             task: Mutex::new(None),
@@ -335,7 +347,7 @@ impl Driver {
         // A new incarnation at each start: the time, as the driver's clock gives it.
         let mut liveness = Liveness::new(self.id, (self.now_ms)() as u64);
         // Persistence rounds syncing; owned by this task.
-        let mut rounds = Rounds::default();
+        let mut rounds = Rounds::new(self.cache_tail_bytes);
         loop {
             tokio::select! {
                 // In order rather than at random: ticks first, so a flood of messages
@@ -443,9 +455,18 @@ impl Driver {
     /// Starts rounds while there is room and work: collects every dirty group that may be
     /// collected now (writing its entries), and starts one sync for all the files written.
     /// A round that needs no sync and has none before it finishes at once.
+    ///
+    /// With no round in flight and none to start, the synced pages pushed out of the
+    /// page-cache tail go in a round of their own, so they do not wait for the next write.
     async fn start_rounds(&self, awake: &mut BTreeSet<u64>, rounds: &mut Rounds) -> Result<(), Fatal> {
         while rounds.has_room() {
-            let Some(round) = self.collect_round(awake, rounds)? else { return Ok(()) };
+            let Some(round) = self.collect_round(awake, rounds)? else {
+                if rounds.is_empty() && rounds.has_evictions() {
+                    let sync = Some(self.host.disk.evict(rounds.take_evictions()));
+                    rounds.push(Round { taken: Vec::new(), sync, written: Vec::new() });
+                }
+                return Ok(());
+            };
             rounds.push(round);
             if rounds.len() == 1 && rounds.oldest_needs_no_sync() {
                 self.finish_round(rounds, Ok(())).await?;
@@ -456,7 +477,7 @@ impl Driver {
 
     /// Collects the dirty groups into a round, None when none had work. A group held by a
     /// round in flight that may not be collected yet ([`Rounds::may_collect`]) stays dirty.
-    fn collect_round(&self, awake: &mut BTreeSet<u64>, rounds: &Rounds) -> Result<Option<Round>, Fatal> {
+    fn collect_round(&self, awake: &mut BTreeSet<u64>, rounds: &mut Rounds) -> Result<Option<Round>, Fatal> {
         let dirty: Vec<u64> = std::mem::take(&mut *self.dirty.lock_or_stop()).into_iter().collect();
         if dirty.is_empty() {
             return Ok(None);
@@ -469,7 +490,7 @@ impl Driver {
         let mut later = Vec::new();
         let mut files = Vec::new();
         let mut written = Vec::new();
-        let tail = self.tail.lock_or_stop().enabled();
+        let tail = rounds.keeps_a_tail();
         let mut seen = HashSet::new();
         // Staged terms and votes: synced even without log syncs (Raft needs them).
         let mut states = Vec::new();
@@ -520,24 +541,17 @@ impl Driver {
             files.clear();
         }
         files.extend(states);
-        // What this round wrote joins the tail; what it pushes out (older writes, or the
-        // oldest part of this round's) leaves the page cache once this round's sync is done.
-        // A page of another file whose own round is still syncing is dirty then, and the
-        // kernel keeps it: advice, never a loss.
-        let mut evict = Vec::new();
-        let mut tail = self.tail.lock_or_stop();
-        written.into_iter().for_each(|w| tail.push(w, &mut evict));
-        drop(tail);
-        // Log files and staged states alike: one syncfs, or an fdatasync each.
+        // Log files and staged states alike: one syncfs, or an fdatasync each. Synced pages
+        // that earlier rounds pushed out of the page-cache tail go once this sync is done.
         let syncfs = self.sync == SyncPolicy::Filesystem;
-        let sync = (!files.is_empty()).then(|| self.host.disk.sync(files, syncfs, evict));
-        Ok(Some(Round { taken, sync }))
+        let sync = (!files.is_empty()).then(|| self.host.disk.sync(files, syncfs, rounds.take_evictions()));
+        Ok(Some(Round { taken, sync, written }))
     }
 
     /// Finishes the oldest round once its sync resolved with `synced`: puts staged states in
     /// place, then tells every group its ready is persisted and sends what that released.
     async fn finish_round(&self, rounds: &mut Rounds, synced: io::Result<()>) -> Result<(), Fatal> {
-        let Some(round) = rounds.pop() else { return Ok(()) };
+        let Some(round) = rounds.pop(synced.is_ok()) else { return Ok(()) };
         if let Err(e) = synced {
             // After a failed fsync the page cache may have dropped the dirty pages: what is
             // on disk is unknown, so this replica must not vote or ack again. Stop; a

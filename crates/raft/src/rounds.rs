@@ -16,12 +16,21 @@
 //! The round's end must not make the old entries count, so the high watermark stops at
 //! Raft's own persisted index, which Raft lowers below a conflict (`release_waiters`; the
 //! driver simulation found this).
+//!
+//! The rounds also keep the page-cache tail ([`CacheTail`]): a round's writes join it only
+//! once that round has synced, in order, so what the tail pushes out was synced by then and
+//! its pages are clean for the kernel to drop. They are dropped after the next round's sync,
+//! on the thread that syncs. A range pushed out while another round of its file still synced
+//! (two rounds sync at once) would find its pages under writeback, and the kernel would keep
+//! them for good.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+
+use runnel_storage::{CacheTail, Written};
 
 use crate::replica::{Collected, Replica};
 
@@ -42,22 +51,49 @@ pub struct Taken {
     pub collected: Collected,
 }
 
-/// The readies a round collected and the sync they wait for (none when nothing was written).
+/// The readies a round collected, the sync they wait for (none when nothing was written),
+/// and the log pages the sync covers, for the page-cache tail.
 pub struct Round {
     pub taken: Vec<Taken>,
     pub sync: Option<SyncFuture>,
+    pub written: Vec<Written>,
 }
 
 /// The rounds in flight, oldest first, and which groups they hold.
-#[derive(Default)]
 pub struct Rounds {
     queue: VecDeque<Round>,
     /// Per group with readies in flight: how many rounds hold one, and whether one of those
     /// staged a state.
     held: HashMap<u64, (usize, bool)>,
+    tail: CacheTail,
+    /// Synced pages the tail pushed out, to drop after the next sync. At most what the
+    /// rounds finished since that sync wrote, in ranges merged per file.
+    evict: Vec<Written>,
 }
 
 impl Rounds {
+    /// `tail_bytes` of the newest synced log pages stay in the page cache; 0 leaves the page
+    /// cache to the kernel.
+    pub fn new(tail_bytes: u64) -> Rounds {
+        Rounds { queue: VecDeque::new(), held: HashMap::new(), tail: CacheTail::new(tail_bytes), evict: Vec::new() }
+    }
+
+    /// Whether rounds hand in the pages they write ([`Round::written`]).
+    pub fn keeps_a_tail(&self) -> bool {
+        self.tail.enabled()
+    }
+
+    /// Whether synced pages pushed out of the tail wait to be dropped.
+    pub fn has_evictions(&self) -> bool {
+        !self.evict.is_empty()
+    }
+
+    /// The synced pages pushed out of the tail so far, for a sync about to start to drop
+    /// once it is done.
+    pub fn take_evictions(&mut self) -> Vec<Written> {
+        std::mem::take(&mut self.evict)
+    }
+
     pub fn len(&self) -> usize {
         self.queue.len()
     }
@@ -103,9 +139,14 @@ impl Rounds {
     }
 
     /// Takes the oldest round, once [`Rounds::oldest_synced`] resolved; its groups are no
-    /// longer held by it.
-    pub fn pop(&mut self) -> Option<Round> {
-        let round = self.queue.pop_front()?;
+    /// longer held by it. Its pages join the tail if `synced`.
+    pub fn pop(&mut self, synced: bool) -> Option<Round> {
+        let mut round = self.queue.pop_front()?;
+        if synced {
+            for w in round.written.drain(..) {
+                self.tail.push(w, &mut self.evict);
+            }
+        }
         for t in &round.taken {
             if let Some(e) = self.held.get_mut(&t.group) {
                 e.0 -= 1;

@@ -460,7 +460,8 @@ impl Log {
         let base = self.log_end_offset();
         self.active().file.sync_data()?;
         // Whole now: the partial last page goes too.
-        self.rolled = Some(self.written_in_active(self.active().size.next_multiple_of(PAGE)));
+        self.rolled =
+            Some(Written { sealed: true, ..self.written_in_active(self.active().size.next_multiple_of(PAGE)) });
         let seg = Segment::create(&self.dir, base, self.config.index_interval_bytes, now_ms)?;
         self.segments.push(seg);
         self.recovery_point = base;
@@ -485,7 +486,7 @@ impl Log {
         let file = &self.active().file;
         let (marked, at) = &self.written_mark;
         let from = if std::ptr::eq(marked.as_ptr(), Arc::as_ptr(file)) { (*at).min(to) } else { 0 };
-        Written { file: Arc::downgrade(file), from, to }
+        Written { file: Arc::downgrade(file), from, to, sealed: false }
     }
 
     /// Files holding writes that must be fsynced for everything appended so far to be

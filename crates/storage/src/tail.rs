@@ -32,6 +32,8 @@ pub struct Written {
     pub(crate) file: Weak<File>,
     pub(crate) from: u64,
     pub(crate) to: u64,
+    /// `to` is the end of a segment that rolled: nothing will be written after it.
+    pub(crate) sealed: bool,
 }
 
 impl Written {
@@ -48,22 +50,41 @@ impl Written {
         (self.from, self.to)
     }
 
-    /// Asks the kernel to drop these bytes' pages from the page cache. Advice only: pages
-    /// still dirty are not dropped (the kernel starts writing them back), and a failure
-    /// changes nothing that is stored, so it is ignored.
+    /// Asks the kernel to drop these bytes' pages from the page cache. Advice only: a page
+    /// still dirty is not dropped, and a failure changes nothing that is stored, so it is
+    /// ignored.
     ///
-    /// The kernel only drops a folio wholly inside the range, and a file's folios can be
-    /// up to [`FOLIO_MAX`]: the one that straddled where the file's last eviction ended
-    /// would stay for good, so the range reaches that far back (those bytes are older still).
+    /// The kernel drops only a folio wholly inside the range, and a file's folios can be up
+    /// to [`FOLIO_MAX`], aligned to their size. So the range goes from its start rounded
+    /// down to a `FOLIO_MAX` boundary (the rest of what the file's last eviction stopped
+    /// short of) to its end rounded down likewise, unless the segment is sealed. A folio
+    /// across that end would hold bytes written since the round that took the range, still
+    /// dirty, and would stay cached for good; it goes with the file's next eviction instead,
+    /// once it is wholly synced. Every folio this drops was synced by then.
     pub fn evict(&self) {
+        let Some((from, to)) = self.folios() else { return };
         let Some(file) = self.file.upgrade() else { return };
-        let from = self.from.saturating_sub(FOLIO_MAX) / FOLIO_MAX * FOLIO_MAX;
-        let (Ok(len), Ok(from)) = (i64::try_from(self.to.saturating_sub(from)), i64::try_from(from)) else { return };
-        if len == 0 {
-            return; // 0 would mean "to the end of the file"
-        }
+        let (Ok(from), Ok(len)) = (i64::try_from(from), i64::try_from(to - from)) else { return };
         // SAFETY: posix_fadvise only reads the descriptor, which `file` keeps open.
         unsafe { libc::posix_fadvise(file.as_raw_fd(), from, len, libc::POSIX_FADV_DONTNEED) };
+    }
+
+    /// The bytes [`Written::evict`] asks to drop, if any (an empty range must not reach the
+    /// kernel: a length of 0 means "to the end of the file").
+    fn folios(&self) -> Option<(u64, u64)> {
+        let from = self.from / FOLIO_MAX * FOLIO_MAX;
+        let to = if self.sealed { self.to } else { self.to / FOLIO_MAX * FOLIO_MAX };
+        (to > from).then_some((from, to))
+    }
+
+    /// `self` then `next`, as one range, if `next` goes on where `self` ends in the same file.
+    fn extend(&mut self, next: &Written) -> bool {
+        let joins = self.to == next.from && Weak::ptr_eq(&self.file, &next.file);
+        if joins {
+            self.to = next.to;
+            self.sealed = next.sealed;
+        }
+        joins
     }
 }
 
@@ -87,7 +108,8 @@ impl CacheTail {
         self.budget > 0
     }
 
-    pub fn cached_bytes(&self) -> u64 {
+    #[cfg(test)]
+    fn cached_bytes(&self) -> u64 {
         self.bytes
     }
 
@@ -97,9 +119,8 @@ impl CacheTail {
             return;
         }
         self.bytes += w.len();
-        match self.ranges.back_mut() {
-            Some(last) if last.to == w.from && Weak::ptr_eq(&last.file, &w.file) => last.to = w.to,
-            _ => self.ranges.push_back(w),
+        if !self.ranges.back_mut().is_some_and(|last| last.extend(&w)) {
+            self.ranges.push_back(w);
         }
         while self.bytes > self.budget || self.ranges.len() > RANGES_MAX {
             // Whole pages over the budget; a range over the count goes whole.
@@ -111,16 +132,16 @@ impl CacheTail {
             let Some(oldest) = self.ranges.front_mut() else { break };
             let out = if oldest.len() > over {
                 // Contiguous writes merge into one range: only its oldest part goes.
-                let cut = Written { file: oldest.file.clone(), from: oldest.from, to: oldest.from + over };
+                let cut =
+                    Written { file: oldest.file.clone(), from: oldest.from, to: oldest.from + over, sealed: false };
                 oldest.from = cut.to;
                 cut
             } else {
                 self.ranges.pop_front().expect("a front range")
             };
             self.bytes -= out.len();
-            match evict.last_mut() {
-                Some(last) if last.to == out.from && Weak::ptr_eq(&last.file, &out.file) => last.to = out.to,
-                _ => evict.push(out),
+            if !evict.last_mut().is_some_and(|last| last.extend(&out)) {
+                evict.push(out);
             }
         }
     }
@@ -133,7 +154,7 @@ mod tests {
     use std::sync::Arc;
 
     fn range(file: &Arc<File>, from: u64, to: u64) -> Written {
-        Written { file: Arc::downgrade(file), from, to }
+        Written { file: Arc::downgrade(file), from, to, sealed: false }
     }
 
     #[test]
@@ -206,6 +227,29 @@ mod tests {
         }
         assert_eq!(tail.ranges.len(), RANGES_MAX);
         assert_eq!(evict.len(), 10);
+    }
+
+    #[test]
+    fn an_eviction_covers_whole_folios_and_leaves_the_one_across_its_end_to_the_next() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = Arc::new(File::create(dir.path().join("a")).expect("a"));
+        let m = FOLIO_MAX;
+        assert_eq!(range(&a, 0, m + PAGE).folios(), Some((0, m)));
+        // The next one goes on where that stopped: the folio across `m + PAGE` goes now.
+        assert_eq!(range(&a, m + PAGE, 3 * m + 5 * PAGE).folios(), Some((m, 3 * m)));
+        // Within one folio nothing goes yet.
+        assert_eq!(range(&a, 3 * m + 5 * PAGE, 3 * m + 9 * PAGE).folios(), None);
+        // A sealed segment's rest goes to its end.
+        let sealed = Written { sealed: true, ..range(&a, 3 * m + 9 * PAGE, 3 * m + 12 * PAGE) };
+        assert_eq!(sealed.folios(), Some((3 * m, 3 * m + 12 * PAGE)));
+        // Sealed survives a merge in the tail, where the newer range decides.
+        let mut tail = CacheTail::new(0);
+        tail.budget = u64::MAX;
+        let mut evict = Vec::new();
+        tail.push(range(&a, 0, PAGE), &mut evict);
+        tail.push(Written { sealed: true, ..range(&a, PAGE, 2 * PAGE) }, &mut evict);
+        assert_eq!(tail.ranges.len(), 1);
+        assert!(tail.ranges[0].sealed);
     }
 
     #[test]
