@@ -222,7 +222,12 @@ async fn create_topic(router: &mut Router, cfg: &VerifyConfig) -> Result<()> {
         if code == 0 || (code == exists && attempts > 1) {
             break;
         }
-        if code != -1 && !retriable(code) {
+        // A cluster just started may not have registered enough brokers yet: its controller
+        // answers INVALID_REPLICATION_FACTOR until it has, and the metadata lists fewer.
+        let forming = code == ResponseError::InvalidReplicationFactor.code()
+            && router.refresh().await.is_ok()
+            && router.broker_count() < cfg.replication_factor.max(1) as usize;
+        if code != -1 && !retriable(code) && !forming {
             bail!("creating {}: error code {code}", cfg.topic);
         }
         if Instant::now() > deadline {
