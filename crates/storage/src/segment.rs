@@ -410,6 +410,17 @@ mod tests {
         bytes
     }
 
+    /// Appends `batches` batches of `records` records from `next` on; returns the offset after.
+    fn append_batches(seg: &mut Segment, mut next: i64, batches: usize, records: usize) -> i64 {
+        for _ in 0..batches {
+            let b = batch(next, records);
+            let h = BatchHeader::parse(&b).expect("header");
+            seg.append(&b, &h).expect("append");
+            next = h.next_offset();
+        }
+        next
+    }
+
     fn allocated(file: &File) -> u64 {
         std::os::unix::fs::MetadataExt::blocks(&file.metadata().expect("metadata")) * 512
     }
@@ -418,13 +429,7 @@ mod tests {
     fn appends_reserve_blocks_ahead_which_a_sealed_or_reopened_segment_gives_back() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut seg = Segment::create(dir.path(), 0, 4096, 0).expect("create");
-        let mut next = 0;
-        for _ in 0..64 {
-            let b = batch(next, 100);
-            let h = BatchHeader::parse(&b).expect("header");
-            seg.append(&b, &h).expect("append");
-            next = h.next_offset();
-        }
+        let next = append_batches(&mut seg, 0, 64, 100);
         let size = seg.size;
         assert_eq!(seg.file.metadata().expect("metadata").len(), size, "the file's size is what it holds");
         assert!(allocated(&seg.file) > size + size / 2, "{} allocated for {size}", allocated(&seg.file));
@@ -433,12 +438,7 @@ mod tests {
 
         // A broker killed before sealing leaves a reservation; the next open gives it back,
         // and the scan finds every batch.
-        for _ in 0..8 {
-            let b = batch(next, 20_000);
-            let h = BatchHeader::parse(&b).expect("header");
-            seg.append(&b, &h).expect("append");
-            next = h.next_offset();
-        }
+        let next = append_batches(&mut seg, next, 8, 20_000);
         let size = seg.size;
         assert!(allocated(&seg.file) > size + RESERVE_SLACK);
         drop(seg);
