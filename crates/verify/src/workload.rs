@@ -202,9 +202,16 @@ async fn consume(
     (polls, ops, fetched)
 }
 
+/// How long after its first attempt the run's topic is created again on
+/// INVALID_REPLICATION_FACTOR, whatever the metadata lists: a cluster that has just started
+/// registers and unfences its brokers within seconds. A replication factor the cluster
+/// cannot hold fails after this.
+const FORMING: Duration = Duration::from_secs(15);
+
 /// Creates the run's topic and waits until every partition has a leader.
 async fn create_topic(router: &mut Router, cfg: &VerifyConfig) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
+    let forming_until = Instant::now() + FORMING;
     let mut attempts = 0;
     loop {
         let t = CreatableTopic::default()
@@ -222,11 +229,15 @@ async fn create_topic(router: &mut Router, cfg: &VerifyConfig) -> Result<()> {
         if code == 0 || (code == exists && attempts > 1) {
             break;
         }
-        // A cluster just started may not have registered enough brokers yet: its controller
-        // answers INVALID_REPLICATION_FACTOR until it has, and the metadata lists fewer.
+        // A cluster just started may not have registered and unfenced enough brokers, in
+        // enough regions, yet: its controller answers INVALID_REPLICATION_FACTOR until it has.
+        // The metadata a broker serves may already list them all (a clean-clone CI run of a
+        // cluster in network namespaces met this), so the answer is retried for a while
+        // after the first attempt whatever the metadata says, and for as long as the
+        // metadata lists fewer brokers than the replication factor.
         let forming = code == ResponseError::InvalidReplicationFactor.code()
-            && router.refresh().await.is_ok()
-            && router.broker_count() < cfg.replication_factor.max(1) as usize;
+            && (Instant::now() < forming_until
+                || (router.refresh().await.is_ok() && router.broker_count() < cfg.replication_factor.max(1) as usize));
         if code != -1 && !retriable(code) && !forming {
             bail!("creating {}: error code {code}", cfg.topic);
         }
