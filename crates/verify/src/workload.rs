@@ -210,8 +210,8 @@ const FORMING: Duration = Duration::from_secs(15);
 
 /// Creates the run's topic and waits until every partition has a leader.
 async fn create_topic(router: &mut Router, cfg: &VerifyConfig) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let forming_until = Instant::now() + FORMING;
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
     let mut attempts = 0;
     loop {
         let t = CreatableTopic::default()
@@ -236,7 +236,7 @@ async fn create_topic(router: &mut Router, cfg: &VerifyConfig) -> Result<()> {
         // after the first attempt whatever the metadata says, and for as long as the
         // metadata lists fewer brokers than the replication factor.
         let forming = code == ResponseError::InvalidReplicationFactor.code()
-            && (Instant::now() < forming_until
+            && (started.elapsed() < FORMING
                 || (router.refresh().await.is_ok() && router.broker_count() < cfg.replication_factor.max(1) as usize));
         if code != -1 && !retriable(code) && !forming {
             bail!("creating {}: error code {code}", cfg.topic);
