@@ -27,6 +27,10 @@ use crate::read::ReadPlan;
 
 use checkpoint::read_checkpoint;
 
+/// Rolled segments' unsynced rests a log holds for [`Log::take_written`] at most; a log
+/// whose writes no one takes (no page-cache tail) holds no more than this.
+const ROLLED_MAX: usize = 16;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendInfo {
     pub base_offset: i64,
@@ -71,8 +75,10 @@ pub struct Log {
     /// How far [`Log::take_written`] has handed out the writes to a segment file: the file
     /// (held weakly: it is only compared) and a page-aligned position in it.
     written_mark: (Weak<File>, u64),
-    /// The part of a segment that rolled which [`Log::take_written`] has not handed out.
-    rolled: Option<Written>,
+    /// The parts of segments that rolled which [`Log::take_written`] has not handed out,
+    /// oldest first: one append can roll several times between two calls. At most
+    /// [`ROLLED_MAX`]; beyond that the oldest is left to the kernel's reclaim.
+    rolled: Vec<Written>,
 }
 
 impl Log {
@@ -147,7 +153,7 @@ impl Log {
             checkpoints: 0,
             closing: None,
             written_mark: (Weak::new(), 0),
-            rolled: None,
+            rolled: Vec::new(),
         };
         log.log_start_offset = log.log_start_offset.min(log.log_end_offset());
         if truncated {
@@ -460,8 +466,11 @@ impl Log {
         let base = self.log_end_offset();
         self.active().file.sync_data()?;
         // Whole now: the partial last page goes too.
-        self.rolled =
-            Some(Written { sealed: true, ..self.written_in_active(self.active().size.next_multiple_of(PAGE)) });
+        let rest = Written { sealed: true, ..self.written_in_active(self.active().size.next_multiple_of(PAGE)) };
+        if self.rolled.len() == ROLLED_MAX {
+            self.rolled.remove(0);
+        }
+        self.rolled.push(rest);
         let seg = Segment::create(&self.dir, base, self.config.index_interval_bytes, now_ms)?;
         self.segments.push(seg);
         self.recovery_point = base;
@@ -472,7 +481,7 @@ impl Log {
     /// ([`crate::CacheTail`]): the part of a segment that rolled since, and the active
     /// segment's up to its last whole page. Call it when taking the writes to sync.
     pub fn take_written(&mut self, out: &mut Vec<Written>) {
-        out.extend(self.rolled.take().filter(|w| !w.is_empty()));
+        out.extend(self.rolled.drain(..).filter(|w| !w.is_empty()));
         let w = self.written_in_active(self.active().size / PAGE * PAGE);
         if !w.is_empty() {
             self.written_mark = (w.file.clone(), w.to);

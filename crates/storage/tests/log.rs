@@ -301,6 +301,44 @@ fn a_located_slice_holds_exactly_the_batches_a_read_returns() {
     assert!(checked > 100, "{checked} non-empty reads compared");
 }
 
+/// Found by `tests/test_page_cache_tail.py` under load: a round whose entries rolled the log
+/// more than once handed out only the last rolled segment, and the others stayed cached.
+#[test]
+fn take_written_hands_out_every_segment_rolled_since_the_last_call() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = LogConfig { segment_bytes: 20_000, ..LogConfig::default() };
+    let mut log = Log::open(dir.path(), config, 0).expect("open");
+    for i in 0..60 {
+        append(&mut log, &batch(10, i * 10, -1, 0)).expect("append");
+    }
+    let segments = log.segment_count();
+    assert!(segments >= 4, "{segments} segments");
+    let mut w = Vec::new();
+    log.take_written(&mut w);
+    // One range per segment, each from its start: every rolled one whole, the active one
+    // up to its last whole page.
+    assert_eq!(w.len(), segments, "{w:?}");
+    assert!(w.iter().all(|r| r.range().0 == 0), "{w:?}");
+    let pages: u64 = w.iter().map(|r| (r.range().1 - r.range().0) / 4096).sum();
+    assert!(pages >= log.size_bytes() / 4096, "{pages} pages of {} bytes", log.size_bytes());
+    let mut again = Vec::new();
+    log.take_written(&mut again);
+    assert!(again.is_empty(), "handed out once: {again:?}");
+
+    // A log whose writes no one takes (no page-cache tail) holds a bounded number: here
+    // every append rolls, 59 times, and the newest 16 rolled rests are kept (the active
+    // segment holds less than a page, so nothing of it).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log = Log::open(dir.path(), LogConfig { segment_bytes: 1, ..LogConfig::default() }, 0).expect("open");
+    for i in 0..60 {
+        append(&mut log, &batch(10, i * 10, -1, 0)).expect("append");
+    }
+    assert_eq!(log.segment_count(), 60);
+    let mut w = Vec::new();
+    log.take_written(&mut w);
+    assert_eq!(w.len(), 16, "{w:?}");
+}
+
 #[test]
 fn take_written_hands_out_each_whole_page_once_including_a_rolled_segments_tail() {
     let dir = tempfile::tempdir().expect("tempdir");
