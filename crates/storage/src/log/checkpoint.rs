@@ -22,6 +22,7 @@ const CHECKPOINT_VERSION_1: &str = "v1";
 impl Log {
     /// Clean shutdown: fsync and record that everything up to the log end is good.
     pub fn close(&mut self) -> io::Result<()> {
+        self.active_mut().trim()?;
         self.active().file.sync_data()?;
         self.recovery_point = self.log_end_offset();
         self.write_checkpoint()
@@ -32,6 +33,7 @@ impl Log {
     /// returns the files to sync (the active segment and that checkpoint). Once they are
     /// synced, [`Log::close_commit`] puts the checkpoint in place; then sync the directory.
     pub fn close_stage(&mut self) -> io::Result<[Arc<File>; 2]> {
+        self.active_mut().trim()?;
         let end = self.log_end_offset();
         let mut f = File::create(self.dir.join(STAGED_CHECKPOINT_FILE))?;
         writeln!(f, "{CHECKPOINT_VERSION} {end} {} {}", self.log_start_offset, self.cleaner_point)?;
