@@ -21,7 +21,7 @@
 //! once that round has synced, in order, so what the tail pushes out was synced by then and
 //! its pages are clean for the kernel to drop. They are dropped after the next round's sync,
 //! on the thread that syncs. A range pushed out while another round of its file still synced
-//! (two rounds sync at once) would find its pages under writeback, and the kernel would keep
+//! (rounds sync at once) would find its pages under writeback, and the kernel would keep
 //! them for good.
 
 use std::collections::{HashMap, VecDeque};
@@ -40,9 +40,11 @@ pub type SharedReplica = Arc<Mutex<Replica>>;
 /// A disk sync in progress (see `driver::Disk::sync`).
 pub type SyncFuture = Pin<Box<dyn Future<Output = io::Result<()>> + Send>>;
 
-/// Rounds syncing at once at most. Two keep the disk busy while the next round is written;
-/// more only split the same writes into more syncs.
-pub const ROUNDS_IN_FLIGHT: usize = 2;
+/// Rounds syncing at once at most. With two, entries that arrive while both sync wait for
+/// the older to end before they are even written. One broker alone at durable-512 sent
+/// 1.28M records/s with two, 1.36M with four (means of eight runs), 1.37-1.38M with six
+/// (docs/bench.md, "Rounds in flight, again").
+pub const ROUNDS_IN_FLIGHT: usize = 4;
 
 /// One group's ready in a round.
 pub struct Taken {
