@@ -76,7 +76,7 @@ pub struct Log {
     /// (held weakly: it is only compared) and a page-aligned position in it.
     written_mark: (Weak<File>, u64),
     /// The parts of segments that rolled which [`Log::take_written`] has not handed out,
-    /// oldest first: one append can roll several times between two calls. At most
+    /// oldest first: the appends of one round can roll several times. At most
     /// [`ROLLED_MAX`]; beyond that the oldest is left to the kernel's reclaim.
     rolled: Vec<Written>,
 }
@@ -480,7 +480,7 @@ impl Log {
     }
 
     /// Hands out the writes since the last call, in whole pages, for the page-cache tail
-    /// ([`crate::CacheTail`]): the part of a segment that rolled since, and the active
+    /// ([`crate::CacheTail`]): the rest of every segment that rolled since, and the active
     /// segment's up to its last whole page. Call it when taking the writes to sync.
     pub fn take_written(&mut self, out: &mut Vec<Written>) {
         out.extend(self.rolled.drain(..).filter(|w| !w.is_empty()));
