@@ -66,5 +66,5 @@ for s in $SCENARIOS; do
   echo "==> $s" | tee -a "$OUT/summary.txt"
   loadgen "$RUNNEL" bench compare --a "127.0.0.1:$KPORT" --b "127.0.0.1:$RPORT" --scenario "$s" \
       --replication-factor 1 --rounds "$ROUNDS" --duration "$DURATION" --warmup "$WARMUP" \
-      --pid-a "$KPID" --pid-b "$RPID" --progress false --json "$OUT/$s.json" 2>&1 | tee -a "$OUT/summary.txt"
+      --pid-a "$KPID" --pid-b "$RPID" "${PARK_OPTS[@]}" --progress false --json "$OUT/$s.json" 2>&1 | tee -a "$OUT/summary.txt"
 done

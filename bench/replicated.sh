@@ -85,7 +85,7 @@ compare() {  # name, then bench compare options
   for i in 0 1 2; do pids+=(--pid-b "$(runnel_pid "$i")"); done
   echo "==> $name" | tee -a "$OUT/summary.txt"
   loadgen "$RUNNEL" bench compare --a "$KBOOT" --b "$RBOOT" --rounds "$ROUNDS" --duration "$DURATION" \
-      --warmup "$WARMUP" "${pids[@]}" --progress false --json "$OUT/$name.json" "$@" 2>&1 | tee -a "$OUT/summary.txt"
+      --warmup "$WARMUP" "${pids[@]}" "${PARK_OPTS[@]}" --progress false --json "$OUT/$name.json" "$@" 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 runnel_pid() {  # broker id -> its current pid (runnel dev prints "broker i pid X")

@@ -7,7 +7,10 @@ puts them, and `compare` / `size` must produce their figures.
 """
 
 import json
+import os
 import subprocess
+import threading
+import time
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -180,6 +183,63 @@ def test_compare_two_brokers_and_size(tmp_path):
     s = json.loads(p.stdout)["output"]
     assert s["brokers"] == 12 and s["brokers_per_domain"] == 4
     assert abs(s["cost_per_hour"] - 6.0) < 1e-9
+
+
+def test_compare_parks_the_side_not_measured(tmp_path):
+    """With --park-cpus, every thread of the side not being measured waits on those CPUs
+    while the other runs, goes back before its own run, and both sides end where they
+    began; each run reports what the waiting side used meanwhile."""
+    a = Broker(tmp_path / "a").start()
+    b = Broker(tmp_path / "b").start()
+    park = min(os.sched_getaffinity(0))
+    homes = {a.proc.pid: os.sched_getaffinity(a.proc.pid), b.proc.pid: os.sched_getaffinity(b.proc.pid)}
+    seen = {pid: set() for pid in homes}
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            for pid in homes:
+                # Every thread of the broker, as the kernel has it.
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    try:
+                        seen[pid].add(frozenset(os.sched_getaffinity(int(tid))))
+                    except OSError:
+                        pass
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        out = tmp_path / "parked.json"
+        p = bench("compare", "--a", a.bootstrap, "--b", b.bootstrap, "--rounds", 2, "--duration", 1,
+                  "--warmup", 0, "--pid-a", a.proc.pid, "--pid-b", b.proc.pid, "--park-cpus", park,
+                  "--replication-factor", 1, "--partitions", 2, "--json", out, "--progress", "false")
+        done.set()
+        watcher.join()
+        c = json.loads(out.read_text())
+        assert c["parked_on"] == str(park)
+        machines = c["machine_a"] + c["machine_b"]
+        assert len(machines) == 4 and all(m["other_cpu_s"] >= 0 for m in machines), machines
+        # Each run waited (at most 10 s) for the other side to go quiet, after the sync.
+        assert all(0 <= m["quiet_s"] <= 11 for m in machines), machines
+        assert "for the other side to go quiet" in p.stderr
+        assert f"parked on CPUs {park}" in p.stdout and "the other side's brokers used" in p.stderr
+        for pid, home in homes.items():
+            assert frozenset([park]) in seen[pid], (pid, seen[pid])
+            assert frozenset(home) in seen[pid], (pid, seen[pid])
+            assert os.sched_getaffinity(pid) == home, "back where it began"
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                assert os.sched_getaffinity(int(tid)) == home, (pid, tid)
+        # Parking needs the brokers of both sides.
+        args = ["compare", "--a", a.bootstrap, "--b", b.bootstrap, "--park-cpus", park, "--rounds", 1,
+                "--duration", 0.5, "--warmup", 0]
+        p = subprocess.run([RUNNEL_BIN, "bench", *map(str, args)], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+        assert p.returncode != 0 and "--pid-a" in p.stderr, p.stderr
+    finally:
+        done.set()
+        a.kill9()
+        b.kill9()
 
 
 def test_size_reports_the_traffic_between_regions():

@@ -9,12 +9,21 @@
 //! (`sync(2)`), so that a side that leaves its writes to the kernel (Kafka does not fsync)
 //! does not hand their write-back to the next run, where it would compete with that side's
 //! own disk writes. How much there was and how long it took is reported with the run.
+//! Before that, given the brokers' pids, it waits (at most [`QUIET_WAIT_MAX`]) for the other
+//! side's brokers to go quiet: a Kafka broker deletes the topic of its last run after the run
+//! has ended, and a run that began meanwhile shared the machine with that deletion.
+//!
+//! With `--park-cpus`, the side that is not measured waits on other CPUs ([`crate::park`]):
+//! two systems pinned to one CPU take turns on it, and an idle broker's own work (a JVM's
+//! timers, a deleted topic's files) would otherwise come out of the other side's run. What
+//! the waiting side used meanwhile is reported with each run.
 
 use std::fmt::Write;
 
 use anyhow::Result;
 use serde::Serialize;
 
+use crate::park::{CpuSet, Parking};
 use crate::report::Report;
 use crate::Workload;
 
@@ -35,6 +44,8 @@ pub struct Comparison {
     pub warmup_s: f64,
     /// Whether each run began after a sync of the page cache ([`Plan::settle`]).
     pub settled: bool,
+    /// Where the side not being measured waited ([`Plan::park`]), as a CPU list.
+    pub parked_on: Option<String>,
     pub figures: Vec<Figure>,
     pub reports_a: Vec<Report>,
     pub reports_b: Vec<Report>,
@@ -54,6 +65,9 @@ pub struct Plan {
     pub pids_b: Vec<u32>,
     /// Write the page cache's dirty data out before every run (see the module's doc).
     pub settle: bool,
+    /// Where the side not being measured waits (with the pids of both sides): its brokers'
+    /// threads move there before each run of the other side, and back before their own.
+    pub park: Option<CpuSet>,
 }
 
 /// The machine while one run went on.
@@ -70,6 +84,12 @@ pub struct Machine {
     pub unwritten_mb: f64,
     /// Seconds the sync before the run took (0 without settling).
     pub settle_s: f64,
+    /// Seconds waited before the run for the other side's brokers to go quiet (0 without
+    /// settling or without their pids).
+    pub quiet_s: f64,
+    /// CPU seconds the other side's brokers used during the run, wherever they ran (None
+    /// without their pids).
+    pub other_cpu_s: Option<f64>,
 }
 
 /// Dirty plus write-back page cache, MB, from /proc/meminfo.
@@ -81,6 +101,30 @@ fn unwritten_mb() -> f64 {
         .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         .sum();
     kb as f64 / 1024.0
+}
+
+/// The longest wait for the other side's brokers to go quiet before a run.
+pub const QUIET_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+/// The window over which the other side counts as quiet, and the CPU it may use in it: a
+/// fifth of one CPU (an idle Kafka broker uses 4-9% of a core, its deletion of the last
+/// run's topic half a core for a second or more).
+const QUIET_WINDOW: std::time::Duration = std::time::Duration::from_millis(500);
+const QUIET_CPU_S: f64 = 0.1;
+
+/// Waits until `pids` used less than [`QUIET_CPU_S`] in a [`QUIET_WINDOW`], or
+/// [`QUIET_WAIT_MAX`] passed: seconds waited.
+async fn quiet(pids: &[u32]) -> f64 {
+    let started = std::time::Instant::now();
+    let Some(mut before) = brokers_cpu_s(pids) else { return 0.0 };
+    while started.elapsed() < QUIET_WAIT_MAX {
+        tokio::time::sleep(QUIET_WINDOW).await;
+        let Some(now) = brokers_cpu_s(pids) else { break };
+        if now - before < QUIET_CPU_S {
+            break;
+        }
+        before = now;
+    }
+    started.elapsed().as_secs_f64()
 }
 
 /// Writes the page cache's dirty data out and waits for it: seconds taken.
@@ -116,8 +160,16 @@ fn brokers_cpu_s(pids: &[u32]) -> Option<f64> {
     pids.iter().map(|p| process_cpu_s(*p)).sum()
 }
 
-/// Runs the workload once against `addr`, with what the machine and the brokers did meanwhile.
-async fn measured(addr: &str, w: Workload, pids: &[u32], settling: bool, progress: bool) -> Result<(Report, Machine)> {
+/// Runs the workload once against `addr`, with what the machine and the brokers did meanwhile
+/// (the side's brokers are `pids`, the other side's `others`).
+async fn measured(
+    addr: &str,
+    w: Workload,
+    (pids, others): (&[u32], &[u32]),
+    settling: bool,
+    progress: bool,
+) -> Result<(Report, Machine)> {
+    let quiet_s = if settling { quiet(others).await } else { 0.0 };
     let unwritten_mb = unwritten_mb();
     let settle_s = if settling { settle().await } else { 0.0 };
     let load_1m = std::fs::read_to_string("/proc/loadavg")
@@ -126,12 +178,14 @@ async fn measured(addr: &str, w: Workload, pids: &[u32], settling: bool, progres
         .unwrap_or(f64::NAN);
     let (jiffies, steal) = cpu_jiffies();
     let cpu = brokers_cpu_s(pids);
+    let other_cpu = brokers_cpu_s(others);
     let r = crate::run(addr, w, progress).await?;
     let (jiffies_after, steal_after) = cpu_jiffies();
     let steal_pct =
         100.0 * steal_after.saturating_sub(steal) as f64 / jiffies_after.saturating_sub(jiffies).max(1) as f64;
     let broker_cpu_s = cpu.zip(brokers_cpu_s(pids)).map(|(before, after)| after - before);
-    Ok((r, Machine { load_1m, steal_pct, broker_cpu_s, unwritten_mb, settle_s }))
+    let other_cpu_s = other_cpu.zip(brokers_cpu_s(others)).map(|(before, after)| after - before);
+    Ok((r, Machine { load_1m, steal_pct, broker_cpu_s, unwritten_mb, settle_s, quiet_s, other_cpu_s }))
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -191,7 +245,37 @@ fn figures(a: &[Report], b: &[Report]) -> Vec<Figure> {
 }
 
 pub async fn compare(a: &str, b: &str, w: Workload, plan: &Plan, progress: bool) -> Result<Comparison> {
+    let parking = match plan.park {
+        Some(park) if !plan.pids_a.is_empty() && !plan.pids_b.is_empty() => {
+            Some(Parking::new(park, &plan.pids_a, &plan.pids_b)?)
+        }
+        Some(_) => anyhow::bail!("parking the side not measured needs the brokers of both (--pid-a, --pid-b)"),
+        None => None,
+    };
+    let compared = compare_parked(a, b, w, plan, parking.as_ref(), progress).await;
+    if let Some(p) = &parking {
+        p.restore();
+    }
+    compared
+}
+
+async fn compare_parked(
+    a: &str,
+    b: &str,
+    w: Workload,
+    plan: &Plan,
+    parking: Option<&Parking>,
+    progress: bool,
+) -> Result<Comparison> {
     let rounds = plan.rounds.max(1);
+    // The brokers of the side about to run and of the other; the other waits in the park.
+    let sides = |label: &str| -> Result<(&[u32], &[u32])> {
+        let is_a = label == "a";
+        if let Some(p) = parking {
+            p.before_run(is_a)?;
+        }
+        Ok(if is_a { (&plan.pids_a, &plan.pids_b) } else { (&plan.pids_b, &plan.pids_a) })
+    };
     let base = w.topic.clone();
     let topic =
         |label: &str, round: &str| if w.existing_topic { base.clone() } else { format!("{base}-{label}{round}") };
@@ -200,7 +284,8 @@ pub async fn compare(a: &str, b: &str, w: Workload, plan: &Plan, progress: bool)
         for (label, addr) in [("a", a), ("b", b)] {
             eprintln!("warm-up: {label} = {addr}, {} s (discarded)", plan.warmup_s);
             let wl = Workload { topic: topic(label, "w"), duration_s: plan.warmup_s, records: None, ..w.clone() };
-            measured(addr, wl, &[], plan.settle, progress).await?;
+            sides(label)?;
+            measured(addr, wl, (&[], &[]), plan.settle, progress).await?;
         }
     }
     let (mut reports_a, mut reports_b, mut machine_a, mut machine_b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -210,15 +295,22 @@ pub async fn compare(a: &str, b: &str, w: Workload, plan: &Plan, progress: bool)
             // A fresh topic per run, unless the caller prepared one (same name on both).
             let wl = Workload { topic: topic(label, &round.to_string()), ..w.clone() };
             eprintln!("round {}/{rounds}: {label} = {addr}", round + 1);
-            let pids = if label == "a" { &plan.pids_a } else { &plan.pids_b };
-            let (r, m) = measured(addr, wl, pids, plan.settle, progress).await?;
+            let (r, m) = measured(addr, wl, sides(label)?, plan.settle, progress).await?;
             eprint!("{}", r.text());
             eprintln!(
-                "machine: load {:.2}, steal {:.1}%, {:.0} MB unwritten before the run{}",
+                "machine: load {:.2}, steal {:.1}%, {:.0} MB unwritten before the run{}{}",
                 m.load_1m,
                 m.steal_pct,
                 m.unwritten_mb,
-                if plan.settle { format!(" (synced in {:.1} s)", m.settle_s) } else { String::new() }
+                if plan.settle {
+                    format!(" (synced in {:.1} s, after {:.1} s for the other side to go quiet)", m.settle_s, m.quiet_s)
+                } else {
+                    String::new()
+                },
+                m.other_cpu_s.map_or(String::new(), |s| format!(
+                    "; the other side's brokers used {s:.2} CPU s meanwhile{}",
+                    if parking.is_some() { " (parked)" } else { "" }
+                ))
             );
             if label == "a" {
                 reports_a.push(r);
@@ -244,6 +336,7 @@ pub async fn compare(a: &str, b: &str, w: Workload, plan: &Plan, progress: bool)
         rounds,
         warmup_s: plan.warmup_s,
         settled: plan.settle,
+        parked_on: parking.map(|_| plan.park.map(|p| p.to_string()).unwrap_or_default()),
         figures,
         reports_a,
         reports_b,
@@ -298,6 +391,19 @@ impl Comparison {
             most(|m| m.unwritten_mb),
             if self.settled { " (written out before it began)" } else { " (not written out: --settle false)" }
         );
+        let other = most(|m| m.other_cpu_s.unwrap_or(f64::NAN));
+        if other.is_finite() {
+            let _ = writeln!(
+                s,
+                "the side not measured used up to {other:.2} CPU s during a run{where_}; a run waited up to \
+                 {quiet:.1} s for it to go quiet",
+                quiet = most(|m| m.quiet_s),
+                where_ = match &self.parked_on {
+                    Some(cpus) => format!(", parked on CPUs {cpus}"),
+                    None => " (not parked: on the CPUs it shares with the side measured, if pinned there)".to_string(),
+                }
+            );
+        }
         s
     }
 }

@@ -15,6 +15,7 @@
 pub mod compare;
 pub mod consumer;
 pub mod logins;
+pub mod park;
 pub mod producer;
 pub mod profile;
 pub mod report;

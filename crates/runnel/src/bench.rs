@@ -45,6 +45,11 @@ enum BenchCommand {
         /// side's write-back does not land on the other's turn.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         settle: bool,
+        /// While one side runs, move every thread of the other side's brokers (--pid-a,
+        /// --pid-b) to these CPUs (a list as taskset -c takes it), and back before their own
+        /// run: brokers pinned to the same CPUs then each have them to themselves.
+        #[arg(long, value_name = "CPUS")]
+        park_cpus: Option<String>,
         #[command(flatten)]
         run: Box<RunArgs>,
     },
@@ -397,9 +402,10 @@ pub async fn main(args: BenchArgs) -> Result<()> {
             }
             Ok(())
         }
-        Some(BenchCommand::Compare { a, b, rounds, warmup, pids_a, pids_b, settle, run }) => {
+        Some(BenchCommand::Compare { a, b, rounds, warmup, pids_a, pids_b, settle, park_cpus, run }) => {
             run.connect_with()?;
-            let plan = runnel_bench::compare::Plan { rounds, warmup_s: warmup.max(0.0), pids_a, pids_b, settle };
+            let park = park_cpus.as_deref().map(runnel_bench::park::CpuSet::parse).transpose()?;
+            let plan = runnel_bench::compare::Plan { rounds, warmup_s: warmup.max(0.0), pids_a, pids_b, settle, park };
             let c = runnel_bench::compare::compare(&a, &b, run.workload()?, &plan, run.progress()).await?;
             print!("{}", c.text());
             if let Some(p) = &run.json {
