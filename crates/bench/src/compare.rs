@@ -336,7 +336,7 @@ async fn compare_parked(
         rounds,
         warmup_s: plan.warmup_s,
         settled: plan.settle,
-        parked_on: parking.map(|_| plan.park.map(|p| p.to_string()).unwrap_or_default()),
+        parked_on: parking.and(plan.park).map(|p| p.to_string()),
         figures,
         reports_a,
         reports_b,
