@@ -351,8 +351,7 @@ impl Log {
             self.producers.record(h, marker(h, batch));
         }
         if self.log_end_offset() < end {
-            self.active_mut().trim()?;
-            self.active().file.sync_data()?;
+            self.active_mut().seal()?;
             self.segments.push(Segment::create(&self.dir, end, self.config.index_interval_bytes, now_ms)?);
         }
         self.active().file.sync_data()?;
@@ -465,8 +464,7 @@ impl Log {
     /// recovery point can move to the new segment's base offset.
     fn roll(&mut self, now_ms: i64) -> io::Result<()> {
         let base = self.log_end_offset();
-        self.active_mut().trim()?;
-        self.active().file.sync_data()?;
+        self.active_mut().seal()?;
         // Whole now: the partial last page goes too.
         let rest = Written { sealed: true, ..self.written_in_active(self.active().size.next_multiple_of(PAGE)) };
         if self.rolled.len() == ROLLED_MAX {

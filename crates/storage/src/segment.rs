@@ -212,6 +212,13 @@ impl Segment {
         }
     }
 
+    /// Seals the segment for good or for a clean stop: gives back its reservation
+    /// ([`Segment::trim`]) and syncs what it holds.
+    pub fn seal(&mut self) -> io::Result<()> {
+        self.trim()?;
+        self.file.sync_data()
+    }
+
     /// Gives back the blocks reserved past the segment's end: call it when the segment is
     /// sealed or closed. A file cut to its own size drops the blocks past it (ext4, XFS).
     pub fn trim(&mut self) -> io::Result<()> {

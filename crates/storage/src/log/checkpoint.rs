@@ -22,8 +22,7 @@ const CHECKPOINT_VERSION_1: &str = "v1";
 impl Log {
     /// Clean shutdown: fsync and record that everything up to the log end is good.
     pub fn close(&mut self) -> io::Result<()> {
-        self.active_mut().trim()?;
-        self.active().file.sync_data()?;
+        self.active_mut().seal()?;
         self.recovery_point = self.log_end_offset();
         self.write_checkpoint()
     }
