@@ -176,10 +176,10 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
     for leader in plan.layout.leaders.iter() {
         if !conns.contains_key(leader) {
             let addr = plan.addresses.get(leader).context("leader address")?;
-            // The writer on a thread of its own, as a Kafka producer's sender thread: this task
-            // generates records without yielding, and with one Tokio worker (the load
-            // generator pinned to one CPU) its requests would otherwise wait for that.
-            conns.insert(*leader, Connection::connect_with(addr, &client_id, w.in_flight, Writer::Thread).await?);
+            // This task writes each request as it sends it: it generates records without
+            // yielding, and with one Tokio worker (the load generator pinned to one CPU) a
+            // writer task would wait for that, and a writer thread for the CPU.
+            conns.insert(*leader, Connection::connect_with(addr, &client_id, w.in_flight, Writer::Caller).await?);
         }
     }
     let (producer_id, producer_epoch) = if w.idempotent {

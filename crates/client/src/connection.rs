@@ -1,10 +1,10 @@
 //! A minimal Kafka client connection: requests pipelined over one TCP stream, responses
 //! matched to requests in order (Kafka answers each connection's requests in order).
 //!
-//! A writer task owns the socket's write half and a reader task its read half; the number
-//! of requests waiting for an answer is bounded by the outgoing channel plus `in_flight`.
-//! The writer runs on the runtime, or on a thread of its own ([`Writer::Thread`]) for a
-//! caller that keeps its worker busy between sends, as the load generator's producer does.
+//! A reader task owns the socket's read half. The write half belongs to a writer task on
+//! the runtime, or to the callers themselves ([`Writer::Caller`]), for a caller that keeps
+//! its worker busy between sends, as the load generator's producer does. The number of
+//! requests waiting for an answer is bounded by `in_flight` (plus the writer task's queue).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -44,21 +44,77 @@ type Waiter = (i32, i16, oneshot::Sender<Result<(Bytes, Instant)>>, OwnedSemapho
 /// What the writer task is given: a frame, and who waits for its answer.
 type Out = (Bytes, Option<Waiter>);
 
-/// Where a connection's writer task runs.
+/// Who writes a connection's frames to its socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writer {
-    /// On the runtime, beside the caller's tasks: a request goes out when the caller's
-    /// worker next has time for it.
+    /// A task on the runtime, beside the caller's tasks: a request goes out when the
+    /// caller's worker next has time for it.
     Runtime,
-    /// On a thread of its own, as a Kafka producer's sender thread: a request goes out as
-    /// soon as it is sent, while the caller goes on with work that does not yield (with
-    /// one Tokio worker, a producer generating records would otherwise hold its requests
-    /// back for milliseconds). The thread ends when the connection is dropped.
-    Thread,
+    /// The caller's own task: [`Connection::send`] returns once its frame is written, so
+    /// a caller that goes on with work that does not yield (a producer generating records,
+    /// with one Tokio worker) holds none of its requests back. A writer on a thread of its
+    /// own did the same but, on the load generator's one CPU, often woke 1-4 ms after it was
+    /// handed a request (docs/bench.md). A send dropped before it returns may leave a frame
+    /// half written; the connection then refuses every later send.
+    Caller,
+}
+
+/// A frame, and who waits for its answer; the waiter, if any, is queued for the reader
+/// before the frame is written, so an answer never finds its waiter missing.
+enum Sink {
+    /// To the writer task.
+    Task(mpsc::Sender<Out>),
+    /// Written by the caller, one caller at a time.
+    Caller { wr: tokio::sync::Mutex<CallerHalf>, pending: Pending },
+}
+
+/// The write half of a [`Writer::Caller`] connection.
+struct CallerHalf {
+    wr: Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
+    /// A write did not finish (it failed, or its send was dropped): the stream may end in
+    /// part of a frame, so nothing more may follow.
+    torn: bool,
+}
+
+/// The waiters for answers, oldest first; `None` once the reader has stopped.
+type Pending = Arc<Mutex<Option<VecDeque<Waiter>>>>;
+
+impl Sink {
+    async fn put(&self, frame: Bytes, waiter: Option<Waiter>) -> Result<()> {
+        let (half, pending) = match self {
+            Sink::Task(tx) => return tx.send((frame, waiter)).await.map_err(|_| anyhow!("connection closed")),
+            Sink::Caller { wr, pending } => (wr, pending),
+        };
+        let mut half = half.lock().await;
+        if half.torn || !queue_waiter(pending, waiter) {
+            bail!("connection closed");
+        }
+        half.torn = true;
+        half.wr.write_all(&frame).await.context("writing a request")?;
+        // A TLS stream may keep the frame's last record until flushed.
+        half.wr.flush().await.context("writing a request")?;
+        half.torn = false;
+        Ok(())
+    }
+}
+
+/// Queues `waiter` for the reader; false (the waiter told) once the reader has stopped.
+fn queue_waiter(pending: &Pending, waiter: Option<Waiter>) -> bool {
+    let Some(w) = waiter else { return true };
+    match pending.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        Some(queue) => {
+            queue.push_back(w);
+            true
+        }
+        None => {
+            let _ = w.2.send(Err(anyhow!("connection closed")));
+            false
+        }
+    }
 }
 
 pub struct Connection {
-    out: mpsc::Sender<Out>,
+    out: Sink,
     next_id: AtomicI32,
     in_flight: Arc<Semaphore>,
     client_id: String,
@@ -135,50 +191,43 @@ impl Connection {
         }
     }
 
-    /// Starts the reader and writer tasks on the two halves of a connection.
-    fn start<R, W>(mut rd: R, mut wr: W, client_id: &str, in_flight: usize, writer: Writer) -> Result<Arc<Connection>>
+    /// Starts the reader task, and the writer task unless the callers write, on the two
+    /// halves of a connection.
+    fn start<R, W>(mut rd: R, wr: W, client_id: &str, in_flight: usize, writer: Writer) -> Result<Arc<Connection>>
     where
         R: tokio::io::AsyncRead + Unpin + Send + 'static,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let (tx, mut rx) = mpsc::channel::<Out>(in_flight.max(1));
         // `None` once the reader has stopped: nothing more will be answered, so a waiter
         // arriving after that is failed at once instead of waiting forever.
-        let pending: Arc<Mutex<Option<VecDeque<Waiter>>>> = Arc::new(Mutex::new(Some(VecDeque::new())));
-        let p = pending.clone();
-        let write = async move {
-            while let Some((frame, waiter)) = rx.recv().await {
-                if let Some(w) = waiter {
-                    match p.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-                        Some(queue) => queue.push_back(w),
-                        None => {
-                            let _ = w.2.send(Err(anyhow!("connection closed")));
+        let pending: Pending = Arc::new(Mutex::new(Some(VecDeque::new())));
+        let out = match writer {
+            Writer::Caller => Sink::Caller {
+                wr: tokio::sync::Mutex::new(CallerHalf { wr: Box::new(wr), torn: false }),
+                pending: pending.clone(),
+            },
+            Writer::Runtime => {
+                let (tx, mut rx) = mpsc::channel::<Out>(in_flight.max(1));
+                let p = pending.clone();
+                let mut wr = wr;
+                tokio::spawn(async move {
+                    while let Some((frame, waiter)) = rx.recv().await {
+                        if !queue_waiter(&p, waiter) {
                             continue;
                         }
+                        if wr.write_all(&frame).await.is_err() {
+                            break;
+                        }
+                        // A TLS stream may keep the frame's last record until flushed; a
+                        // plain socket's flush does nothing. Flushed once the queue is empty.
+                        if rx.is_empty() && wr.flush().await.is_err() {
+                            break;
+                        }
                     }
-                }
-                if wr.write_all(&frame).await.is_err() {
-                    break;
-                }
-                // A TLS stream may keep the frame's last record until flushed; a plain
-                // socket's flush does nothing. Flushed once the queue is empty.
-                if rx.is_empty() && wr.flush().await.is_err() {
-                    break;
-                }
+                });
+                Sink::Task(tx)
             }
         };
-        match writer {
-            Writer::Runtime => drop(tokio::spawn(write)),
-            Writer::Thread => {
-                // The socket stays registered with the caller's runtime, whose I/O driver
-                // wakes this thread's writes; the thread's own runtime only runs the task.
-                let rt = tokio::runtime::Builder::new_current_thread().build().context("the writer's runtime")?;
-                std::thread::Builder::new()
-                    .name("runnel-writer".into())
-                    .spawn(move || rt.block_on(write))
-                    .context("starting the writer thread")?;
-            }
-        }
         tokio::spawn(async move {
             let fail_all = |why: &str| {
                 let queue = pending.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -231,7 +280,7 @@ impl Connection {
             }
         });
         Ok(Arc::new(Connection {
-            out: tx,
+            out,
             next_id: AtomicI32::new(1),
             in_flight: Arc::new(Semaphore::new(in_flight.max(1))),
             client_id: client_id.to_string(),
@@ -241,7 +290,7 @@ impl Connection {
     /// Sends a request that gets no answer (Produce with acks=0).
     pub async fn send_no_reply<R: Request>(&self, req: &R, version: i16) -> Result<()> {
         let frame = self.frame(req, version)?.0;
-        self.out.send((frame, None)).await.map_err(|_| anyhow!("connection closed"))
+        self.out.put(frame, None).await
     }
 
     fn frame<R: Request>(&self, req: &R, version: i16) -> Result<(Bytes, i32, ApiKey)> {
@@ -284,7 +333,7 @@ impl Connection {
         let (tx, rx) = oneshot::channel();
         let header_version = key.response_header_version(version);
         let waiter = (id, header_version, tx, permit);
-        self.out.send((frame, Some(waiter))).await.map_err(|_| anyhow!("connection closed"))?;
+        self.out.put(frame, Some(waiter)).await?;
         Ok(async move {
             let (mut body, arrived) = rx.await.map_err(|_| anyhow!("connection closed"))??;
             let resp =
@@ -307,26 +356,6 @@ mod tests {
     use super::*;
     use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
     use tokio::net::TcpListener;
-
-    /// Threads of this process named `runnel-writer`.
-    fn writer_threads() -> usize {
-        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
-        tasks
-            .flatten()
-            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "runnel-writer"))
-            .count()
-    }
-
-    /// The writer threads once there are `n`, or after a second of waiting for that.
-    async fn writer_threads_once(n: usize) -> usize {
-        for _ in 0..100 {
-            if writer_threads() == n {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        writer_threads()
-    }
 
     /// Answers every ApiVersions v0 request read from one connection, in order.
     async fn answer_all(listener: TcpListener) {
@@ -355,29 +384,43 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn either_writer_sends_pipelined_requests_in_order_and_a_thread_ends_with_its_connection() {
-        for writer in [Writer::Runtime, Writer::Thread] {
+    async fn either_writer_sends_pipelined_requests_in_order() {
+        for writer in [Writer::Runtime, Writer::Caller] {
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
             let addr = listener.local_addr().expect("address").to_string();
             let server = tokio::spawn(answer_all(listener));
             let conn = Connection::connect_with(&addr, "test", 5, writer).await.expect("connect");
-            if writer == Writer::Thread {
-                // A spawned thread names itself once it runs, which may be after
-                // `connect_with` returned.
-                assert_eq!(writer_threads_once(1).await, 1);
-            }
             let mut answers = Vec::new();
             for _ in 0..20 {
                 answers.push(conn.send(&ApiVersionsRequest::default(), 0).await.expect("send"));
             }
             // Each answer was matched to its request by correlation id, in order.
             for a in answers {
-                assert_eq!(a.await.expect("answer").0.error_code, 0);
+                assert_eq!(a.await.expect("answer").0.error_code, 0, "{writer:?}");
             }
             drop(conn);
+            // The server saw the connection end.
             server.await.expect("server");
-            // The writer's queue closed with the connection: its thread ends.
-            assert_eq!(writer_threads_once(0).await, 0, "{writer:?}");
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_callers_send_dropped_mid_frame_closes_the_connection_to_later_sends() {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::ProduceRequest;
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address").to_string();
+        // Accepts and never reads: a large frame cannot be written whole.
+        let server = tokio::spawn(async move { listener.accept().await.map(|(s, _)| s) });
+        let conn = Connection::connect_with(&addr, "test", 5, Writer::Caller).await.expect("connect");
+        let records = Bytes::from(vec![0u8; 64 << 20]);
+        let big = ProduceRequest::default().with_topic_data(vec![TopicProduceData::default()
+            .with_partition_data(vec![PartitionProduceData::default().with_records(Some(records))])]);
+        let sent = tokio::time::timeout(std::time::Duration::from_millis(200), conn.send(&big, 9)).await;
+        assert!(sent.is_err(), "64 MB went into a socket nobody reads");
+        // The stream may end inside that frame: nothing may follow it.
+        let next = conn.send(&ApiVersionsRequest::default(), 0).await;
+        assert!(next.is_err());
+        drop(server);
     }
 }
