@@ -74,6 +74,8 @@ struct Waiter {
 pub struct Collected {
     number: u64,
     must_sync: bool,
+    /// Bytes of entry data this ready wrote to the log.
+    bytes: u64,
     last_index: u64,
     /// Index of the snapshot installed by this ready (0 when none).
     snapshot_index: u64,
@@ -89,6 +91,11 @@ impl Collected {
     /// [`Replica::persisted`].
     pub fn must_sync(&self) -> bool {
         self.must_sync
+    }
+
+    /// Bytes of entry data written, for bounding a round ([`crate::driver`]).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// The staged state file this ready wrote (see [`Collected::state`]).
@@ -627,6 +634,7 @@ impl Replica {
             self.node.mut_store().apply_snapshot(rd.snapshot(), now_ms)?;
         }
         self.node.mut_store().append(rd.entries(), now_ms)?;
+        let bytes = rd.entries().iter().map(|e| e.data.len() as u64).sum();
         if let Some(hs) = rd.hs() {
             self.node.mut_store().set_hard_state(hs.clone())?;
         }
@@ -647,7 +655,15 @@ impl Replica {
         self.apply(committed)?;
         // Taken last: applying a configuration change rewrites the whole state, synced.
         let state = self.node.store().staged_state();
-        Ok(Some(Collected { number, must_sync, last_index: self.node.store().last(), snapshot_index, held, state }))
+        Ok(Some(Collected {
+            number,
+            must_sync,
+            bytes,
+            last_index: self.node.store().last(),
+            snapshot_index,
+            held,
+            state,
+        }))
     }
 
     /// Puts the state a ready staged (and the caller synced) in place of the state file;

@@ -12,7 +12,8 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::sync::Weak;
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{OnceLock, Weak};
 
 /// The page size the tail counts in: a range only covers pages wholly inside it.
 pub const PAGE: u64 = 4096;
@@ -147,6 +148,47 @@ impl CacheTail {
     }
 }
 
+/// Batches of ranges handed to the evictor and not yet dropped, at most: past that, the
+/// caller drops its own.
+pub const EVICTIONS_QUEUED_MAX: usize = 64;
+
+/// The nice value the evictor runs at. Dropping a burst's pages (freeing their folios and
+/// ext4's buffer heads) took 0.4-1.7 ms of CPU on the sync thread, just as the burst's
+/// acknowledgements were due, and on a broker with one core it held them back by as much
+/// (docs/bench.md, "Rounds of a few MB"). At nice 10 a woken runtime thread goes first,
+/// and the evictor still gets about a tenth of a busy core.
+pub const EVICTOR_NICE: libc::c_int = 10;
+
+/// Hands `evict` (ranges synced already) to the process's evictor, a thread that drops
+/// them at a lower priority ([`EVICTOR_NICE`]) off the path of any acknowledgement. Gives
+/// them back when they cannot be queued (the queue is full, or no thread could be
+/// started): the caller then drops them itself, on a thread that may block.
+pub fn evict_later(evict: Vec<Written>) -> Result<(), Vec<Written>> {
+    if evict.is_empty() {
+        return Ok(());
+    }
+    static EVICTOR: OnceLock<Option<SyncSender<Vec<Written>>>> = OnceLock::new();
+    let Some(tx) = EVICTOR.get_or_init(start_evictor) else { return Err(evict) };
+    match tx.try_send(evict) {
+        Ok(()) => Ok(()),
+        Err(TrySendError::Full(evict) | TrySendError::Disconnected(evict)) => Err(evict),
+    }
+}
+
+fn start_evictor() -> Option<SyncSender<Vec<Written>>> {
+    let (tx, rx) = sync_channel::<Vec<Written>>(EVICTIONS_QUEUED_MAX);
+    let started = std::thread::Builder::new().name("runnel-evict".into()).spawn(move || {
+        // SAFETY: setpriority(PRIO_PROCESS, 0) changes the calling thread's nice value only
+        // (Linux keeps it per thread). Raising it needs no privilege; a failure leaves the
+        // thread where it was.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, EVICTOR_NICE) };
+        while let Ok(evict) = rx.recv() {
+            evict.iter().for_each(Written::evict);
+        }
+    });
+    started.ok().map(|_| tx)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,5 +307,53 @@ mod tests {
         let gone = range(&f, 0, PAGE);
         drop(f);
         gone.evict(); // the file is closed: nothing to do
+    }
+
+    /// Pages of `file`'s first `len` bytes in the page cache (mincore of a mapping never
+    /// touched, so measuring brings nothing in).
+    fn resident_pages(file: &File, len: usize) -> usize {
+        // SAFETY: a fresh read-only shared mapping of `len` bytes of an open file, read only
+        // by mincore and unmapped before returning.
+        unsafe {
+            let addr = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
+            assert_ne!(addr, libc::MAP_FAILED);
+            let mut vec = vec![0u8; len.div_ceil(PAGE as usize)];
+            assert_eq!(libc::mincore(addr, len, vec.as_mut_ptr()), 0);
+            libc::munmap(addr, len);
+            vec.iter().filter(|b| *b & 1 == 1).count()
+        }
+    }
+
+    #[test]
+    fn the_evictor_drops_synced_ranges_at_a_lower_priority() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let len = 4 * FOLIO_MAX as usize;
+        // Readable too: mincore needs a mapping, and a mapping a descriptor open for reading.
+        let mut f =
+            std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(dir.path().join("a")).expect("a");
+        f.write_all(&vec![7u8; len]).expect("write");
+        f.sync_all().expect("sync");
+        let f = Arc::new(f);
+        assert!(resident_pages(&f, len) > 0, "just written, so cached");
+        let w = Written { file: Arc::downgrade(&f), from: 0, to: len as u64, sealed: true };
+        assert!(evict_later(vec![w]).is_ok(), "queued");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while resident_pages(&f, len) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(resident_pages(&f, len), 0, "dropped by the evictor");
+        // Its thread runs at EVICTOR_NICE: field 19 of its stat, after the name.
+        let nice = std::fs::read_dir("/proc/self/task")
+            .expect("tasks")
+            .flatten()
+            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "runnel-evict"))
+            .map(|t| {
+                let stat = std::fs::read_to_string(t.path().join("stat")).expect("stat");
+                let after_name = &stat[stat.rfind(')').expect("name") + 2..];
+                after_name.split(' ').nth(16).expect("nice").parse::<i32>().expect("a number")
+            })
+            .collect::<Vec<_>>();
+        assert_eq!(nice, vec![EVICTOR_NICE]);
+        assert!(evict_later(Vec::new()).is_ok(), "nothing to drop is no work");
     }
 }
