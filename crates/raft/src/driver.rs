@@ -46,14 +46,14 @@ const INBOUND_BATCH_MAX: usize = 4096;
 /// New terms or votes one round stages at most (each holds a file open until the round
 /// has synced it); groups past that wait for the next round.
 const STAGED_STATES_MAX: usize = 256;
-
 /// Bytes of entries one round writes, about, at most: the groups past it go in the next
 /// round, which starts at once if there is room. A round's writes into the page cache and
 /// its sync run one after the other, so without a bound a producer's burst of five 1.5 MB
 /// requests became one round: 1.5 ms of writing with the disk idle, then 3.5 ms of sync.
 /// Bounded, the first part syncs while the rest is written. One broker alone at durable-512
-/// sent 1.53M and 1.56M records/s with 1.5 and 3 MiB, 1.44M without (means of three to six
-/// alternating runs; docs/bench.md, "Rounds of a few MB").
+/// (with the evictor, `runnel_storage::evict_later`) sent 1.54M and 1.56M records/s with 1.5
+/// and 3 MiB, 1.44M without (means of three to seven alternating runs; docs/bench.md,
+/// "Rounds of a few MB").
 const ROUND_BYTES_MAX: u64 = 2 << 20;
 /// The batch buffer is kept between rounds up to this many messages; one a burst grew
 /// larger (up to 800 KB at [`INBOUND_BATCH_MAX`]) is freed after that round.
