@@ -33,14 +33,18 @@
 //!   converges again.
 //!
 //! `RUNNEL_SIM_SEEDS=n` sets how many seeds run (default 24); `RUNNEL_SIM_SEED=s` runs one.
-//! A failure names its seed. `tests/sim.rs` drives bare replicas step by step instead.
+//! A failure names its seed, and so does any panic, on the process's own stderr: a panic
+//! in a driver's task that poisons a lock ends the process (`runnel_sync::stop`, status 70)
+//! before the harness could print what it captured, and one that poisons nothing would
+//! otherwise end its task unseen; either fails the seed. `tests/sim.rs` drives bare replicas step by step instead.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock, Weak};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -966,6 +970,31 @@ async fn run_seed(seed: u64) {
     );
 }
 
+/// The seed running now, and whether anything panicked while it ran.
+static RUNNING_SEED: AtomicU64 = AtomicU64::new(0);
+static PANICKED: AtomicBool = AtomicBool::new(false);
+
+/// Writes every panic, with the running seed, to the process's stderr, which the test
+/// harness does not capture: it survives an exit that follows (a poisoned lock stops the
+/// process), and a task's panic that nothing awaits still fails its seed.
+fn report_panics_uncaptured() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICKED.store(true, Ordering::SeqCst);
+            let seed = RUNNING_SEED.load(Ordering::SeqCst);
+            let thread = std::thread::current().name().unwrap_or("unnamed").to_string();
+            let _ = writeln!(
+                io::stderr().lock(),
+                "sim_driver: panic with seed {seed} (rerun: RUNNEL_SIM_SEED={seed}) in thread {thread}: {info}\n{}",
+                std::backtrace::Backtrace::force_capture()
+            );
+            default(info);
+        }));
+    });
+}
+
 /// Turns the process-wide disk faults off, also when a seed fails.
 struct ResetFaults;
 
@@ -988,7 +1017,10 @@ fn drivers_keep_committed_data_through_crashes_partitions_and_disk_faults() {
     };
     // The disk fault switches are process statics: seeds run one after another, here.
     let _reset = ResetFaults;
+    report_panics_uncaptured();
     for seed in seeds {
+        RUNNING_SEED.store(seed, Ordering::SeqCst);
+        PANICKED.store(false, Ordering::SeqCst);
         let result = std::panic::catch_unwind(|| {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
@@ -1002,6 +1034,10 @@ fn drivers_keep_committed_data_through_crashes_partitions_and_disk_faults() {
             let msg = e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
             panic!("simulation failed with seed {seed} (rerun: RUNNEL_SIM_SEED={seed}): {}", msg.unwrap_or_default());
         }
+        assert!(
+            !PANICKED.load(Ordering::SeqCst),
+            "simulation failed with seed {seed} (rerun: RUNNEL_SIM_SEED={seed}): a task panicked (above)"
+        );
     }
 }
 
