@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use runnel_raft::{Durability, Message, ProposeError, Replica, ReplicaConfig};
+use runnel_raft::{Durability, Message, ProposeError, Replica, ReplicaConfig, StateRole};
 use runnel_storage::LogConfig;
 use runnel_wire::batch::Batches;
 use runnel_wire::build::{BatchBuilder, ProducerFields, CODEC_NONE};
@@ -338,5 +338,105 @@ fn raft_groups_keep_committed_data_under_faults() {
             let msg = e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
             panic!("simulation failed with seed {seed} (rerun: RUNNEL_SIM_SEED={seed}): {}", msg.unwrap_or_default());
         }
+    }
+}
+
+/// Hands out every ready of every replica (collected and persisted at once) and delivers
+/// the messages, except those to or from `cut`, until nothing moves.
+fn pump(nodes: &mut [Replica], cut: Option<u64>) {
+    for _ in 0..1_000 {
+        let mut msgs = Vec::new();
+        for r in nodes.iter_mut() {
+            while let Some(c) = r.collect(0, &mut msgs).expect("collect") {
+                r.persisted(c, &mut msgs).expect("persisted");
+            }
+        }
+        if msgs.is_empty() {
+            return;
+        }
+        for m in msgs {
+            if cut.is_none_or(|n| n != m.to && n != m.from) {
+                let _ = nodes[(m.to - 1) as usize].step(m);
+            }
+        }
+    }
+    panic!("the replicas did not go quiet");
+}
+
+/// A follower that installed a leader's snapshot, and whose sync of it has not ended, may
+/// reach its election timeout meanwhile (a slow disk). Raft then reads the entries between
+/// what it applied and the snapshot, looking for configuration changes; the log no longer
+/// holds them, and raft-rs stopped the process on it (`vendor/raft/PATCHED.md`).
+#[test]
+fn a_follower_may_campaign_before_its_snapshot_is_synced() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut nodes: Vec<Replica> = (1..=NODES).map(|id| open(&root.path().join(format!("n{id}")), id)).collect();
+    for r in nodes.iter_mut() {
+        r.set_election_timeout(10);
+    }
+    for _ in 0..20 {
+        nodes[0].tick();
+        pump(&mut nodes, None);
+    }
+    assert!(nodes[0].is_leader(), "node 1 leads");
+    // Node 3 cut off, the other two commit and then delete what node 3 lacks.
+    for i in 0..20 {
+        let mut b = BatchBuilder::new(1_000);
+        b.push(1_000, None, Some(format!("value-{i}").as_bytes()));
+        let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
+        let h = BatchHeader::parse(&batch).expect("header");
+        nodes[0].propose_batch(batch.into(), &h).expect("propose");
+        pump(&mut nodes, Some(3));
+    }
+    let hw = nodes[0].high_watermark();
+    nodes[0].propose_delete_records(hw).expect("propose DeleteRecords");
+    pump(&mut nodes, Some(3));
+    assert_eq!(nodes[0].log().log_start_offset(), hw, "the leader deleted its records");
+    // Back in touch: the leader's heartbeat finds node 3 behind and sends a snapshot.
+    let mut snapshot = None;
+    for _ in 0..20 {
+        nodes[0].tick();
+        let mut msgs = Vec::new();
+        for r in nodes.iter_mut() {
+            while let Some(c) = r.collect(0, &mut msgs).expect("collect") {
+                if r.id() == 3 && r.log().log_start_offset() == hw {
+                    snapshot = Some(c);
+                    break;
+                }
+                r.persisted(c, &mut msgs).expect("persisted");
+            }
+        }
+        if snapshot.is_some() {
+            break;
+        }
+        for m in msgs {
+            let _ = nodes[(m.to - 1) as usize].step(m);
+        }
+    }
+    let snapshot = snapshot.expect("node 3 installed a snapshot");
+    // Its sync has not ended, and its election timeout passes.
+    let term = nodes[2].term();
+    for _ in 0..40 {
+        nodes[2].tick();
+    }
+    assert!(nodes[2].term() > term || nodes[2].role() != StateRole::Follower, "node 3 campaigned");
+    let mut out = Vec::new();
+    nodes[2].persisted(snapshot, &mut out).expect("persisted");
+    for _ in 0..40 {
+        for r in nodes.iter_mut() {
+            r.tick();
+        }
+        pump(&mut nodes, None);
+    }
+    let leader = nodes.iter().find(|r| r.is_leader()).expect("a leader");
+    let hw = leader.high_watermark();
+    for r in &nodes {
+        assert_eq!(r.high_watermark(), hw, "node {} caught up", r.id());
+        assert_eq!(
+            r.log().log_start_offset(),
+            nodes[0].log().log_start_offset(),
+            "node {} starts where the leader does",
+            r.id()
+        );
     }
 }

@@ -1537,9 +1537,15 @@ impl<T: Storage> Raft<T> {
         // `maybe_first_index`. Note that snapshot updates configuration
         // already, so as long as pending entries don't contain conf change
         // it's safe to start campaign.
+        //
+        // Patched (runnel): a snapshot handed over with `advance_append_async` leaves the
+        // unstable log at once, but `applied` may reach it only once it is persisted; in
+        // between, the entries from `applied + 1` up to the snapshot are gone from storage,
+        // and the snapshot holds their configuration. Start at the log's first index then,
+        // as `RaftLog::has_next_entries_since` does.
         let first_index = match self.raft_log.unstable.maybe_first_index() {
             Some(idx) => idx,
-            None => self.raft_log.applied + 1,
+            None => cmp::max(self.raft_log.applied + 1, self.raft_log.first_index()),
         };
 
         let ents = self
