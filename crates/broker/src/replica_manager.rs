@@ -212,7 +212,11 @@ fn persistence(config: &BrokerConfig) -> Persistence {
         (_, "file") => SyncPolicy::File,
         _ => SyncPolicy::Filesystem,
     };
-    Persistence { sync, cache_tail_bytes: config.settings.i64("log.cache.tail.bytes").max(0) as u64 }
+    Persistence {
+        sync,
+        cache_tail_bytes: config.settings.i64("log.cache.tail.bytes").max(0) as u64,
+        round_bytes_max: runnel_raft::driver::ROUND_BYTES_MAX,
+    }
 }
 
 /// Mutual TLS on the internal listener when `controller.listener.names` maps to SSL: its

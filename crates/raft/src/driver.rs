@@ -53,8 +53,8 @@ const STAGED_STATES_MAX: usize = 256;
 /// Bounded, the first part syncs while the rest is written. One broker alone at durable-512
 /// (with the evictor, `runnel_storage::evict_later`) sent 1.54M and 1.56M records/s with 1.5
 /// and 3 MiB, 1.44M without (means of three to seven alternating runs; docs/bench.md,
-/// "Rounds of a few MB").
-const ROUND_BYTES_MAX: u64 = 2 << 20;
+/// "Rounds of a few MB"). [`Persistence::round_bytes_max`].
+pub const ROUND_BYTES_MAX: u64 = 2 << 20;
 /// The batch buffer is kept between rounds up to this many messages; one a burst grew
 /// larger (up to 800 KB at [`INBOUND_BATCH_MAX`]) is freed after that round.
 const INBOUND_BATCH_KEEP: usize = 256;
@@ -93,11 +93,15 @@ pub struct Persistence {
     /// `log.cache.tail.bytes`). 0 leaves the page cache to the kernel. Only with a sync:
     /// unsynced pages cannot be dropped.
     pub cache_tail_bytes: u64,
+    /// A round takes no more groups once their entries hold this many bytes; it always
+    /// takes one. [`ROUND_BYTES_MAX`] for a broker; the simulation sets it small too, so
+    /// that its rounds of a few KB are split.
+    pub round_bytes_max: u64,
 }
 
 impl From<SyncPolicy> for Persistence {
     fn from(sync: SyncPolicy) -> Persistence {
-        Persistence { sync, cache_tail_bytes: 0 }
+        Persistence { sync, cache_tail_bytes: 0, round_bytes_max: ROUND_BYTES_MAX }
     }
 }
 
@@ -223,6 +227,7 @@ pub struct Driver {
     sync: SyncPolicy,
     /// Bytes of the newest synced log the page cache keeps ([`Rounds::new`]).
     cache_tail_bytes: u64,
+    round_bytes_max: u64,
     now_ms: fn() -> i64,
     host: Host,
     task: Mutex<Option<Task>>,
@@ -271,6 +276,7 @@ impl Driver {
             hooks,
             sync: persistence.sync,
             cache_tail_bytes: if persistence.sync == SyncPolicy::Never { 0 } else { persistence.cache_tail_bytes },
+            round_bytes_max: persistence.round_bytes_max,
             now_ms,
             host,
             task: Mutex::new(None),
@@ -515,7 +521,7 @@ impl Driver {
         while let Some(g) = dirty.next() {
             // The rest go in the next round: each staged state holds a file open, and a
             // round's sync waits for all of its writes.
-            if states.len() >= STAGED_STATES_MAX || bytes >= ROUND_BYTES_MAX {
+            if !taken.is_empty() && (states.len() >= STAGED_STATES_MAX || bytes >= self.round_bytes_max) {
                 later.extend(std::iter::once(g).chain(dirty));
                 break;
             }

@@ -9,6 +9,8 @@
 //! - nodes crash, their driver task ending wherever it is, even between writing a round and
 //!   syncing it, and restart from their directories, at times having lost what they wrote
 //!   but had not synced (a power cut);
+//! - a node's rounds hold a broker's 2 MiB of entries at most, or a few hundred bytes or
+//!   one group's worth, so that rounds are split as a broker's are under load;
 //! - disks are slow (a sync takes virtual time while the node goes on taking proposals) or
 //!   fail (the sync fails with EIO through `runnel_storage::fault`: the driver's fatal
 //!   action fires, the node is taken as crashed, loses what it had not synced, restarts);
@@ -49,7 +51,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use runnel_raft::driver::{lock, SyncFuture, INBOUND_QUEUE_BYTES_MAX, INBOUND_QUEUE_MAX};
+use runnel_raft::driver::{lock, SyncFuture, INBOUND_QUEUE_BYTES_MAX, INBOUND_QUEUE_MAX, ROUND_BYTES_MAX};
 use runnel_raft::queue;
 use runnel_raft::{
     Disk, Driver, Durability, Fatal, Hooks, Host, Message, Persistence, ProposeError, Replica, ReplicaConfig,
@@ -386,6 +388,8 @@ struct Node {
     sync: SyncPolicy,
     /// The page-cache tail (0: none); a small one drops pages in nearly every round.
     cache_tail_bytes: u64,
+    /// A round's bytes at most: a broker's, or a few entries' (rounds split often).
+    round_bytes_max: u64,
     driver: Option<Arc<Driver>>,
     /// While crashed: when it comes back.
     down_until: Option<Instant>,
@@ -447,6 +451,7 @@ impl Sim {
                 // Several groups share a node's filesystem: one syncfs covers them.
                 sync: if rng.gen_bool(0.5) { SyncPolicy::Filesystem } else { SyncPolicy::File },
                 cache_tail_bytes: if rng.gen_bool(0.5) { 0 } else { 16 << 10 },
+                round_bytes_max: [1, 256, ROUND_BYTES_MAX][rng.gen_range(0..3)],
                 driver: None,
                 down_until: None,
                 crash_at: None,
@@ -521,7 +526,11 @@ impl Sim {
         };
         let (tx, rx) = queue::channel(INBOUND_QUEUE_MAX, INBOUND_QUEUE_BYTES_MAX);
         let transport = Arc::new(SimTransport { net: self.net.clone() });
-        let persistence = Persistence { sync: node.sync, cache_tail_bytes: node.cache_tail_bytes };
+        let persistence = Persistence {
+            sync: node.sync,
+            cache_tail_bytes: node.cache_tail_bytes,
+            round_bytes_max: node.round_bytes_max,
+        };
         let driver = Driver::with_transport(id, transport, rx, hooks.clone(), persistence, now_ms, host);
         hooks.driver.set(Arc::downgrade(&driver)).expect("set once");
         for (g, r) in replicas {
