@@ -38,7 +38,8 @@
 //! A failure names its seed, and so does any panic, on the process's own stderr: a panic
 //! in a driver's task that poisons a lock ends the process (`runnel_sync::stop`, status 70)
 //! before the harness could print what it captured, and one that poisons nothing would
-//! otherwise end its task unseen; either fails the seed. `tests/sim.rs` drives bare replicas step by step instead.
+//! otherwise end its task unseen; either fails the seed. `tests/sim.rs` drives bare
+//! replicas step by step instead.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Write};
