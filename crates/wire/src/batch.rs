@@ -162,7 +162,7 @@ impl BatchHeader {
         if b.len() != h.total_bytes() {
             return Err(BatchError::Truncated { need: h.total_bytes(), have: b.len() });
         }
-        let computed = crc32c::crc32c(&b[21..]);
+        let computed = crc32c(&b[21..]);
         if computed != h.crc {
             return Err(BatchError::BadCrc { stored: h.crc, computed });
         }
@@ -202,8 +202,16 @@ pub fn stamp(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
 /// change to anything it covers.
 pub fn put_crc(batch: &mut [u8]) {
     assert!(batch.len() >= HEADER_BYTES, "crc of a batch shorter than its header");
-    let crc = crc32c::crc32c(&batch[21..]);
+    let crc = crc32c(&batch[21..]);
     batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// CRC-32C (Castagnoli), the checksum of a v2 batch. Computed with carry-less multiplies
+/// where the CPU has them: on this project's x86-64 machines that is twice the rate of
+/// three interleaved `crc32` instructions for a 128 KiB batch (docs/bench.md), and a
+/// single broker checks every byte it is sent.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, bytes) as u32
 }
 
 /// Zig-zag varint as used by record fields. Returns (value, bytes used).
@@ -285,6 +293,37 @@ mod tests {
     use super::*;
     use bytes::BytesMut;
     use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
+    /// CRC-32C one bit at a time: the definition, to check the fast one against.
+    fn crc32c_bitwise(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= b as u32;
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 { (crc >> 1) ^ 0x82f6_3b78 } else { crc >> 1 };
+            }
+        }
+        !crc
+    }
+
+    #[test]
+    fn crc32c_matches_its_definition_at_every_length_and_alignment() {
+        assert_eq!(crc32c(b"123456789"), 0xe306_9283, "the standard check value");
+        assert_eq!(crc32c(&[]), 0);
+        let data: Vec<u8> = (0u32..5000).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for start in 0..70 {
+            for len in (0..600).chain([1021, 2048, 4095, 4096, 4097, 4900]) {
+                let Some(bytes) = data.get(start..start + len) else { continue };
+                assert_eq!(crc32c(bytes), crc32c_bitwise(bytes), "start {start} len {len}");
+            }
+        }
+        let batch = encode(50, Compression::None);
+        assert_eq!(
+            crc32c(&batch[21..]),
+            u32::from_be_bytes(batch[17..21].try_into().expect("4 bytes")),
+            "a batch kafka-protocol encoded"
+        );
+    }
 
     pub(crate) fn encode(n: usize, compression: Compression) -> Vec<u8> {
         let records: Vec<Record> = (0..n)
