@@ -249,6 +249,8 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
             }
             for (leader, ps) in ready {
                 let mut data = Vec::with_capacity(ps.len());
+                // The batches, written to the socket from where they were built.
+                let mut batches = Vec::with_capacity(ps.len());
                 let mut sent = Sent { batches: Vec::with_capacity(ps.len()), bytes: 0 };
                 for p in ps {
                     let st = &mut parts[p];
@@ -261,6 +263,7 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                     st.next_sequence = st.next_sequence.wrapping_add(o.builder.count());
                     // Finished in place: an uncompressed batch is not copied.
                     let batch = o.builder.into_batch(w.codec, producer)?;
+                    batches.push(batch.clone());
                     data.push(PartitionProduceData::default().with_index(p as i32).with_records(Some(batch)));
                     sent.bytes += o.starts.iter().map(|(_, s)| *s as usize + 16).sum::<usize>();
                     sent.batches.push((p, o.starts));
@@ -271,7 +274,7 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                 let conn = conns.get(&leader).context("connection to leader")?;
                 if w.acks == 0 {
                     // No answer comes: the record is done once written.
-                    let fut = conn.send_no_reply(&req, PRODUCE_VERSION).await;
+                    let fut = conn.send_no_reply(&req, PRODUCE_VERSION, &batches).await;
                     let at = Instant::now();
                     buffered -= sent.bytes;
                     match fut {
@@ -285,7 +288,7 @@ pub async fn run(plan: ProducerPlan) -> Result<Recorder> {
                     }
                     continue;
                 }
-                let fut = conn.send(&req, PRODUCE_VERSION).await?;
+                let fut = conn.send_sharing(&req, PRODUCE_VERSION, &batches).await?;
                 in_flight.spawn(async move { (sent, fut.await) });
                 // Answers that already came free buffer space now.
                 while let Some(done) = in_flight.try_join_next() {

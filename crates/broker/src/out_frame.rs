@@ -1,26 +1,19 @@
 //! Response frames that share the records they carry instead of copying them.
 //!
-//! A Fetch response is mostly records read from the log. Encoding it into one buffer
-//! copied each partition's records into that buffer (and, as the buffer grew by doubling,
-//! copied what it held again at every growth) before the socket copied it once more. Here
-//! a response is encoded into [`Pieces`]: the fields go into one buffer sized exactly from
-//! the response's computed size, and a byte field that is one of the response's records
-//! is kept as the `Bytes` the log read filled, a piece of its own, or, on a plaintext
-//! connection, as the slice of the segment file the records lie in (`sendfile.rs`). The
-//! writer sends the pieces in order.
+//! A Fetch response is mostly records read from the log. It is encoded with
+//! `runnel_wire::pieces`: a byte field that is one of the response's records is kept as the
+//! `Bytes` the log read filled, a piece of its own, or, on a plaintext connection, as the
+//! slice of the segment file the records lie in (`sendfile.rs`). The writer sends the pieces
+//! in order.
 
-use bytes::buf::UninitSlice;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ResponseHeader, ResponseKind};
-use kafka_protocol::protocol::buf::ByteBufMut;
 use kafka_protocol::protocol::Encodable;
 use runnel_storage::FileSlice;
+pub use runnel_wire::pieces::SHARE_MIN;
+use runnel_wire::pieces::{encode_frame, Piece as _, Shared};
 
 use crate::sendfile::is_placeholder;
-
-/// A byte field shorter than this is copied into the frame: a piece of its own would cost
-/// the writer more than the copy.
-pub const SHARE_MIN: usize = 4096;
 
 /// A piece of a response frame: bytes in memory, or a slice of a segment file.
 #[derive(Debug, Clone)]
@@ -29,7 +22,13 @@ pub enum Piece {
     File(FileSlice),
 }
 
-impl Piece {
+impl From<Bytes> for Piece {
+    fn from(b: Bytes) -> Piece {
+        Piece::Bytes(b)
+    }
+}
+
+impl runnel_wire::pieces::Piece for Piece {
     fn len(&self) -> usize {
         match self {
             Piece::Bytes(b) => b.len(),
@@ -107,13 +106,13 @@ pub fn encode_response(
     }
 }
 
-/// A byte field that becomes a piece of its own: the records as encoded (a stand-in for
-/// a file slice, or the bytes read), and the piece that goes out in their place.
-type Shared = (Bytes, Piece);
-
-/// The records worth a piece of their own, in the order the encoder meets them, each
-/// stand-in paired with the next of `files`.
-fn big<'a>(records: impl Iterator<Item = &'a Option<Bytes>>, files: Vec<FileSlice>) -> anyhow::Result<Vec<Shared>> {
+/// The records worth a piece of their own (a stand-in for a file slice, or the bytes
+/// read), in the order the encoder meets them, each stand-in paired with the next of
+/// `files`.
+fn big<'a>(
+    records: impl Iterator<Item = &'a Option<Bytes>>,
+    files: Vec<FileSlice>,
+) -> anyhow::Result<Vec<Shared<Piece>>> {
     let mut files = files.into_iter();
     let mut shared = Vec::new();
     for r in records.flatten().filter(|b| b.len() >= SHARE_MIN) {
@@ -152,131 +151,9 @@ fn in_pieces<M: Encodable>(
     header_version: i16,
     resp: &M,
     version: i16,
-    shared: &[Shared],
+    shared: &[Shared<Piece>],
 ) -> anyhow::Result<OutFrame> {
-    let size = header.compute_size(header_version)? + resp.compute_size(version)?;
-    let own = size.saturating_sub(shared.iter().map(|(b, _)| b.len()).sum());
-    let mut buf = Pieces::new(shared, 4 + own);
-    buf.put_i32(i32::try_from(size)?);
-    header.encode(&mut buf, header_version)?;
-    resp.encode(&mut buf, version)?;
-    let frame = buf.finish()?;
-    anyhow::ensure!(frame.len() == 4 + size, "encoded {} bytes, computed {}", frame.len(), 4 + size);
-    Ok(frame)
-}
-
-/// An encoding buffer that keeps the `shared` byte fields as pieces instead of copying them.
-struct Pieces<'a> {
-    shared: &'a [Shared],
-    /// The next of `shared` to meet: the encoder writes them in order.
-    next: usize,
-    done: Vec<Piece>,
-    cur: BytesMut,
-    /// A file piece could not be read back into memory by [`Pieces::join`].
-    failed: Option<std::io::Error>,
-}
-
-impl<'a> Pieces<'a> {
-    fn new(shared: &'a [Shared], own: usize) -> Pieces<'a> {
-        Pieces {
-            shared,
-            next: 0,
-            done: Vec::with_capacity(2 * shared.len() + 1),
-            cur: BytesMut::with_capacity(own),
-            failed: None,
-        }
-    }
-
-    /// Bytes in the pieces before the current buffer.
-    fn done_len(&self) -> usize {
-        self.done.iter().map(Piece::len).sum()
-    }
-
-    fn finish(mut self) -> anyhow::Result<OutFrame> {
-        if let Some(e) = self.failed {
-            return Err(e.into());
-        }
-        // A field not met in place (a stand-in copied as bytes) would send the wrong bytes.
-        anyhow::ensure!(self.next == self.shared.len(), "{} of {} shared fields placed", self.next, self.shared.len());
-        if !self.cur.is_empty() || self.done.is_empty() {
-            self.done.push(Piece::Bytes(self.cur.freeze()));
-        }
-        Ok(OutFrame { pieces: self.done })
-    }
-
-    /// Everything back in one buffer: for the (unused by responses) encoders that go back
-    /// to fill a gap they left, which may lie in an earlier piece.
-    fn join(&mut self) {
-        if self.done.is_empty() {
-            return;
-        }
-        let mut all = BytesMut::with_capacity(self.done_len() + self.cur.capacity());
-        for p in self.done.drain(..) {
-            match p.read() {
-                Ok(b) => all.extend_from_slice(&b),
-                Err(e) => {
-                    self.failed.get_or_insert(e);
-                    all.resize(all.len() + p.len(), 0);
-                }
-            }
-        }
-        all.extend_from_slice(&self.cur);
-        self.cur = all;
-    }
-}
-
-// SAFETY: every method delegates to the current buffer, whose invariants BytesMut keeps.
-unsafe impl BufMut for Pieces<'_> {
-    fn remaining_mut(&self) -> usize {
-        self.cur.remaining_mut()
-    }
-
-    unsafe fn advance_mut(&mut self, cnt: usize) {
-        // SAFETY: the caller initialised `cnt` bytes of the chunk `chunk_mut` returned.
-        unsafe { self.cur.advance_mut(cnt) }
-    }
-
-    fn chunk_mut(&mut self) -> &mut UninitSlice {
-        self.cur.chunk_mut()
-    }
-
-    fn put_slice(&mut self, src: &[u8]) {
-        if src.len() >= SHARE_MIN {
-            if let Some((b, piece)) = self.shared.get(self.next) {
-                if b.as_ptr() == src.as_ptr() && b.len() == src.len() {
-                    if !self.cur.is_empty() {
-                        let head = self.cur.split().freeze();
-                        self.done.push(Piece::Bytes(head));
-                    }
-                    self.done.push(piece.clone());
-                    self.next += 1;
-                    return;
-                }
-            }
-        }
-        self.cur.extend_from_slice(src);
-    }
-}
-
-impl ByteBufMut for Pieces<'_> {
-    fn offset(&self) -> usize {
-        self.done_len() + self.cur.len()
-    }
-
-    fn seek(&mut self, offset: usize) {
-        if offset < self.done_len() {
-            self.join();
-        }
-        self.cur.resize(offset - self.done_len(), 0);
-    }
-
-    fn range(&mut self, r: std::ops::Range<usize>) -> &mut [u8] {
-        if r.start < self.done_len() {
-            self.join();
-        }
-        let base = self.done_len();
-        &mut self.cur[r.start - base..r.end - base]
-    }
+    Ok(OutFrame { pieces: encode_frame(header, header_version, resp, version, shared)? })
 }
 
 #[cfg(test)]
@@ -320,22 +197,11 @@ mod tests {
     }
 
     #[test]
-    fn a_response_without_records_is_one_piece_and_a_gap_before_a_piece_joins_them() {
+    fn a_response_without_records_is_one_piece() {
         let resp: ResponseKind = FetchResponse::default().with_throttle_time_ms(5).into();
         let frame = encode_response(ApiKey::Fetch, 12, 7, &resp, Vec::new()).expect("encodes");
         assert_eq!(frame.pieces().len(), 1);
         assert_eq!(frame.into_bytes().expect("in memory").to_vec(), one_buffer(ApiKey::Fetch, 12, &resp));
-
-        let big = Bytes::from(vec![1u8; SHARE_MIN]);
-        let shared = [(big.clone(), Piece::Bytes(big.clone()))];
-        let mut buf = Pieces::new(&shared, 16);
-        buf.put_u8(9);
-        buf.put_slice(&big);
-        buf.put_u8(8);
-        buf.range(0..1)[0] = 5;
-        let out = buf.finish().expect("finished").into_bytes().expect("in memory");
-        assert_eq!(out.len(), SHARE_MIN + 2);
-        assert_eq!((out[0], out[SHARE_MIN + 1]), (5, 8));
     }
 
     fn fetch_of(records: Vec<Option<Bytes>>) -> ResponseKind {

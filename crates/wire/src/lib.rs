@@ -14,6 +14,7 @@
 pub mod batch;
 pub mod build;
 pub mod marker;
+pub mod pieces;
 pub mod records;
 
 pub use batch::{BatchError, BatchHeader, Batches};
