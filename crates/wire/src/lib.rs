@@ -1,5 +1,6 @@
-//! Wire-level building blocks shared by storage and the broker: Kafka RecordBatch v2
-//! headers (parse, validate, patch offsets) and request framing limits.
+//! Wire-level building blocks shared by storage, the broker and the client: Kafka
+//! RecordBatch v2 headers (parse, validate, patch offsets, CRC-32C), request framing limits,
+//! and frames encoded in pieces that share their records instead of copying them.
 //!
 //! Nothing here touches sockets or files, and nothing here trusts its input: every parser
 //! returns a typed error instead of panicking, because these bytes come from clients and
