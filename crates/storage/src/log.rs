@@ -135,6 +135,9 @@ impl Log {
                 seg.truncate_to(outcome.valid_bytes)?;
                 truncated = true;
             }
+            if let Some(prev) = segments.last_mut() {
+                prev.forget_recent();
+            }
             segments.push(seg);
         }
         if segments.is_empty() {
@@ -529,13 +532,18 @@ impl Log {
         }
         let first = self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
         for seg in &self.segments[first..] {
-            if let Some((pos, h)) = seg.position_of(offset)? {
-                if h.base_offset >= upper {
+            // A fetch at the tail finds its batch among the segment's last, without a read.
+            let found = match seg.recent_batch(offset) {
+                Some(p) => Some((p.pos, p.base_offset, p.bytes as usize)),
+                None => seg.position_of(offset)?.map(|(pos, h)| (pos, h.base_offset, h.total_bytes())),
+            };
+            if let Some((pos, base_offset, bytes)) = found {
+                if base_offset >= upper {
                     return Ok(empty);
                 }
-                let want = if min_one { max_bytes.max(h.total_bytes()) } else { max_bytes };
+                let want = if min_one { max_bytes.max(bytes) } else { max_bytes };
                 let len = want.min((seg.size - pos) as usize);
-                return Ok(ReadPlan::new(seg.file.clone(), pos, len, upper));
+                return Ok(ReadPlan::new(seg.file.clone(), pos, len, upper, seg.recent_from(pos)));
             }
         }
         Ok(empty)

@@ -17,6 +17,20 @@ pub struct ReadPlan {
     len: usize,
     /// Exclusive upper offset: batches at or past it (not yet committed) are cut off.
     upper: i64,
+    /// Batches from `pos` on that the segment knew when the plan was made, in order: a
+    /// fetch at the log's tail locates them without reading their headers.
+    known: Vec<Placed>,
+}
+
+/// Where a batch lies in its segment file, and the offsets it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placed {
+    pub(crate) pos: u64,
+    pub(crate) base_offset: i64,
+    /// The offset after the batch's last.
+    pub(crate) next_offset: i64,
+    /// The batch's length in bytes.
+    pub(crate) bytes: u64,
 }
 
 /// Whole batches of a segment file: what a fetch sends without reading them into memory.
@@ -42,12 +56,19 @@ impl FileSlice {
 }
 
 impl ReadPlan {
-    pub(crate) fn new(file: Arc<File>, pos: u64, len: usize, upper: i64) -> ReadPlan {
-        ReadPlan { file: Some(file), pos, len, upper }
+    pub(crate) fn new(file: Arc<File>, pos: u64, len: usize, upper: i64, known: Vec<Placed>) -> ReadPlan {
+        ReadPlan { file: Some(file), pos, len, upper, known }
     }
 
     pub(crate) fn empty(upper: i64) -> ReadPlan {
-        ReadPlan { file: None, pos: 0, len: 0, upper }
+        ReadPlan { file: None, pos: 0, len: 0, upper, known: Vec::new() }
+    }
+
+    /// The plan without the batches it knows: [`ReadPlan::locate`] then reads every header
+    /// from the file (to check that both ways agree).
+    pub fn forget_known(mut self) -> ReadPlan {
+        self.known.clear();
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -81,14 +102,28 @@ impl ReadPlan {
     pub fn locate(self) -> io::Result<Option<FileSlice>> {
         let Some(file) = self.file else { return Ok(None) };
         let mut headers = Headers::new(&file, self.pos + self.len as u64);
+        let mut known = self.known.iter().peekable();
         let (mut at, mut next_offset) = (0usize, None);
-        while let Some(bytes) = headers.at(self.pos + at as u64)? {
-            let Ok(h) = BatchHeader::parse(bytes) else { break };
-            if h.base_offset >= self.upper || h.total_bytes() > self.len - at {
+        loop {
+            let pos = self.pos + at as u64;
+            while known.next_if(|k| k.pos < pos).is_some() {}
+            let batch = match known.next_if(|k| k.pos == pos) {
+                Some(k) => *k,
+                None => match headers.at(pos)?.map(BatchHeader::parse) {
+                    Some(Ok(h)) => Placed {
+                        pos,
+                        base_offset: h.base_offset,
+                        next_offset: h.next_offset(),
+                        bytes: h.total_bytes() as u64,
+                    },
+                    _ => break,
+                },
+            };
+            if batch.base_offset >= self.upper || batch.bytes > (self.len - at) as u64 {
                 break;
             }
-            at += h.total_bytes();
-            next_offset = Some(h.next_offset());
+            at += batch.bytes as usize;
+            next_offset = Some(batch.next_offset);
         }
         Ok(next_offset.map(|next_offset| FileSlice { file, pos: self.pos, len: at, next_offset }))
     }
