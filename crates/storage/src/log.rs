@@ -724,6 +724,8 @@ impl Log {
             let mut seg = Segment::open(&self.dir, base, self.config.index_interval_bytes, now_ms)?;
             // The file was written and fsynced by the cleaner from validated batches.
             seg.scan(i64::MAX, |_, _| {})?;
+            // Never the active segment, the only one that keeps its last batches placed.
+            seg.forget_recent();
             self.segments.insert(i, seg);
         }
         self.cleaner_point = self.cleaner_point.max(cleaned.cleaned_through);
