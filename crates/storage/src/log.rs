@@ -23,7 +23,7 @@ use crate::tail::{Written, PAGE};
 
 mod checkpoint;
 
-use crate::read::ReadPlan;
+use crate::read::{First, ReadPlan, TimestampRead, Want};
 
 use checkpoint::read_checkpoint;
 
@@ -526,51 +526,46 @@ impl Log {
         if offset < start || offset > end {
             return Err(ReadError::OffsetOutOfRange { offset, log_start_offset: start, log_end_offset: end });
         }
-        let empty = ReadPlan::empty(upper);
+        let want = Want { max_bytes, min_one, upper };
         if offset >= upper {
-            return Ok(empty);
+            return Ok(ReadPlan::nothing(want));
         }
+        // The segment holding `offset`, or the first batch after it: the last segment based
+        // at or below it, unless nothing there reaches it (a gap compaction left).
         let first = self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
-        for seg in &self.segments[first..] {
-            // A fetch at the tail finds its batch among the segment's last, without a read.
-            let found = match seg.recent_batch(offset) {
-                Some(p) => Some((p.pos, p.base_offset, p.bytes as usize)),
-                None => seg.position_of(offset)?.map(|(pos, h)| (pos, h.base_offset, h.total_bytes())),
-            };
-            if let Some((pos, base_offset, bytes)) = found {
-                if base_offset >= upper {
-                    return Ok(empty);
-                }
-                let want = if min_one { max_bytes.max(bytes) } else { max_bytes };
-                let len = want.min((seg.size - pos) as usize);
-                return Ok(ReadPlan::new(seg.file.clone(), pos, len, upper, seg.recent_from(pos)));
+        let Some(seg) = self.segments[first..].iter().find(|s| s.size > 0 && s.next_offset > offset) else {
+            return Ok(ReadPlan::nothing(want));
+        };
+        // A fetch at the tail finds its batch among the segment's last; any other reads
+        // headers from an index entry on, once the caller has released the partition.
+        Ok(match seg.recent_batch(offset) {
+            Some(p) => {
+                let first = First { pos: p.pos, bytes: p.bytes, base_offset: p.base_offset };
+                ReadPlan::known(seg.file.clone(), seg.size, first, want, seg.recent())
             }
-        }
-        Ok(empty)
+            None => {
+                let from = seg.index_position(offset);
+                ReadPlan::seek(seg.file.clone(), from, seg.size, offset, want)
+            }
+        })
     }
 
-    /// The first batch (whole bytes) holding a record with timestamp >= `ts` and an offset
-    /// at or past the log start; the caller finds the record inside it.
-    pub fn batch_for_timestamp(&self, ts: i64) -> io::Result<Option<Vec<u8>>> {
-        for seg in &self.segments {
-            if seg.next_offset <= self.log_start_offset {
-                continue;
-            }
-            if let Some((pos, h)) = seg.batch_for_timestamp(ts)? {
-                return seg.read_at(pos, h.total_bytes()).map(Some);
-            }
-        }
-        Ok(None)
-    }
-
-    /// The batch holding the largest timestamp in the log (the earliest such batch).
-    pub fn batch_with_max_timestamp(&self) -> io::Result<Option<Vec<u8>>> {
+    /// The read of the first batch holding a record with timestamp >= `ts` in a segment
+    /// reaching past the log start (the caller finds the record inside it): planned from
+    /// the time index without reading the file, so under the partition lock.
+    pub fn batch_for_timestamp(&self, ts: i64) -> Option<TimestampRead> {
         let live = self.segments.iter().filter(|s| s.next_offset > self.log_start_offset);
-        let Some(seg) = live.rev().max_by_key(|s| s.max_timestamp) else { return Ok(None) };
-        match seg.batch_with_max_timestamp()? {
-            Some((pos, h)) => seg.read_at(pos, h.total_bytes()).map(Some),
-            None => Ok(None),
-        }
+        live.filter_map(|seg| Some(TimestampRead::new(seg.file.clone(), seg.timestamp_position(ts)?, seg.size, ts)))
+            .next()
+    }
+
+    /// The read of the batch holding the largest timestamp in the log (the earliest such
+    /// batch), planned as [`Log::batch_for_timestamp`] is.
+    pub fn batch_with_max_timestamp(&self) -> Option<TimestampRead> {
+        let live = self.segments.iter().filter(|s| s.next_offset > self.log_start_offset && s.max_timestamp >= 0);
+        let seg = live.rev().max_by_key(|s| s.max_timestamp)?;
+        let ts = seg.max_timestamp;
+        Some(TimestampRead::new(seg.file.clone(), seg.timestamp_position(ts)?, seg.size, ts))
     }
 
     /// DeleteRecords: moves the log start offset to `offset` (at most the log end) and

@@ -8,17 +8,55 @@ use std::sync::Arc;
 
 use runnel_wire::batch::{BatchHeader, Batches, HEADER_BYTES};
 
-/// What to read for a fetch, decided under the partition lock and carried out without it
-/// (the `Arc<File>` keeps a segment readable even if retention deletes it meanwhile).
+/// What to read for a fetch, decided under the partition lock without reading the file, and
+/// carried out without the lock (the `Arc<File>` keeps a segment readable even if retention
+/// deletes it meanwhile). A fetch at the log's tail knows its first batch from memory; any
+/// other finds it by reading batch headers from an index entry on, once the lock is released
+/// ([`ReadPlan::find`]).
 #[derive(Debug)]
 pub struct ReadPlan {
+    want: Want,
+    at: At,
+}
+
+/// What a read asks for: at most `max_bytes` (with `min_one`, the first batch whole even
+/// past them, as Kafka does, so that a consumer always progresses), of batches below
+/// `upper` (exclusive: those at or past it are not yet committed).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Want {
+    pub(crate) max_bytes: usize,
+    pub(crate) min_one: bool,
+    pub(crate) upper: i64,
+}
+
+#[derive(Debug)]
+enum At {
+    Nothing,
+    /// The first batch is known: the span is decided.
+    Known(Span),
+    Seek(Seek),
+}
+
+/// The batch holding `offset`, or the first after it, lies in `file` between `from` (an
+/// index entry's position) and `end` (the segment's size when the plan was made).
+#[derive(Debug)]
+struct Seek {
+    file: Arc<File>,
+    from: u64,
+    end: u64,
+    offset: i64,
+}
+
+/// Whole batches to read from a segment file: from `pos` (a batch's start), at most `len`
+/// bytes, those below `upper`.
+#[derive(Debug)]
+pub struct Span {
     file: Option<Arc<File>>,
     pos: u64,
     len: usize,
-    /// Exclusive upper offset: batches at or past it (not yet committed) are cut off.
     upper: i64,
     /// Batches from `pos` on that the segment knew when the plan was made, in order: a
-    /// fetch at the log's tail locates them without reading their headers.
+    /// fetch at the tail locates them without reading their headers.
     known: Vec<Placed>,
 }
 
@@ -55,27 +93,102 @@ impl FileSlice {
     }
 }
 
+/// The first batch a read sends: where it lies, its length and its first offset.
+pub(crate) struct First {
+    pub(crate) pos: u64,
+    pub(crate) bytes: u64,
+    pub(crate) base_offset: i64,
+}
+
 impl ReadPlan {
-    pub(crate) fn new(file: Arc<File>, pos: u64, len: usize, upper: i64, known: Vec<Placed>) -> ReadPlan {
-        ReadPlan { file: Some(file), pos, len, upper, known }
+    pub(crate) fn nothing(want: Want) -> ReadPlan {
+        ReadPlan { want, at: At::Nothing }
     }
 
-    pub(crate) fn empty(upper: i64) -> ReadPlan {
-        ReadPlan { file: None, pos: 0, len: 0, upper, known: Vec::new() }
+    /// A read whose first batch the segment (`end` bytes long) knows; `known` are the
+    /// segment's batches it knows from there on.
+    pub(crate) fn known(
+        file: Arc<File>,
+        end: u64,
+        first: First,
+        want: Want,
+        known: impl Iterator<Item = Placed>,
+    ) -> ReadPlan {
+        ReadPlan { want, at: At::Known(Span::sized(file, end, first, want, known)) }
     }
 
-    /// The plan without the batches it knows: [`ReadPlan::locate`] then reads every header
-    /// from the file (to check that both ways agree).
+    /// A read that finds its first batch, the one holding `offset` or the first after it,
+    /// by walking the headers of `file` from `from` up to `end`.
+    pub(crate) fn seek(file: Arc<File>, from: u64, end: u64, offset: i64, want: Want) -> ReadPlan {
+        ReadPlan { want, at: At::Seek(Seek { file, from, end, offset }) }
+    }
+
+    /// The plan without the batches it knows: [`Span::locate`] then reads every header from
+    /// the file (to check that both ways agree).
     pub fn forget_known(mut self) -> ReadPlan {
-        self.known.clear();
+        if let At::Known(span) = &mut self.at {
+            span.known.clear();
+        }
         self
+    }
+
+    /// Whether the plan reads the file to find its first batch (a fetch behind the tail).
+    pub fn seeks(&self) -> bool {
+        matches!(self.at, At::Seek(_))
+    }
+
+    /// The span to read: the first batch found in the file when the plan did not know it.
+    pub fn find(self) -> io::Result<Span> {
+        let seek = match self.at {
+            At::Nothing => return Ok(Span::empty(self.want.upper)),
+            At::Known(span) => return Ok(span),
+            At::Seek(seek) => seek,
+        };
+        let mut pos = seek.from;
+        let found = find_batch(&seek.file, seek.end, &mut pos, |h| h.last_offset() >= seek.offset)?;
+        Ok(match found {
+            Some(h) => {
+                let first = First { pos, bytes: h.total_bytes() as u64, base_offset: h.base_offset };
+                Span::sized(seek.file, seek.end, first, self.want, std::iter::empty())
+            }
+            None => Span::empty(self.want.upper),
+        })
+    }
+
+    /// [`Span::execute`] of the span found.
+    pub fn execute(self) -> io::Result<Vec<u8>> {
+        self.find()?.execute()
+    }
+
+    /// [`Span::locate`] of the span found.
+    pub fn locate(self) -> io::Result<Option<FileSlice>> {
+        self.find()?.locate()
+    }
+}
+
+impl Span {
+    /// The span from `first` on in a file `end` bytes long, as `want` sizes it.
+    fn sized(file: Arc<File>, end: u64, first: First, want: Want, known: impl Iterator<Item = Placed>) -> Span {
+        let upper = want.upper;
+        if first.base_offset >= upper {
+            return Span::empty(upper);
+        }
+        let most = if want.min_one { want.max_bytes.max(first.bytes as usize) } else { want.max_bytes };
+        let len = most.min(end.saturating_sub(first.pos) as usize);
+        let within = |k: &Placed| k.pos >= first.pos && k.pos < first.pos + len as u64;
+        let known = known.filter(within).collect();
+        Span { file: Some(file), pos: first.pos, len, upper, known }
+    }
+
+    fn empty(upper: i64) -> Span {
+        Span { file: None, pos: 0, len: 0, upper, known: Vec::new() }
     }
 
     pub fn is_empty(&self) -> bool {
         self.file.is_none() || self.len == 0
     }
 
-    /// The bytes the plan spans: what it reads at most.
+    /// The bytes the span covers: what it reads at most.
     pub fn len(&self) -> usize {
         self.len
     }
@@ -129,6 +242,34 @@ impl ReadPlan {
     }
 }
 
+/// The first batch of a segment whose largest timestamp is at least `ts` (ListOffsets by
+/// time), planned under the partition lock from the time index and found and read without
+/// it.
+#[derive(Debug)]
+pub struct TimestampRead {
+    file: Arc<File>,
+    from: u64,
+    end: u64,
+    ts: i64,
+}
+
+impl TimestampRead {
+    pub(crate) fn new(file: Arc<File>, from: u64, end: u64, ts: i64) -> TimestampRead {
+        TimestampRead { file, from, end, ts }
+    }
+
+    /// The batch's bytes, whole; `None` when the segment holds none that reaches `ts`.
+    pub fn execute(self) -> io::Result<Option<Vec<u8>>> {
+        let mut pos = self.from;
+        let Some(h) = find_batch(&self.file, self.end, &mut pos, |h| h.max_timestamp >= self.ts)? else {
+            return Ok(None);
+        };
+        let mut buf = Vec::new();
+        read_exact_at_into(&self.file, &mut buf, h.total_bytes(), pos)?;
+        Ok(Some(buf))
+    }
+}
+
 /// Headers are found by reading this much at a time: one read covers the headers of many
 /// small batches, and costs little beside a large one.
 const HEADER_WINDOW: usize = 4096;
@@ -164,6 +305,26 @@ impl<'a> Headers<'a> {
         let from = (pos - self.at) as usize;
         Ok(Some(&self.window[from..self.held]))
     }
+}
+
+/// Walks the batch headers of `file` from `pos` (a batch's start) up to `end` until `pred`
+/// holds, reading them a window at a time ([`Headers`]): between two index entries lie up
+/// to `index.interval.bytes` of batches. `pos` is left at the batch returned.
+pub(crate) fn find_batch(
+    file: &File,
+    end: u64,
+    pos: &mut u64,
+    mut pred: impl FnMut(&BatchHeader) -> bool,
+) -> io::Result<Option<BatchHeader>> {
+    let mut headers = Headers::new(file, end);
+    while let Some(bytes) = headers.at(*pos)? {
+        let h = BatchHeader::parse(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        if pred(&h) {
+            return Ok(Some(h));
+        }
+        *pos += h.total_bytes() as u64;
+    }
+    Ok(None)
 }
 
 /// Reads `len` bytes at `pos` of `file` into `buf`'s spare room, without zeroing it first:

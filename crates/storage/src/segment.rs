@@ -15,7 +15,7 @@ use std::sync::Arc;
 use runnel_wire::batch::{BatchHeader, HEADER_BYTES};
 use runnel_wire::marker::{marker, Marker};
 
-use crate::read::{Headers, Placed};
+use crate::read::{find_batch, Placed};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IndexEntry {
@@ -286,19 +286,31 @@ impl Segment {
         self.next_offset = h.next_offset();
     }
 
+    /// Where to start looking for the batch holding `offset`: the position of the last
+    /// index entry at or below it (batches lie back to back from there).
+    pub(crate) fn index_position(&self, offset: i64) -> u64 {
+        let rel = (offset - self.base_offset).max(0);
+        let i = self.index.partition_point(|e| (e.rel_offset as i64) <= rel);
+        if i == 0 {
+            0
+        } else {
+            self.index[i - 1].position as u64
+        }
+    }
+
     /// Position of the batch holding `offset`, or of the first batch after it; None when
     /// the segment has nothing at or after `offset`.
     pub fn position_of(&self, offset: i64) -> io::Result<Option<(u64, BatchHeader)>> {
-        let rel = (offset - self.base_offset).max(0);
-        let i = self.index.partition_point(|e| (e.rel_offset as i64) <= rel);
-        let mut pos = if i == 0 { 0 } else { self.index[i - 1].position as u64 };
+        let mut pos = self.index_position(offset);
         self.find_batch(&mut pos, |h| h.last_offset() >= offset)
     }
 
-    /// The batch holding `offset`, when it is one of the segment's last batches; `None`
-    /// when it is not known here ([`Segment::position_of`] finds it in the file).
+    /// The batch holding `offset` (or the first after it) when it is one of the segment's
+    /// last batches; `None` when it is not known here ([`Segment::position_of`] finds it in
+    /// the file).
     pub(crate) fn recent_batch(&self, offset: i64) -> Option<Placed> {
-        if self.recent.front().is_none_or(|p| p.base_offset > offset) {
+        // Known when the first batch kept is at or below `offset`, or is the segment's first.
+        if self.recent.front().is_none_or(|p| p.base_offset > offset && p.pos > 0) {
             return None;
         }
         self.recent.iter().find(|p| p.next_offset > offset).copied()
@@ -310,27 +322,17 @@ impl Segment {
         self.recent = VecDeque::new();
     }
 
-    /// The segment's last batches from position `pos` on, as far as it knows them.
-    pub(crate) fn recent_from(&self, pos: u64) -> Vec<Placed> {
-        self.recent.iter().filter(|p| p.pos >= pos).copied().collect()
+    /// The segment's last batches, as far as it knows them, in order.
+    pub(crate) fn recent(&self) -> impl Iterator<Item = Placed> + '_ {
+        self.recent.iter().copied()
     }
 
-    /// Walks batch headers from `pos` until `pred` holds, reading them a window at a time
-    /// ([`Headers`]): between two index entries lie up to `index.interval.bytes` of batches.
     fn find_batch(
         &self,
         pos: &mut u64,
-        mut pred: impl FnMut(&BatchHeader) -> bool,
+        pred: impl FnMut(&BatchHeader) -> bool,
     ) -> io::Result<Option<(u64, BatchHeader)>> {
-        let mut headers = Headers::new(&self.file, self.size);
-        while let Some(bytes) = headers.at(*pos)? {
-            let h = BatchHeader::parse(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            if pred(&h) {
-                return Ok(Some((*pos, h)));
-            }
-            *pos += h.total_bytes() as u64;
-        }
-        Ok(None)
+        Ok(find_batch(&self.file, self.size, pos, pred)?.map(|h| (*pos, h)))
     }
 
     /// Hands the header of the batch holding `offset` (or of the first batch after it) and
@@ -362,31 +364,18 @@ impl Segment {
         Ok(())
     }
 
-    /// First batch whose max timestamp is at least `ts`.
-    pub fn batch_for_timestamp(&self, ts: i64) -> io::Result<Option<(u64, BatchHeader)>> {
+    /// Where the first batch whose max timestamp is at least `ts` lies or follows (a
+    /// position to walk headers from), from the time index; `None` when no batch here
+    /// reaches `ts`.
+    pub(crate) fn timestamp_position(&self, ts: i64) -> Option<u64> {
         if self.max_timestamp < ts {
-            return Ok(None);
+            return None;
         }
+        // The time index keeps the largest timestamp up to each entry, so every batch up
+        // to the entry below `ts` is below it too.
         let i = self.time_index.partition_point(|e| e.timestamp < ts);
         let start = if i == 0 { self.base_offset } else { self.time_index[i - 1].offset + 1 };
-        match self.position_of(start)? {
-            Some((mut pos, _)) => self.find_batch(&mut pos, |h| h.max_timestamp >= ts),
-            None => Ok(None),
-        }
-    }
-
-    /// The batch holding this segment's largest timestamp (the first such batch).
-    pub fn batch_with_max_timestamp(&self) -> io::Result<Option<(u64, BatchHeader)>> {
-        if self.max_timestamp < 0 {
-            return Ok(None);
-        }
-        self.batch_for_timestamp(self.max_timestamp)
-    }
-
-    pub fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; len];
-        self.file.read_exact_at(&mut buf, pos)?;
-        Ok(buf)
+        Some(self.index_position(start))
     }
 
     pub fn delete(self) -> io::Result<()> {
@@ -484,10 +473,21 @@ mod tests {
             assert_eq!(kept.bytes, h.total_bytes() as u64);
         }
         assert_eq!(seg.recent_batch(end), None, "past the end");
-        assert_eq!(seg.recent_from(seg.size).len(), 0);
-        assert_eq!(seg.recent_from(0).len(), RECENT_BATCHES);
+        assert_eq!(seg.recent().count(), RECENT_BATCHES);
         seg.seal().expect("seal");
         assert_eq!(seg.recent_batch(100), None, "a sealed segment keeps none");
+
+        // Offsets below the first batch kept (a gap compaction left) find it when it is
+        // the segment's first.
+        let mut seg = Segment::create(dir.path(), 200, 4096, 0).expect("create");
+        append_batches(&mut seg, 210, 3, 3);
+        for offset in [150, 200, 209, 210, 212] {
+            let kept = seg.recent_batch(offset).expect("kept");
+            let (pos, h) = seg.position_of(offset).expect("read").expect("found");
+            assert_eq!((kept.pos, kept.base_offset), (pos, h.base_offset), "{offset}");
+            assert_eq!(kept.base_offset, 210);
+        }
+        assert_eq!(seg.recent_batch(213).map(|p| p.base_offset), Some(213));
     }
 
     #[test]

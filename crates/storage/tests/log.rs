@@ -152,10 +152,10 @@ fn retention_and_delete_records_move_the_log_start() {
     assert_eq!(log.log_start_offset(), 101, "log start survives a restart");
 
     // By timestamp: first batch with a record at or after ts.
-    let b = log.batch_for_timestamp(1055).expect("lookup").expect("found");
+    let b = log.batch_for_timestamp(1055).expect("planned").execute().expect("read").expect("found");
     let h = BatchHeader::parse(&b).expect("header");
     assert!(h.max_timestamp >= 1055 && h.base_timestamp <= 1055);
-    let m = log.batch_with_max_timestamp().expect("lookup").expect("found");
+    let m = log.batch_with_max_timestamp().expect("planned").execute().expect("read").expect("found");
     assert_eq!(BatchHeader::parse(&m).expect("header").max_timestamp, 1060);
 }
 
@@ -319,6 +319,41 @@ fn a_located_slice_holds_exactly_the_batches_a_read_returns() {
 
 /// Found by `tests/test_page_cache_tail.py` under load: a round whose entries rolled the log
 /// more than once handed out only the last rolled segment, and the others stayed cached.
+#[test]
+fn a_read_is_planned_without_reading_the_file_and_finds_its_batch_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = LogConfig { segment_bytes: 1 << 20, index_interval_bytes: 500, ..LogConfig::default() };
+    let mut log = Log::open(dir.path(), config, 0).expect("open");
+    for i in 0..100 {
+        append(&mut log, &batch(2, i * 2, -1, 0)).expect("append");
+    }
+    let end = log.log_end_offset();
+    // Behind the last batches kept in memory, a plan finds its batch in the file; at the
+    // tail it knows it already.
+    let behind = log.read(11, 1 << 20, end, true).expect("plan");
+    assert!(behind.seeks());
+    assert!(!log.read(end - 3, 1 << 20, end, true).expect("plan").seeks());
+    let first = |bytes: &[u8]| Batches::new(bytes).next().expect("a batch").expect("whole").0;
+    assert_eq!(first(&behind.execute().expect("read")).base_offset, 10);
+
+    // With the file emptied behind the log's back, planning still succeeds (it reads
+    // nothing: it runs under the partition lock), and the read fails when it is carried out.
+    let seg = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|x| x == "log"))
+        .expect("a segment");
+    let bytes = std::fs::read(&seg).expect("read segment");
+    std::fs::OpenOptions::new().write(true).open(&seg).expect("open").set_len(0).expect("empty it");
+    let plan = log.read(11, 1 << 20, end, true).expect("planned without a read");
+    let e = plan.execute().expect_err("the file is empty");
+    assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    let plan = log.read(end - 3, 1 << 20, end, true).expect("planned without a read");
+    assert!(plan.execute().is_err(), "the file is empty");
+    std::fs::write(&seg, bytes).expect("restore");
+    assert_eq!(first(&log.read(11, 1 << 20, end, true).expect("plan").execute().expect("read")).base_offset, 10);
+}
+
 #[test]
 fn take_written_hands_out_every_segment_rolled_since_the_last_call() {
     let dir = tempfile::tempdir().expect("tempdir");

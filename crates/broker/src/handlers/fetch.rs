@@ -79,12 +79,13 @@ enum Records {
 
 impl Records {
     fn read(plan: ReadPlan, from_files: bool) -> std::io::Result<Records> {
+        let span = plan.find()?;
         // Records too few for a piece of their own are read into memory: one read, where
         // locating them would read their headers first.
-        if !from_files || plan.len() < crate::out_frame::SHARE_MIN {
-            return plan.execute().map(Records::Memory);
+        if !from_files || span.len() < crate::out_frame::SHARE_MIN {
+            return span.execute().map(Records::Memory);
         }
-        let Some(slice) = plan.locate()? else { return Ok(Records::Memory(Vec::new())) };
+        let Some(slice) = span.locate()? else { return Ok(Records::Memory(Vec::new())) };
         let hole = (slice.len >= crate::out_frame::SHARE_MIN).then(|| crate::sendfile::placeholder(slice.len));
         match hole.flatten() {
             Some(hole) => Ok(Records::File(slice, hole)),

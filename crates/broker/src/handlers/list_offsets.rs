@@ -51,10 +51,9 @@ pub(crate) fn lookup(p: &Partition, ts: i64, isolation: Isolation) -> Result<(i6
         EARLIEST | EARLIEST_LOCAL => (start, -1),
         LATEST_TIERED => (-1, -1),
         MAX_TIMESTAMP => {
-            let batch = p
-                .with_log(|log| log.batch_with_max_timestamp())
-                .ok_or(ResponseError::NotLeaderOrFollower)?
-                .map_err(io)?;
+            // Planned under the partition's lock, read without it.
+            let plan = p.with_log(|log| log.batch_with_max_timestamp()).ok_or(ResponseError::NotLeaderOrFollower)?;
+            let batch = plan.map(|plan| plan.execute()).transpose().map_err(io)?.flatten();
             batch
                 .and_then(|b| {
                     let max = runnel_wire::BatchHeader::parse(&b).ok()?.max_timestamp;
@@ -63,8 +62,8 @@ pub(crate) fn lookup(p: &Partition, ts: i64, isolation: Isolation) -> Result<(i6
                 .unwrap_or((-1, -1))
         }
         ts if ts >= 0 => {
-            let batch =
-                p.with_log(|log| log.batch_for_timestamp(ts)).ok_or(ResponseError::NotLeaderOrFollower)?.map_err(io)?;
+            let plan = p.with_log(|log| log.batch_for_timestamp(ts)).ok_or(ResponseError::NotLeaderOrFollower)?;
+            let batch = plan.map(|plan| plan.execute()).transpose().map_err(io)?.flatten();
             batch.and_then(|b| find_record(b, start, hw, |t| t >= ts)).unwrap_or((-1, -1))
         }
         _ => return Err(ResponseError::InvalidRequest),
