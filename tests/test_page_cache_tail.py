@@ -5,16 +5,19 @@ record, from the disk where the cache no longer has it.
 Residency is read with mincore(2) on a mapping of each segment file that is never touched,
 so measuring does not bring pages in. With the tail off (0, as Kafka leaves it all to the
 kernel) the same writes stay cached: that is what shows the measure can tell the two apart.
+Reads of pages no longer cached, and reads behind the tail, run off the runtime's threads.
 """
 
 import ctypes
 import os
 import pathlib
 import time
+import urllib.request
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from conftest import Broker, create_topic, unique_topic
+from conftest import Broker, create_topic, free_port, unique_topic
 
 RECORDS = 24_000
 VALUE_BYTES = 1000
@@ -89,13 +92,13 @@ def produce_and_measure(tmp_path, name, tail_bytes, settle_below=None):
     return total, cached, broker, topic
 
 
-def read_all(bootstrap, topic):
+def read_all(bootstrap, topic, records=RECORDS):
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g"), "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     got = []
     try:
         for _ in range(600):
-            if len(got) >= RECORDS:
+            if len(got) >= records:
                 break
             for m in consumer.consume(1000, 0.5):
                 assert m.error() is None, m.error()
@@ -126,3 +129,69 @@ def test_with_the_tail_off_the_page_cache_keeps_what_was_written(tmp_path):
     total, cached, broker, topic = produce_and_measure(tmp_path, "notail", 0)
     broker.kill9()
     assert cached >= total * 3 // 4, f"only {cached} of {total} bytes cached with the tail off"
+
+
+def disk_reads(admin_port):
+    """runnel_fetch_disk_reads by reason, from the broker's /metrics."""
+    url = f"http://127.0.0.1:{admin_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "runnel_fetch_disk_reads_total":
+                out[s.labels["reason"]] = s.value
+    return out
+
+
+def drop_from_page_cache(paths):
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def test_reads_that_might_wait_for_the_disk_run_off_the_runtime_threads(tmp_path):
+    """A fetch whose pages have left the page cache, or that starts behind the log's tail
+    (its first batch found by reading the file), is read on the blocking pool
+    (`num.io.threads` at a time; docs/design.md), and the consumer gets every record as
+    written. The pages are dropped by the test itself (the broker's own tail is off), and
+    mincore shows that they were."""
+    admin = free_port()
+    settings = {"log.cache.tail.bytes": "0", "admin.listeners": f"http://127.0.0.1:{admin}", "num.io.threads": "2"}
+    broker = Broker(tmp_path / "cold", settings=settings).start()
+    try:
+        topic = unique_topic("cold")
+        create_topic(broker.bootstrap, topic, partitions=1)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
+
+        def produce(first, n):
+            # One batch each: flushed one by one.
+            for i in range(first, first + n):
+                producer.produce(topic, value(i))
+                assert producer.flush(30) == 0
+
+        def consume(n):
+            got = read_all(broker.bootstrap, topic, n)
+            assert got == [value(i) for i in range(n)], "records read back as written, in order"
+
+        # A few batches, all among those the segment keeps placed: at the tail, but dropped
+        # from the page cache.
+        produce(0, 10)
+        segments = segments_of(broker, topic)
+        before = disk_reads(admin)
+        drop_from_page_cache(segments)
+        assert sum(resident_bytes(p) for p in segments) == 0, "the test dropped the pages"
+        consume(10)
+        after = disk_reads(admin)
+        assert after.get("Uncached", 0) > before.get("Uncached", 0), after
+        # Far more batches than the segment keeps placed: a read from the start is behind.
+        produce(10, 90)
+        before = after
+        consume(100)
+        after = disk_reads(admin)
+        assert after.get("Behind", 0) > before.get("Behind", 0), after
+    finally:
+        broker.kill9()

@@ -60,6 +60,8 @@ pub struct Broker {
     /// Each TLS listener's configuration, by listener name (set once the listeners are up),
     /// for the dynamic `listener.name.<l>.ssl.*` settings.
     pub listener_tls: std::sync::OnceLock<Vec<(String, Arc<runnel_security::ServerTls>)>>,
+    /// Fetch reads that might wait for the disk run here, `num.io.threads` at a time.
+    pub disk_reads: crate::disk_reads::DiskReads,
 }
 
 impl Broker {
@@ -134,6 +136,7 @@ impl Broker {
         )?;
         let txn_host = Arc::new(LateHost::default());
         let txn_log = InternalLog { catalog: catalog.clone(), topic: TXN_TOPIC, partitions: txn_partitions };
+        let io_threads = config.settings.i64("num.io.threads").clamp(1, 1024) as usize;
         let broker = Arc::new(Broker {
             group_coordinator: Coordinator::new(
                 Arc::new(InternalLog {
@@ -168,6 +171,7 @@ impl Broker {
             authorizer,
             quotas,
             listener_tls: std::sync::OnceLock::new(),
+            disk_reads: crate::disk_reads::DiskReads::new(io_threads),
         });
         tokio::spawn(crate::replica_manager::announce_leaders(replicas, controller));
         Ok(broker)

@@ -23,6 +23,7 @@ mod config_view;
 pub mod connection;
 mod coordinators;
 mod ctx;
+mod disk_reads;
 mod dispatch;
 pub mod drain;
 mod errors;

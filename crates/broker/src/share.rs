@@ -164,7 +164,8 @@ pub async fn fetch(
     }
     let read = part.read(from, max_bytes, true, isolation, false).map_err(|e| errors::partition(&e))?;
     let aborted = read.aborted;
-    let bytes = read.plan.and_then(|plan| plan.execute().map_err(Into::into)).map_err(|e| errors::read(&e))?;
+    let plan = read.plan.map_err(|e| errors::read(&e))?;
+    let bytes = b.disk_reads.read(plan, |span, _| span.execute()).await.map_err(|e| errors::read(&e.into()))?;
     // Control batches, and with read_committed the batches of aborted transactions, are
     // never handed out (the client skips them as gaps).
     let skipped = |h: &runnel_wire::BatchHeader| {

@@ -55,6 +55,11 @@ pub struct DelayedLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LagLabels {
     pub group: String,
     pub topic: String,
@@ -68,6 +73,16 @@ pub enum Delayed {
     Produce = 0,
     /// A fetch long-polling for data.
     Fetch = 1,
+}
+
+/// Why a fetch's read of a partition ran on the blocking pool rather than on a runtime
+/// thread: it might wait for the disk.
+#[derive(Clone, Copy, Debug)]
+pub enum DiskRead {
+    /// Behind the log's tail: its first batch is found by reading the file.
+    Behind = 0,
+    /// At the tail, with pages no longer in the page cache.
+    Uncached = 1,
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -128,6 +143,8 @@ pub struct Metrics {
     throttle_time: Family<QuotaLabel, Counter<f64>>,
     apis: [OnceLock<ApiHandles>; API_KEYS],
     delayed: [Gauge; 2],
+    fetch_disk_reads: Family<ReasonLabel, Counter>,
+    disk_reads: [Counter; 2],
     topics: RwLock<HashMap<String, Arc<TopicHandles>>>,
     hooks: Mutex<Vec<Hook>>,
 }
@@ -153,6 +170,9 @@ impl Metrics {
         let purgatory: Family<DelayedLabel, Gauge> = Family::default();
         let delayed = [Delayed::Produce, Delayed::Fetch]
             .map(|op| purgatory.get_or_create(&DelayedLabel { delayedoperation: format!("{op:?}") }).clone());
+        let fetch_disk_reads: Family<ReasonLabel, Counter> = Family::default();
+        let disk_reads = [DiskRead::Behind, DiskRead::Uncached]
+            .map(|why| fetch_disk_reads.get_or_create(&ReasonLabel { reason: format!("{why:?}") }).clone());
         let m = Metrics {
             registry: Registry::default(),
             requests: Family::default(),
@@ -179,9 +199,12 @@ impl Metrics {
             throttle_time: Family::default(),
             apis: [const { OnceLock::new() }; API_KEYS],
             delayed,
+            fetch_disk_reads,
+            disk_reads,
             topics: RwLock::new(HashMap::new()),
             hooks: Mutex::new(Vec::new()),
         };
+
         // Series for every quota, so that "never throttled" shows as 0.
         for quota in ["producer_byte_rate", "consumer_byte_rate", "request_percentage"] {
             let _ = m.throttle_time.get_or_create(&QuotaLabel { quota: quota.to_string() });
@@ -290,6 +313,11 @@ impl Metrics {
             "Times a replica on this broker became its Raft group's leader (a partition, or the metadata log)",
             self.elections.clone(),
         );
+        r.register(
+            "runnel_fetch_disk_reads",
+            "Fetch reads of a partition run on the blocking pool, as they might wait for the disk: behind the log's tail (Behind), or at the tail with pages no longer cached (Uncached)",
+            self.fetch_disk_reads.clone(),
+        );
         r.register_with_unit(
             "runnel_log_flush",
             "Time each fsync (or syncfs) of the log took",
@@ -373,6 +401,11 @@ impl Metrics {
         let g = &self.delayed[operation as usize];
         g.inc();
         Held(g.clone())
+    }
+
+    /// A fetch's read of a partition sent to the blocking pool, and why.
+    pub fn disk_read(&self, why: DiskRead) {
+        self.disk_reads[why as usize].inc();
     }
 
     /// Registers a hook run before each scrape, to set the gauges it owns.

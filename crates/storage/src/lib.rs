@@ -24,7 +24,7 @@ pub use cleaner::{all_records_keyed, records_of, CleanPlan, CleanStats, Cleaned,
 pub use log::{AppendError, AppendInfo, Log, LogConfig, ReadError, SEGMENT_BYTES_MAX};
 pub use producer::{AbortedTxn, ProducerError, ProducerInfo, ProducerTable};
 pub use read::{FileSlice, ReadPlan, Span, TimestampRead};
-pub use tail::{evict_later, CacheTail, Written};
+pub use tail::{evict_later, in_page_cache, CacheTail, Written};
 
 /// Makes everything written to `files` so far durable: one `syncfs` when `syncfs` is set
 /// and there are two or more files (one journal commit for all of them), else an

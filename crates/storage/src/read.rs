@@ -193,6 +193,16 @@ impl Span {
         self.len
     }
 
+    /// Whether all the span's pages are in the page cache ([`crate::in_page_cache`]): reading
+    /// it, or sending it with `sendfile`, does not wait for the disk. `None` where the
+    /// kernel cannot tell.
+    pub fn cached(&self) -> Option<bool> {
+        match &self.file {
+            Some(file) => crate::tail::in_page_cache(file, self.pos, self.len as u64),
+            None => Some(true),
+        }
+    }
+
     /// Reads whole batches below `upper`. A batch cut by the byte limit is dropped unless
     /// it is the first (the plan already sized itself to hold the first one when asked).
     pub fn execute(self) -> io::Result<Vec<u8>> {

@@ -13,7 +13,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId};
 use runnel_security::acl::Operation;
-use runnel_storage::{FileSlice, ReadPlan};
+use runnel_storage::{FileSlice, ReadPlan, Span};
 use runnel_wire::Batches;
 use tokio::time::Instant;
 use tracing::info;
@@ -78,8 +78,19 @@ enum Records {
 }
 
 impl Records {
-    fn read(plan: ReadPlan, from_files: bool) -> std::io::Result<Records> {
-        let span = plan.find()?;
+    /// A partition's records, read without waiting for the disk on a runtime thread
+    /// (`disk_reads.rs`). Pages gone from the page cache are read into memory on the
+    /// blocking pool, rather than left for `sendfile` to read on the connection's thread.
+    async fn read(b: &Broker, plan: ReadPlan, from_files: bool) -> std::io::Result<Records> {
+        let read = move |span: Span, cached| match cached {
+            true => Records::of(span, from_files),
+            false => span.execute().map(Records::Memory),
+        };
+        b.disk_reads.read(plan, read).await
+    }
+
+    /// The span's records: into memory, or as a file slice to send with `sendfile`.
+    fn of(span: Span, from_files: bool) -> std::io::Result<Records> {
         // Records too few for a piece of their own are read into memory: one read, where
         // locating them would read their headers first.
         if !from_files || span.len() < crate::out_frame::SHARE_MIN {
@@ -115,7 +126,7 @@ impl Records {
 /// broker leads, when there is one (KIP-392). With `from_files`, records are located in
 /// their segment files rather than read (the connection sends them with `sendfile`).
 #[allow(clippy::too_many_arguments)]
-fn read_all(
+async fn read_all(
     b: &Broker,
     parts: &[(PartKey, PartState)],
     denied: &HashSet<&str>,
@@ -188,7 +199,10 @@ fn read_all(
             data.log_start_offset = read.log_start_offset;
         }
         data.aborted_transactions = if v >= 4 { Some(Vec::new()) } else { None };
-        let records = read.plan.and_then(|plan| Records::read(plan, from_files).map_err(Into::into));
+        let records = match read.plan {
+            Ok(plan) => Records::read(b, plan, from_files).await.map_err(Into::into),
+            Err(e) => Err(e),
+        };
         let mut news = read.high_watermark != st.sent_high_watermark
             || data.last_stable_offset != st.sent_last_stable_offset
             || data.log_start_offset != st.sent_log_start_offset;
@@ -297,7 +311,7 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
         let reads = loop {
             let arrived = b.arrivals.watch(hosted_groups(&b, &resolved.parts));
             let (reads, total) =
-                read_all(&b, &resolved.parts, &denied, max_bytes, isolation, place.as_ref(), v, files.is_some());
+                read_all(&b, &resolved.parts, &denied, max_bytes, isolation, place.as_ref(), v, files.is_some()).await;
             let errors = reads.iter().any(|rd| rd.data.error_code != 0);
             if total >= r.min_bytes.max(0) as usize || errors || Instant::now() >= deadline || b.is_shutting_down() {
                 break reads;
@@ -307,6 +321,7 @@ pub fn handle(b: Arc<Broker>, r: FetchRequest, v: i16, ctx: &Ctx) -> Reply {
             drop(waiting);
             if woken.is_err() {
                 break read_all(&b, &resolved.parts, &denied, max_bytes, isolation, place.as_ref(), v, files.is_some())
+                    .await
                     .0;
             }
         };
