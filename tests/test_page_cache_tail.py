@@ -132,14 +132,14 @@ def test_with_the_tail_off_the_page_cache_keeps_what_was_written(tmp_path):
 
 
 def disk_reads(admin_port):
-    """runnel_fetch_disk_reads by reason, from the broker's /metrics."""
+    """runnel_log_disk_reads by reason, from the broker's /metrics."""
     url = f"http://127.0.0.1:{admin_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as r:
         text = r.read().decode()
     out = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name == "runnel_fetch_disk_reads_total":
+            if s.name == "runnel_log_disk_reads_total":
                 out[s.labels["reason"]] = s.value
     return out
 
@@ -157,7 +157,7 @@ def test_reads_that_might_wait_for_the_disk_run_off_the_runtime_threads(tmp_path
     """A fetch whose pages have left the page cache, or that starts behind the log's tail
     (its first batch found by reading the file), is read on the blocking pool
     (`num.io.threads` at a time; docs/design.md), and the consumer gets every record as
-    written. The pages are dropped by the test itself (the broker's own tail is off), and
+    written; a ListOffsets by time is looked up there too. The pages are dropped by the test itself (the broker's own tail is off), and
     mincore shows that they were."""
     admin = free_port()
     settings = {"log.cache.tail.bytes": "0", "admin.listeners": f"http://127.0.0.1:{admin}", "num.io.threads": "2"}
@@ -193,5 +193,15 @@ def test_reads_that_might_wait_for_the_disk_run_off_the_runtime_threads(tmp_path
         consume(100)
         after = disk_reads(admin)
         assert after.get("Behind", 0) > before.get("Behind", 0), after
+        # ListOffsets by time reads batch headers from the file: there too.
+        before = after
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_topic("g")})
+        try:
+            found = consumer.offsets_for_times([TopicPartition(topic, 0, 0)], 10)
+        finally:
+            consumer.close()
+        assert (found[0].error, found[0].offset) == (None, 0), found
+        after = disk_reads(admin)
+        assert after.get("ByTime", 0) > before.get("ByTime", 0), after
     finally:
         broker.kill9()

@@ -50,7 +50,7 @@ impl DiskReads {
     }
 
     /// Runs `read` on the blocking pool once a permit is free, counted under `why`.
-    async fn run<T: Send + 'static>(
+    pub async fn run<T: Send + 'static>(
         &self,
         why: DiskRead,
         read: impl FnOnce() -> io::Result<T> + Send + 'static,

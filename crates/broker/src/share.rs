@@ -96,9 +96,11 @@ async fn open(b: &Broker, group: &str, topic: Uuid, p: i32) -> Result<(Arc<Entry
             let start = match reset.strip_prefix("by_duration:").and_then(crate::group_configs::duration_ms) {
                 // The first record at or after that time, else the end (ListOffsets' rule).
                 Some(ago) => {
-                    let at =
-                        crate::handlers::list_offsets::lookup(&part, crate::now_ms() - ago, Isolation::ReadUncommitted);
-                    at.ok().map(|(offset, _)| offset).filter(|o| *o >= 0).unwrap_or_else(|| part.high_watermark())
+                    let (at, p) = (crate::now_ms() - ago, part.clone());
+                    let lookup = move || Ok(crate::handlers::list_offsets::lookup(&p, at, Isolation::ReadUncommitted));
+                    let found = b.disk_reads.run(runnel_metrics::DiskRead::ByTime, lookup).await;
+                    let offset = found.ok().and_then(Result::ok).map(|(offset, _)| offset);
+                    offset.filter(|o| *o >= 0).unwrap_or_else(|| part.high_watermark())
                 }
                 None if reset == "earliest" => part.log_start_offset(),
                 None => part.high_watermark(),

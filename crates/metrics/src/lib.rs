@@ -75,14 +75,16 @@ pub enum Delayed {
     Fetch = 1,
 }
 
-/// Why a fetch's read of a partition ran on the blocking pool rather than on a runtime
+/// Why a read of a partition's log ran on the blocking pool rather than on a runtime
 /// thread: it might wait for the disk.
 #[derive(Clone, Copy, Debug)]
 pub enum DiskRead {
-    /// Behind the log's tail: its first batch is found by reading the file.
+    /// A fetch behind the log's tail: its first batch is found by reading the file.
     Behind = 0,
-    /// At the tail, with pages no longer in the page cache.
+    /// A fetch at the tail, with pages no longer in the page cache.
     Uncached = 1,
+    /// A ListOffsets by time: batch headers and a batch read from the file.
+    ByTime = 2,
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -143,8 +145,8 @@ pub struct Metrics {
     throttle_time: Family<QuotaLabel, Counter<f64>>,
     apis: [OnceLock<ApiHandles>; API_KEYS],
     delayed: [Gauge; 2],
-    fetch_disk_reads: Family<ReasonLabel, Counter>,
-    disk_reads: [Counter; 2],
+    disk_reads_by_reason: Family<ReasonLabel, Counter>,
+    disk_reads: [Counter; 3],
     topics: RwLock<HashMap<String, Arc<TopicHandles>>>,
     hooks: Mutex<Vec<Hook>>,
 }
@@ -170,9 +172,9 @@ impl Metrics {
         let purgatory: Family<DelayedLabel, Gauge> = Family::default();
         let delayed = [Delayed::Produce, Delayed::Fetch]
             .map(|op| purgatory.get_or_create(&DelayedLabel { delayedoperation: format!("{op:?}") }).clone());
-        let fetch_disk_reads: Family<ReasonLabel, Counter> = Family::default();
-        let disk_reads = [DiskRead::Behind, DiskRead::Uncached]
-            .map(|why| fetch_disk_reads.get_or_create(&ReasonLabel { reason: format!("{why:?}") }).clone());
+        let disk_reads_by_reason: Family<ReasonLabel, Counter> = Family::default();
+        let disk_reads = [DiskRead::Behind, DiskRead::Uncached, DiskRead::ByTime]
+            .map(|why| disk_reads_by_reason.get_or_create(&ReasonLabel { reason: format!("{why:?}") }).clone());
         let m = Metrics {
             registry: Registry::default(),
             requests: Family::default(),
@@ -199,7 +201,7 @@ impl Metrics {
             throttle_time: Family::default(),
             apis: [const { OnceLock::new() }; API_KEYS],
             delayed,
-            fetch_disk_reads,
+            disk_reads_by_reason,
             disk_reads,
             topics: RwLock::new(HashMap::new()),
             hooks: Mutex::new(Vec::new()),
@@ -314,9 +316,9 @@ impl Metrics {
             self.elections.clone(),
         );
         r.register(
-            "runnel_fetch_disk_reads",
-            "Fetch reads of a partition run on the blocking pool, as they might wait for the disk: behind the log's tail (Behind), or at the tail with pages no longer cached (Uncached)",
-            self.fetch_disk_reads.clone(),
+            "runnel_log_disk_reads",
+            "Reads of a partition's log run on the blocking pool, as they might wait for the disk: a fetch behind the log's tail (Behind) or at the tail with pages no longer cached (Uncached), a ListOffsets by time (ByTime)",
+            self.disk_reads_by_reason.clone(),
         );
         r.register_with_unit(
             "runnel_log_flush",
@@ -403,7 +405,7 @@ impl Metrics {
         Held(g.clone())
     }
 
-    /// A fetch's read of a partition sent to the blocking pool, and why.
+    /// A read of a partition's log sent to the blocking pool, and why.
     pub fn disk_read(&self, why: DiskRead) {
         self.disk_reads[why as usize].inc();
     }

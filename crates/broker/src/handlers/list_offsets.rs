@@ -16,6 +16,7 @@ use crate::broker::Broker;
 use crate::ctx::{now, Ctx, Reply};
 use crate::errors;
 use crate::partition::{Isolation, Partition};
+use runnel_metrics::DiskRead;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -71,13 +72,51 @@ pub(crate) fn lookup(p: &Partition, ts: i64, isolation: Isolation) -> Result<(i6
 }
 
 pub fn handle(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16, ctx: &Ctx) -> Reply {
+    let by_time = r.topics.iter().flat_map(|t| &t.partitions).any(|p| p.timestamp >= 0 || p.timestamp == MAX_TIMESTAMP);
+    if !by_time {
+        return now(answer(b, r, v, &ctx.access));
+    }
+    // A lookup by time reads batch headers and a batch from the segment files: on the
+    // blocking pool, as every read that might wait for the disk (`disk_reads.rs`).
+    let (b, access) = (b.clone(), ctx.access.clone());
+    Box::pin(async move {
+        let failed = failed(&r);
+        let broker = b.clone();
+        let read = move || Ok(answer(&broker, r, v, &access));
+        match b.disk_reads.run(DiskRead::ByTime, read).await {
+            Ok(resp) => Some(resp.into()),
+            Err(e) => {
+                tracing::error!(error = %e, "ListOffsets by time");
+                Some(failed.into())
+            }
+        }
+    })
+}
+
+/// Every partition of `r` answered with KAFKA_STORAGE_ERROR.
+fn failed(r: &ListOffsetsRequest) -> ListOffsetsResponse {
+    let code = ResponseError::KafkaStorageError.code();
+    let topics = r.topics.iter().map(|t| {
+        let partitions = t.partitions.iter().map(|p| {
+            ListOffsetsPartitionResponse::default()
+                .with_partition_index(p.partition_index)
+                .with_offset(-1)
+                .with_timestamp(-1)
+                .with_error_code(code)
+        });
+        ListOffsetsTopicResponse::default().with_name(t.name.clone()).with_partitions(partitions.collect())
+    });
+    ListOffsetsResponse::default().with_topics(topics.collect())
+}
+
+fn answer(b: &Broker, r: ListOffsetsRequest, v: i16, access: &crate::authz::Access) -> ListOffsetsResponse {
     let isolation = Isolation::from_kafka(if v >= 2 { r.isolation_level } else { 0 });
     let topics = r
         .topics
         .into_iter()
         .map(|t| {
             let topic = b.catalog.topic(&t.name.0);
-            let allowed = ctx.access.topic(Operation::Describe, &t.name.0);
+            let allowed = access.topic(Operation::Describe, &t.name.0);
             let partitions = t
                 .partitions
                 .into_iter()
@@ -118,5 +157,5 @@ pub fn handle(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16, ctx: &Ctx) -> Repl
             ListOffsetsTopicResponse::default().with_name(t.name).with_partitions(partitions)
         })
         .collect();
-    now(ListOffsetsResponse::default().with_topics(topics))
+    ListOffsetsResponse::default().with_topics(topics)
 }
