@@ -5,7 +5,8 @@ record, from the disk where the cache no longer has it.
 Residency is read with mincore(2) on a mapping of each segment file that is never touched,
 so measuring does not bring pages in. With the tail off (0, as Kafka leaves it all to the
 kernel) the same writes stay cached: that is what shows the measure can tell the two apart.
-Reads of pages no longer cached, and reads behind the tail, run off the runtime's threads.
+Reads of pages no longer cached, and reads behind the tail, run off the runtime's threads,
+and a Raft leader reads a new replica's entries into the cache before it sends them.
 """
 
 import ctypes
@@ -17,7 +18,7 @@ import urllib.request
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from conftest import Broker, create_topic, free_port, unique_topic
+from conftest import Broker, cluster_port, create_topic, free_port, unique_topic, wait_for, wait_for_topic
 
 RECORDS = 24_000
 VALUE_BYTES = 1000
@@ -205,3 +206,59 @@ def test_reads_that_might_wait_for_the_disk_run_off_the_runtime_threads(tmp_path
         assert after.get("ByTime", 0) > before.get("ByTime", 0), after
     finally:
         broker.kill9()
+
+
+def test_a_new_replica_is_sent_entries_read_into_the_cache_off_the_driver(tmp_path):
+    """An RF 2 partition holding 80 MB gains a third replica (AlterPartitionReassignments),
+    which starts empty and is caught up from the leader's log. The test drops the replicas'
+    pages of that log first (the brokers' own tail is off), so the leader's Raft driver does
+    not read them where raft-rs asks: raft-rs's asynchronous fetch has them read into the
+    page cache on the blocking pool first (`runnel_log_disk_reads_total` with reason
+    Replicate, on the leader; docs/design.md). The new replica ends byte-identical to the
+    leader, and every record reads back."""
+    import kafka_wire as kw
+    from confluent_kafka.admin import NewTopic
+    from test_cluster import BROKERS, DevCluster
+    from test_metrics import ADMIN_OFFSET
+
+    port = cluster_port(BROKERS)
+    c = DevCluster(tmp_path, port=port, settings=[f"admin.listeners=http://127.0.0.1:{port + ADMIN_OFFSET}",
+                                                  "log.cache.tail.bytes=0"])
+    try:
+        topic = unique_topic("newreplica")
+        a, b, new = 0, 1, 2
+        c.admin.create_topics([NewTopic(topic, 1, replica_assignment=[[a, b]])], operation_timeout=30,
+                              request_timeout=30)[topic].result(timeout=30)
+        wait_for_topic(c.admin, topic, 1)
+        producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 5})
+        n = 80_000
+        for i in range(n):
+            while True:
+                try:
+                    producer.produce(topic, value(i), partition=0)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        assert producer.flush(60) == 0, "every record acknowledged"
+        leader = c.known_leader(topic)
+        logs = [sorted((c.data_dir / f"broker-{r}" / f"{topic}-0").glob("*.log")) for r in (a, b)]
+        for segments in logs:
+            drop_from_page_cache(segments)
+            assert sum(resident_bytes(p) for p in segments) < n * VALUE_BYTES // 10, "the test dropped the pages"
+        with kw.Conn(f"127.0.0.1:{port + a}", timeout_s=40) as conn:
+            r = conn.request(kw.alter_partition_reassignments_v0_request({(topic, 0): [a, b, new]},
+                                                                         conn.next_correlation_id()),
+                             flexible_response_header=True)
+            assert [code for code, _ in kw.decode_alter_partition_reassignments_v0(r).values()] == [0, 0]
+
+        def caught_up():
+            d = c.data_dir / f"broker-{new}" / f"{topic}-0"
+            got = b"".join(p.read_bytes() for p in sorted(d.glob("*.log")))
+            return got and got == c.partition_log_bytes(leader, topic)
+        wait_for(caught_up, "the new replica to hold the leader's log", 60, c.diagnostics)
+        reads = disk_reads(port + ADMIN_OFFSET + leader)
+        assert reads.get("Replicate", 0) > 0, reads
+        got = read_all(c.bootstrap, topic, n)
+        assert got == [value(i) for i in range(n)], "records read back as written, in order"
+    finally:
+        c.close()

@@ -85,6 +85,9 @@ pub enum DiskRead {
     Uncached = 1,
     /// A ListOffsets by time: batch headers and a batch read from the file.
     ByTime = 2,
+    /// A Raft leader's entries for a follower behind, read into the page cache before the
+    /// driver sends them.
+    Replicate = 3,
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -146,7 +149,7 @@ pub struct Metrics {
     apis: [OnceLock<ApiHandles>; API_KEYS],
     delayed: [Gauge; 2],
     disk_reads_by_reason: Family<ReasonLabel, Counter>,
-    disk_reads: [Counter; 3],
+    disk_reads: [Counter; 4],
     topics: RwLock<HashMap<String, Arc<TopicHandles>>>,
     hooks: Mutex<Vec<Hook>>,
 }
@@ -173,7 +176,7 @@ impl Metrics {
         let delayed = [Delayed::Produce, Delayed::Fetch]
             .map(|op| purgatory.get_or_create(&DelayedLabel { delayedoperation: format!("{op:?}") }).clone());
         let disk_reads_by_reason: Family<ReasonLabel, Counter> = Family::default();
-        let disk_reads = [DiskRead::Behind, DiskRead::Uncached, DiskRead::ByTime]
+        let disk_reads = [DiskRead::Behind, DiskRead::Uncached, DiskRead::ByTime, DiskRead::Replicate]
             .map(|why| disk_reads_by_reason.get_or_create(&ReasonLabel { reason: format!("{why:?}") }).clone());
         let m = Metrics {
             registry: Registry::default(),
@@ -317,7 +320,7 @@ impl Metrics {
         );
         r.register(
             "runnel_log_disk_reads",
-            "Reads of a partition's log run on the blocking pool, as they might wait for the disk: a fetch behind the log's tail (Behind) or at the tail with pages no longer cached (Uncached), a ListOffsets by time (ByTime)",
+            "Reads of a partition's log run on the blocking pool, as they might wait for the disk: a fetch behind the log's tail (Behind) or at the tail with pages no longer cached (Uncached), a ListOffsets by time (ByTime), a Raft leader's entries for a follower behind (Replicate)",
             self.disk_reads_by_reason.clone(),
         );
         r.register_with_unit(

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use raft::eraftpb::Message;
-use runnel_storage::Written;
+use runnel_storage::{ReadPlan, Written};
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::{error, warn};
@@ -33,6 +33,7 @@ use crate::queue;
 use crate::replica::Replica;
 use crate::rounds::{Round, Rounds, Taken};
 use crate::transport::{PeerLinks, TcpTransport, Transport};
+use crate::warms::Warms;
 
 /// Interval between Raft ticks; election and heartbeat timeouts count these.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -129,6 +130,12 @@ pub trait Disk: Send + Sync {
             Ok(())
         })
     }
+
+    /// Reads what `plan` covers into the page cache (the bytes are not kept): entries a
+    /// leader is about to send a follower behind (`store/warm.rs`). Here, at once.
+    fn warm(&self, plan: ReadPlan) -> SyncFuture {
+        Box::pin(std::future::ready(plan.warm_up()))
+    }
 }
 
 /// A broker's disk: [`runnel_storage::sync_files`] on Tokio's blocking pool, so a slow
@@ -176,6 +183,12 @@ impl Disk for BlockingPoolDisk {
             let _ = evicting.await;
             Ok(())
         })
+    }
+
+    fn warm(&self, plan: ReadPlan) -> SyncFuture {
+        runnel_metrics::get().disk_read(runnel_metrics::DiskRead::Replicate);
+        let reading = tokio::task::spawn_blocking(move || plan.warm_up());
+        Box::pin(async move { reading.await.map_err(io::Error::other)? })
     }
 }
 
@@ -370,6 +383,8 @@ impl Driver {
         let mut liveness = Liveness::new(self.id, (self.now_ms)() as u64);
         // Persistence rounds syncing; owned by this task.
         let mut rounds = Rounds::new(self.cache_tail_bytes);
+        // Reads of entries for followers behind, under way off this task; owned by it.
+        let mut warms = Warms::default();
         loop {
             tokio::select! {
                 // In order rather than at random: ticks first, so a flood of messages
@@ -402,9 +417,11 @@ impl Driver {
                             // Hooks may propose (and kick), so no driver lock is held here.
                             self.hooks.on_forward(m.from, &m.context);
                         } else if let Some(r) = self.group(g) {
-                            if let Err(e) = lock(&r).step(m) {
+                            let mut rep = lock(&r);
+                            if let Err(e) = rep.step(m) {
                                 warn!(group = g, error = %e, "raft step");
                             }
+                            warms.start(g, &mut rep, |plan| self.host.disk.warm(plan));
                             touched.push(g);
                         }
                     }
@@ -416,9 +433,20 @@ impl Driver {
                         self.peer_gone(peer, &mut awake);
                     }
                 }
+                (g, low) = warms.next(), if !warms.is_empty() => {
+                    // The entries an append waited for are in the page cache: raft-rs sends
+                    // it now, and its messages go out with the group's next ready.
+                    if let Some(r) = self.group(g) {
+                        let mut rep = lock(&r);
+                        rep.warmed(low);
+                        warms.start(g, &mut rep, |plan| self.host.disk.warm(plan));
+                        drop(rep);
+                        self.dirty.lock_or_stop().insert(g);
+                    }
+                }
                 _ = self.wake.notified() => {}
             }
-            if let Err(fatal) = self.start_rounds(&mut awake, &mut rounds).await {
+            if let Err(fatal) = self.start_rounds(&mut awake, &mut rounds, &mut warms).await {
                 (self.host.on_fatal)(fatal);
                 return;
             }
@@ -480,9 +508,14 @@ impl Driver {
     ///
     /// With no round in flight and none to start, the synced pages pushed out of the
     /// page-cache tail go in a round of their own, so they do not wait for the next write.
-    async fn start_rounds(&self, awake: &mut BTreeSet<u64>, rounds: &mut Rounds) -> Result<(), Fatal> {
+    async fn start_rounds(
+        &self,
+        awake: &mut BTreeSet<u64>,
+        rounds: &mut Rounds,
+        warms: &mut Warms,
+    ) -> Result<(), Fatal> {
         while rounds.has_room() {
-            let Some(round) = self.collect_round(awake, rounds)? else {
+            let Some(round) = self.collect_round(awake, rounds, warms)? else {
                 if rounds.is_empty() && rounds.has_evictions() {
                     let sync = Some(self.host.disk.evict(rounds.take_evictions()));
                     rounds.push(Round { taken: Vec::new(), sync, written: Vec::new() });
@@ -499,7 +532,12 @@ impl Driver {
 
     /// Collects the dirty groups into a round, None when none had work. A group held by a
     /// round in flight that may not be collected yet ([`Rounds::may_collect`]) stays dirty.
-    fn collect_round(&self, awake: &mut BTreeSet<u64>, rounds: &mut Rounds) -> Result<Option<Round>, Fatal> {
+    fn collect_round(
+        &self,
+        awake: &mut BTreeSet<u64>,
+        rounds: &mut Rounds,
+        warms: &mut Warms,
+    ) -> Result<Option<Round>, Fatal> {
         let dirty: Vec<u64> = std::mem::take(&mut *self.dirty.lock_or_stop()).into_iter().collect();
         if dirty.is_empty() {
             return Ok(None);
@@ -528,6 +566,8 @@ impl Driver {
             let Some(r) = self.group(g) else { continue };
             let mut out = Vec::new();
             let mut rep = lock(&r);
+            // Reads asked for since the group was last here (a proposal's appends too).
+            warms.start(g, &mut rep, |plan| self.host.disk.warm(plan));
             if !rounds.may_collect(g, &rep) {
                 later.push(g);
                 continue;
@@ -597,8 +637,9 @@ impl Driver {
                 }
             };
             self.hooks.after_ready(g, &mut rep, moved);
-            // Persisting may have unlocked more (a leader's commit, follow-up appends).
-            if rep.has_ready() {
+            // Persisting may have unlocked more (a leader's commit, follow-up appends, or
+            // reads of entries for them to start).
+            if rep.has_ready() || rep.wants_warms() {
                 again.push(g);
             }
             drop(rep);

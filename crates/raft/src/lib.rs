@@ -20,6 +20,7 @@ pub mod sched;
 mod snapshot_data;
 pub mod store;
 pub mod transport;
+mod warms;
 
 pub use driver::{Disk, Driver, Fatal, Hooks, Host, Persistence, SharedReplica, SyncPolicy};
 pub use raft::eraftpb::{ConfChangeType, Message};

@@ -116,6 +116,19 @@ impl EntryOffsets {
         self.recent.get(usize::try_from(i).ok()?).copied()
     }
 
+    /// Base offset of entry `index`, or of an entry at most [`STRIDE`] - 1 before it, from
+    /// memory; None when not stored.
+    pub fn at_or_before(&self, index: u64) -> Option<i64> {
+        if index < self.first || index >= self.first + self.len {
+            return None;
+        }
+        if let Some(offset) = self.recent(index) {
+            return Some(offset);
+        }
+        let m = self.marks.partition_point(|(i, _)| *i <= index).checked_sub(1)?;
+        Some(self.marks[m].1)
+    }
+
     /// Base offset of entry `index`, if stored.
     pub fn get(&self, index: u64, log: &Log) -> io::Result<Option<i64>> {
         if index < self.first || index >= self.first + self.len {

@@ -29,6 +29,7 @@ use crate::store::RaftLog;
 mod config;
 mod members;
 mod quiet;
+mod warm;
 pub use config::ReplicaConfig;
 pub use members::Member;
 pub use quiet::QUIESCE;

@@ -29,10 +29,12 @@ use crate::offsets::EntryOffsets;
 use crate::snapshot_data;
 
 mod state;
+mod warm;
 
 use state::read_state;
 #[cfg(test)]
 use state::STATE_FILE;
+pub use warm::{Warm, WARM_BYTES};
 
 /// Control record types for Raft's own entries (Kafka uses 0 and 1 for transaction markers
 /// and 2..6 in its own metadata log).
@@ -90,6 +92,8 @@ pub struct RaftLog {
     /// request. At most [`RECENT_BYTES_MAX`]; older ones are read from the log.
     recent: VecDeque<Entry>,
     recent_bytes: usize,
+    /// Reads of entries for followers behind, under way off the driver (`warm.rs`).
+    warming: std::cell::RefCell<warm::Warming>,
 }
 
 /// Starts a new run in `terms` when entry `index` (at `offset`) has a new term.
@@ -158,6 +162,7 @@ impl RaftLog {
             closing: None,
             recent: VecDeque::new(),
             recent_bytes: 0,
+            warming: Default::default(),
         };
         match saved {
             Some(s) => {
@@ -595,7 +600,7 @@ impl raft::Storage for RaftLog {
         low: u64,
         high: u64,
         max_size: impl Into<Option<u64>>,
-        _context: GetEntriesContext,
+        context: GetEntriesContext,
     ) -> raft::Result<Vec<Entry>> {
         if low <= self.snap_index {
             return Err(raft::Error::Store(StorageError::Compacted));
@@ -606,6 +611,9 @@ impl raft::Storage for RaftLog {
         let max_size = max_size.into().unwrap_or(u64::MAX);
         if let Some(entries) = self.recent_entries(low, high, max_size) {
             return Ok(entries);
+        }
+        if self.must_wait(low, high, context) {
+            return Err(raft::Error::Store(StorageError::LogTemporarilyUnavailable));
         }
         self.read_entries(low, high, max_size).map_err(storage_err)
     }
@@ -779,6 +787,47 @@ mod tests {
         // Applying everything leaves nothing kept.
         store.applied_to(12);
         assert!(store.recent.is_empty() && store.recent_bytes == 0);
+    }
+
+    #[test]
+    fn entries_whose_pages_left_the_cache_are_read_in_off_the_caller_first() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = RaftLog::open(dir.path(), LogConfig::default(), &[1, 2, 3], 0).expect("open");
+        fill(&mut store, 400, 1);
+        store.applied_to(400);
+        let file = store.log().sync_handle();
+        file.sync_data().expect("sync");
+        let size = file.metadata().expect("metadata").len();
+        // SAFETY: posix_fadvise only advises the kernel about the open file's pages.
+        assert_eq!(unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+        match runnel_storage::in_page_cache(&file, 0, size) {
+            None => return, // a kernel that cannot tell (before 6.5): nothing to check
+            cached => assert_eq!(cached, Some(false), "dropped"),
+        }
+        // A caller that cannot wait reads at once.
+        let want = base_offsets(&store, 100, 150);
+        assert!(!store.wants_warms());
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+        let unavailable =
+            |r: raft::Result<Vec<Entry>>| matches!(r, Err(raft::Error::Store(StorageError::LogTemporarilyUnavailable)));
+        // Raft sending appends can wait: it is asked to, once, whoever else asks meanwhile.
+        assert!(unavailable(store.entries(100, 150, None, GetEntriesContext::empty(true))));
+        assert!(unavailable(store.entries(100, 150, None, GetEntriesContext::empty(true))));
+        let warms = store.take_warms();
+        assert_eq!(warms.iter().map(|w| w.low).collect::<Vec<_>>(), vec![100]);
+        assert!(store.take_warms().is_empty() && !store.wants_warms());
+        for w in warms {
+            w.plan.warm_up().expect("read in");
+        }
+        assert_eq!(store.warmed(100).len(), 2, "both callers are called back");
+        let entries = store.entries(100, 150, None, GetEntriesContext::empty(true)).expect("entries");
+        let got: Vec<i64> = entries.iter().map(|e| BatchHeader::parse(&e.data).expect("a batch").base_offset).collect();
+        assert_eq!(got, want);
+        // Read in, the pages are cached: asked again, the entries are read at once.
+        assert!(store.entries(120, 150, None, GetEntriesContext::empty(true)).is_ok());
+        assert!(store.take_warms().is_empty());
     }
 
     /// Found by the `raft_store_open` fuzz target (docs/fuzzing.md): a `raft.state` whose

@@ -435,6 +435,12 @@ impl Log {
         }
     }
 
+    /// Plans what [`Log::read_range`] reads (at most one segment's worth), without reading
+    /// the file: a caller that must not wait for the disk asks [`ReadPlan::may_wait`] first.
+    pub fn plan_range(&self, from: i64, to: i64, max_bytes: usize) -> Result<ReadPlan, ReadError> {
+        self.read_above(self.first_batch_offset(), from, max_bytes, to, true)
+    }
+
     /// Hands the header of the batch holding `from` and of every later batch to `visit`, in
     /// order, until it returns false. Like [`Log::read_range`], batches below the log start
     /// that are still on disk are included. Reads headers only.

@@ -137,6 +137,26 @@ impl ReadPlan {
         matches!(self.at, At::Seek(_))
     }
 
+    /// Whether carrying the plan out might wait for the disk: some page it reads is not in
+    /// the page cache ([`crate::in_page_cache`]; never where the kernel cannot tell). A plan
+    /// that finds its first batch in the file is judged by the bytes from its index entry
+    /// on, as many as it asks for and 1 MiB more (an index entry lies at most
+    /// `index.interval.bytes` and a batch before the batch it finds).
+    pub fn may_wait(&self) -> bool {
+        let (file, pos, len) = match &self.at {
+            At::Nothing => return false,
+            At::Known(span) => match &span.file {
+                Some(file) => (file, span.pos, span.len as u64),
+                None => return false,
+            },
+            At::Seek(seek) => {
+                let most = (self.want.max_bytes as u64).saturating_add(1 << 20);
+                (&seek.file, seek.from, most.min(seek.end.saturating_sub(seek.from)))
+            }
+        };
+        crate::tail::in_page_cache(file, pos, len) == Some(false)
+    }
+
     /// The span to read: the first batch found in the file when the plan did not know it.
     pub fn find(self) -> io::Result<Span> {
         let seek = match self.at {
@@ -153,6 +173,12 @@ impl ReadPlan {
             }
             None => Span::empty(self.want.upper),
         })
+    }
+
+    /// Reads the span found into the page cache (the bytes are not kept): for a caller that
+    /// will read it where it must not wait for the disk.
+    pub fn warm_up(self) -> io::Result<()> {
+        self.find()?.warm_up()
     }
 
     /// [`Span::execute`] of the span found.
@@ -191,6 +217,20 @@ impl Span {
     /// The bytes the span covers: what it reads at most.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Reads the span into the page cache, [`WARM_PIECE`] bytes at a time into one buffer
+    /// (the bytes are not kept).
+    pub fn warm_up(&self) -> io::Result<()> {
+        let Some(file) = &self.file else { return Ok(()) };
+        let mut buf = vec![0u8; WARM_PIECE.min(self.len)];
+        let mut at = 0;
+        while at < self.len {
+            let n = (self.len - at).min(buf.len());
+            std::os::unix::fs::FileExt::read_exact_at(&**file, &mut buf[..n], self.pos + at as u64)?;
+            at += n;
+        }
+        Ok(())
     }
 
     /// Whether all the span's pages are in the page cache ([`crate::in_page_cache`]): reading
@@ -279,6 +319,9 @@ impl TimestampRead {
         Ok(Some(buf))
     }
 }
+
+/// What [`Span::warm_up`] reads at a time.
+const WARM_PIECE: usize = 256 << 10;
 
 /// Headers are found by reading this much at a time: one read covers the headers of many
 /// small batches, and costs little beside a large one.
