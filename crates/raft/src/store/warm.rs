@@ -22,6 +22,10 @@ pub const WARM_BYTES: usize = 8 << 20;
 /// Reads of one group's log under way at most; past them, entries are read where asked.
 const WARMS_MAX: usize = 4;
 
+/// Callers waiting for one read at most (raft-rs asks once per follower it sends to, and
+/// again while it waits).
+const WAITERS_MAX: usize = 8;
+
 /// A read of the log into the page cache, for the entries from `low` on.
 pub struct Warm {
     pub low: u64,
@@ -53,7 +57,11 @@ impl RaftLog {
             return false;
         }
         if let Some((_, waiters)) = w.waiting.iter_mut().find(|(l, _)| *l == low) {
-            waiters.push(context);
+            // raft-rs asks again at each answer or heartbeat from the follower; a caller
+            // past the bound is not called back, and asks again at the next.
+            if waiters.len() < WAITERS_MAX {
+                waiters.push(context);
+            }
             return true;
         }
         if w.waiting.len() >= WARMS_MAX {
