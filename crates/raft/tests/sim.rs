@@ -440,3 +440,122 @@ fn a_follower_may_campaign_before_its_snapshot_is_synced() {
         );
     }
 }
+
+/// A quiet follower stays quiet when another follower's broker goes (its leader still
+/// stands and sends nothing, so a clock woken for it would only start an election); the
+/// leader wakes, and so does the follower when its leader's broker goes, campaigning within
+/// an election timeout. The driver's simulation found the first: a follower woken by a fellow
+/// follower's restart asked for votes a second later, its leader alive and quiet.
+#[test]
+fn only_the_leader_and_the_followers_of_a_gone_broker_wake() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut nodes: Vec<Replica> = (1..=NODES).map(|id| open(&root.path().join(format!("n{id}")), id)).collect();
+    for r in nodes.iter_mut() {
+        r.set_election_timeout(10);
+    }
+    for _ in 0..20 {
+        nodes[0].tick();
+        pump(&mut nodes, None);
+    }
+    assert!(nodes[0].is_leader(), "node 1 leads");
+    quiesce(&mut nodes, 0);
+    assert!(nodes.iter().all(|r| r.is_quiet()), "the group went quiet");
+    let term = nodes[1].term();
+
+    // Node 3's broker goes: node 2 stays quiet through three election timeouts.
+    assert!(!nodes[1].peer_gone(3), "a follower of node 1 does not wake for node 3");
+    for _ in 0..30 {
+        nodes[1].tick();
+        pump(&mut nodes, None);
+    }
+    assert!(nodes[1].is_quiet() && nodes[1].term() == term && nodes[1].role() == StateRole::Follower);
+    assert!(nodes[0].peer_gone(3), "the leader wakes for a member");
+    assert!(!nodes[0].is_quiet());
+
+    // Node 1's broker goes: node 2 wakes and campaigns within one election timeout (its
+    // clock randomized between one and two), not two.
+    assert!(nodes[1].peer_gone(1), "a follower of node 1 wakes when node 1 goes");
+    assert!(!nodes[1].peer_gone(4), "not a member");
+    for _ in 0..10 {
+        nodes[1].tick();
+    }
+    assert!(nodes[1].term() > term || nodes[1].role() != StateRole::Follower, "node 2 campaigned");
+}
+
+/// Ticks the leader `nodes[leader]` until it sees every member caught up and goes quiet,
+/// and delivers its last heartbeats.
+fn quiesce(nodes: &mut [Replica], leader: usize) {
+    for _ in 0..5 {
+        nodes[leader].tick();
+        pump(nodes, None);
+        let mut out = Vec::new();
+        if nodes[leader].quiesce(|_| true, &mut out) {
+            for m in out {
+                let _ = nodes[(m.to - 1) as usize].step(m);
+            }
+            pump(nodes, None);
+            return;
+        }
+    }
+    panic!("node {} did not go quiet", leader + 1);
+}
+
+/// A follower that keeps entries of an earlier term past its leader's log goes quiet with
+/// the leader. A partition group's new leader whose log is all committed appends no empty
+/// entry (`vendor/raft/PATCHED.md`), so such entries stay until its first proposal. The
+/// driver's simulation found a follower kept awake by them: its quiet leader sent nothing,
+/// and it asked for votes every election timeout.
+#[test]
+fn a_follower_with_entries_past_its_leaders_log_goes_quiet() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut nodes: Vec<Replica> = (1..=NODES).map(|id| open(&root.path().join(format!("n{id}")), id)).collect();
+    for r in nodes.iter_mut() {
+        r.set_election_timeout(10);
+    }
+    for _ in 0..20 {
+        nodes[0].tick();
+        pump(&mut nodes, None);
+    }
+    assert!(nodes[0].is_leader(), "node 1 leads");
+    // Cut off, node 1 appends two entries no one else gets; nodes 2 and 3 elect a leader,
+    // whose log is all committed.
+    for i in 0..2 {
+        let mut b = BatchBuilder::new(1_000);
+        b.push(1_000, None, Some(format!("lost-{i}").as_bytes()));
+        let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
+        let h = BatchHeader::parse(&batch).expect("header");
+        nodes[0].propose_batch(batch.into(), &h).expect("propose");
+        pump(&mut nodes, Some(1));
+    }
+    let mut leader = None;
+    for _ in 0..100 {
+        nodes[1].tick();
+        nodes[2].tick();
+        pump(&mut nodes, Some(1));
+        leader = nodes[1..].iter().position(|r| r.is_leader()).map(|i| i + 1);
+        if leader.is_some() {
+            break;
+        }
+    }
+    let leader = leader.expect("nodes 2 and 3 elected a leader");
+    // Back in touch: node 1 follows, its two entries past the new leader's log end.
+    for _ in 0..5 {
+        nodes[leader].tick();
+        pump(&mut nodes, None);
+    }
+    assert_eq!(nodes[0].leader(), Some(leader as u64 + 1));
+    assert!(
+        nodes[0].log().log_end_offset() > nodes[leader].log().log_end_offset(),
+        "node 1 keeps the entries it alone appended"
+    );
+    quiesce(&mut nodes, leader);
+    assert!(nodes.iter().all(|r| r.is_quiet()), "the group went quiet, node 1 too");
+    let term = nodes[0].term();
+    for _ in 0..30 {
+        for r in nodes.iter_mut() {
+            r.tick();
+        }
+        pump(&mut nodes, None);
+    }
+    assert!(nodes.iter().all(|r| r.is_quiet() && r.term() == term), "no election in three timeouts");
+}

@@ -7,8 +7,8 @@
 //! configuration change, a leadership transfer, a read), and every member's broker is live
 //! (the driver's [`Liveness`](crate::liveness::Liveness) says so). It then sends each
 //! member one last heartbeat whose context is [`QUIESCE`], and its clocks stop. A follower
-//! that steps that heartbeat from its leader, with its own log then all committed, stops
-//! its clocks too. Raft echoes the context in the answer, which leaves the leader quiet.
+//! that steps that heartbeat from its leader, having then committed all the leader's log,
+//! stops its clocks too. Raft echoes the context in the answer, which leaves the leader quiet.
 //!
 //! Anything else wakes a replica: any other message, a proposal, a campaign, a
 //! configuration change, a leadership transfer. A quiet group whose peer broker dies is
@@ -16,7 +16,9 @@
 //! TiKV keep quiet ranges the same way): a follower whose leader's broker went silent
 //! campaigns as if the leader's heartbeats had stopped an election timeout ago, and a
 //! leader whose follower's broker went silent ticks again, so that its in-sync replicas
-//! shrink and check-quorum still works. The metadata group never goes quiet.
+//! shrink and check-quorum still works. A follower stays quiet when another follower's
+//! broker goes: its leader still stands, and sends nothing to wake its clock back up. The
+//! metadata group never goes quiet.
 
 use raft::eraftpb::{Message, MessageType};
 use raft::StateRole;
@@ -29,8 +31,9 @@ pub const QUIESCE: &[u8] = b"runnel.quiesce";
 
 /// How a stepped message bears on quiescence.
 pub(super) enum Quiesce {
-    /// The leader's last heartbeat: the follower may go quiet.
-    Heartbeat,
+    /// The leader's last heartbeat, with the leader's whole log committed: the follower may
+    /// go quiet.
+    Heartbeat { commit: u64 },
     /// A follower's answer to it: the leader stays as it is.
     Answer,
     /// Anything else: the replica wakes.
@@ -48,19 +51,24 @@ impl Replica {
         self.quiet = false;
     }
 
-    /// The broker of `peer` went silent or restarted: a quiet replica that needs it
-    /// wakes, and a follower of `peer` campaigns as if its heartbeats had stopped an
-    /// election timeout ago (its election clock still randomized). Returns whether `peer`
-    /// is a member of the group.
+    /// The broker of `peer` went silent or restarted. A quiet leader with `peer` among its
+    /// members wakes, and ticks again. A follower wakes only when `peer` leads it (or it
+    /// knows no leader), and then campaigns as if its heartbeats had stopped an election
+    /// timeout ago (its election clock still randomized): a follower that woke for another
+    /// member's sake would find its quiet leader silent and start an election for nothing.
+    /// Returns whether the replica woke.
     pub fn peer_gone(&mut self, peer: u64) -> bool {
         if !self.has_member(peer) {
             return false;
         }
-        self.wake();
         let raft = &mut self.node.raft;
-        if raft.state != StateRole::Leader && raft.leader_id == peer {
+        if raft.state != StateRole::Leader {
+            if raft.leader_id != peer && raft.leader_id != raft::INVALID_ID {
+                return false;
+            }
             raft.election_elapsed = raft.election_elapsed.max(raft.election_timeout());
         }
+        self.wake();
         true
     }
 
@@ -116,17 +124,23 @@ impl Replica {
     }
 
     /// After stepping a message from `from`: a follower that stepped its leader's last
-    /// heartbeat and has its whole log committed goes quiet; anything else but an answer
-    /// to such a heartbeat wakes the replica.
+    /// heartbeat and has committed the leader's whole log goes quiet; anything else but an
+    /// answer to such a heartbeat wakes the replica.
+    ///
+    /// Entries past the leader's log do not keep a follower awake: a follower that led an
+    /// earlier term may keep entries of that term no one else has, until the leader's next
+    /// entry replaces them (Raft §5.3), and the leader, which counts the follower as caught
+    /// up, goes quiet. Kept awake, the follower would find its leader silent and ask for
+    /// votes every election timeout, in vain: its log is behind the leader's.
     pub(super) fn after_step(&mut self, q: Quiesce, from: u64) {
         let raft = &self.node.raft;
         match q {
             Quiesce::Answer => {}
-            Quiesce::Heartbeat => {
+            Quiesce::Heartbeat { commit } => {
                 self.quiet = self.may_quiesce
                     && raft.state == StateRole::Follower
                     && raft.leader_id == from
-                    && raft.raft_log.committed == raft.raft_log.last_index();
+                    && raft.raft_log.committed >= commit;
             }
             Quiesce::Other => self.quiet = false,
         }
@@ -137,7 +151,7 @@ impl Quiesce {
     pub(super) fn of(m: &Message) -> Quiesce {
         match m.get_msg_type() {
             _ if *m.context != *QUIESCE => Quiesce::Other,
-            MessageType::MsgHeartbeat => Quiesce::Heartbeat,
+            MessageType::MsgHeartbeat => Quiesce::Heartbeat { commit: m.commit },
             MessageType::MsgHeartbeatResponse => Quiesce::Answer,
             _ => Quiesce::Other,
         }
