@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import CACHE, Broker, External, admin_client, create_topic, unique_topic, wait_for
+from conftest import CACHE, Broker, External, admin_client, create_topic, free_port, unique_topic, wait_for
 from test_franz_go import clientcheck_bin  # noqa: F401  (session fixture: runs tests/go/build.sh)
 from test_share_groups import SHARE_SETTINGS as SHORT_SETTINGS
 
@@ -59,10 +59,15 @@ def log_tail(broker):
 def set_earliest(bootstrap, group):
     """share.auto.offset.reset=earliest on the group (IncrementalAlterConfigs, GROUP resource),
     until DescribeConfigs reads it back (Kafka applies group configs asynchronously)."""
+    set_reset(bootstrap, group, "earliest")
+
+
+def set_reset(bootstrap, group, value):
+    """share.auto.offset.reset=`value` on the group, as set_earliest does."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
     admin = admin_client(bootstrap)
-    entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    entry = ConfigEntry("share.auto.offset.reset", value, incremental_operation=AlterConfigOpType.SET)
     for f in admin.incremental_alter_configs(
             [ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])]).values():
         f.result(timeout=15)
@@ -71,9 +76,9 @@ def set_earliest(bootstrap, group):
     def applied():
         for f in admin.describe_configs([ConfigResource(ResourceType.GROUP, group)]).values():
             configs.update({k: v.value for k, v in f.result(timeout=15).items()})
-        return configs.get("share.auto.offset.reset") == "earliest"
+        return configs.get("share.auto.offset.reset") == value
 
-    wait_for(applied, "share.auto.offset.reset=earliest described", 15, lambda: str(configs), interval_s=0.2)
+    wait_for(applied, f"share.auto.offset.reset={value} described", 15, lambda: str(configs), interval_s=0.2)
 
 
 def produce(bootstrap, topic, keys, partitions):
@@ -203,6 +208,54 @@ def test_librdkafka_two_share_consumers_get_every_record_once(share_broker):
     assert len(tally.deliveries) == n, detail
     assert tally.counts() == {1: n}, detail
     assert tally.errors == [] and commit_errs == [], (commit_errs, detail)
+
+
+def test_librdkafka_share_group_reset_by_duration_starts_at_the_first_recent_record(tmp_path):
+    """share.auto.offset.reset=by_duration:PT1H: a new share-partition starts at the first record
+    stamped within the last hour (ListOffsets' rule; the lookup runs on the blocking pool,
+    counted as runnel_log_disk_reads_total{reason="ByTime"}). Of 8 records stamped 3 hours ago
+    and 8 stamped now, a librdkafka share consumer gets the 8 recent ones, and no old one."""
+    from confluent_kafka import Producer
+
+    from test_page_cache_tail import disk_reads
+
+    admin = free_port()
+    broker = Broker(tmp_path / "data", settings={**SHARE_SETTINGS, "admin.listeners": f"http://127.0.0.1:{admin}"})
+    broker.start()
+    try:
+        topic = unique_topic("rdk-share-dur")
+        group = f"{topic}-g"
+        create_topic(broker.bootstrap, topic, 1)
+        set_reset(broker.bootstrap, group, "by_duration:PT1H")
+        now_ms = int(time.time() * 1000)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        for i in range(8):
+            p.produce(topic, key=f"old{i}", value=b"x", timestamp=now_ms - 3 * 3600 * 1000)
+            assert p.flush(30) == 0, "records left unsent"
+        for i in range(8):
+            p.produce(topic, key=f"new{i}", value=b"x", timestamp=now_ms)
+            assert p.flush(30) == 0, "records left unsent"
+        before = disk_reads(admin)
+        tally = Tally()
+        c = share_consumer(broker.bootstrap, group, "rdk-dur", topic)
+        try:
+            def step():
+                tally.take("rdk-dur", c.poll(0.5))
+                return len(tally.times()) >= 8
+
+            wait_for(step, "the 8 recent records", 30, tally.summary, interval_s=0)
+            deadline = time.monotonic() + QUIET_S
+            while time.monotonic() < deadline:
+                tally.take("rdk-dur", c.poll(0.3))
+        finally:
+            c.close()
+        detail = tally.summary() + log_tail(broker)
+        assert sorted(tally.times()) == sorted(f"new{i}" for i in range(8)), detail
+        assert tally.errors == [], detail
+        after = disk_reads(admin)
+        assert after.get("ByTime", 0) > before.get("ByTime", 0), (before, after)
+    finally:
+        broker.kill9()
 
 
 def test_librdkafka_explicit_release_reject_accept(share_broker):

@@ -145,10 +145,7 @@ impl ReadPlan {
     pub fn may_wait(&self) -> bool {
         let (file, pos, len) = match &self.at {
             At::Nothing => return false,
-            At::Known(span) => match &span.file {
-                Some(file) => (file, span.pos, span.len as u64),
-                None => return false,
-            },
+            At::Known(span) => return span.cached() == Some(false),
             At::Seek(seek) => {
                 let most = (self.want.max_bytes as u64).saturating_add(1 << 20);
                 (&seek.file, seek.from, most.min(seek.end.saturating_sub(seek.from)))
