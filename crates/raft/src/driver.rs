@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use raft::eraftpb::Message;
-use runnel_storage::{ReadPlan, Written};
+use runnel_storage::{WarmPlan, Written};
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::{error, warn};
@@ -133,7 +133,7 @@ pub trait Disk: Send + Sync {
 
     /// Reads what `plan` covers into the page cache (the bytes are not kept): entries a
     /// leader is about to send a follower behind (`store/warm.rs`). Here, at once.
-    fn warm(&self, plan: ReadPlan) -> SyncFuture {
+    fn warm(&self, plan: WarmPlan) -> SyncFuture {
         Box::pin(std::future::ready(plan.warm_up()))
     }
 }
@@ -185,7 +185,7 @@ impl Disk for BlockingPoolDisk {
         })
     }
 
-    fn warm(&self, plan: ReadPlan) -> SyncFuture {
+    fn warm(&self, plan: WarmPlan) -> SyncFuture {
         runnel_metrics::get().disk_read(runnel_metrics::DiskRead::Replicate);
         let reading = tokio::task::spawn_blocking(move || plan.warm_up());
         Box::pin(async move { reading.await.map_err(io::Error::other)? })

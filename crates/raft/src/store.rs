@@ -791,25 +791,41 @@ mod tests {
 
     #[test]
     fn entries_whose_pages_left_the_cache_are_read_in_off_the_caller_first() {
+        // One segment, and segments of about 30 entries: the read runs on into the next.
+        for segment_bytes in [LogConfig::default().segment_bytes, 8 << 10] {
+            entries_read_in_off_the_caller(LogConfig { segment_bytes, ..LogConfig::default() });
+        }
+    }
+
+    fn entries_read_in_off_the_caller(config: LogConfig) {
         use std::os::fd::AsRawFd;
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut store = RaftLog::open(dir.path(), LogConfig::default(), &[1, 2, 3], 0).expect("open");
+        let mut store = RaftLog::open(dir.path(), config, &[1, 2, 3], 0).expect("open");
         fill(&mut store, 400, 1);
         store.applied_to(400);
-        let file = store.log().sync_handle();
-        file.sync_data().expect("sync");
-        let size = file.metadata().expect("metadata").len();
-        // SAFETY: posix_fadvise only advises the kernel about the open file's pages.
-        assert_eq!(unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
-        match runnel_storage::in_page_cache(&file, 0, size) {
+        let files: Vec<std::fs::File> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .map(|p| std::fs::File::open(p).expect("open"))
+            .collect();
+        let drop_pages = || {
+            for f in &files {
+                f.sync_data().expect("sync");
+                // SAFETY: posix_fadvise only advises the kernel about the open file's pages.
+                assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+            }
+        };
+        drop_pages();
+        let cached = |f: &std::fs::File| runnel_storage::in_page_cache(f, 0, f.metadata().expect("metadata").len());
+        match files.iter().map(cached).collect::<Option<Vec<bool>>>() {
             None => return, // a kernel that cannot tell (before 6.5): nothing to check
-            cached => assert_eq!(cached, Some(false), "dropped"),
+            Some(cached) => assert!(cached.iter().all(|c| !c), "dropped"),
         }
         // A caller that cannot wait reads at once.
         let want = base_offsets(&store, 100, 150);
         assert!(!store.wants_warms());
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+        drop_pages();
         let unavailable =
             |r: raft::Result<Vec<Entry>>| matches!(r, Err(raft::Error::Store(StorageError::LogTemporarilyUnavailable)));
         // Raft sending appends can wait: it is asked to, once, whoever else asks meanwhile
@@ -824,12 +840,14 @@ mod tests {
             w.plan.warm_up().expect("read in");
         }
         assert_eq!(store.warmed(100).len(), 8, "the first 8 callers are called back, the others ask again");
+        // Read in, the pages are cached, those of the next segments up to the last entry
+        // asked too: asked from further on (with small segments, from a mark two segments
+        // on), the entries are read at once.
+        assert!(store.entries(140, 150, None, GetEntriesContext::empty(true)).is_ok());
+        assert!(store.take_warms().is_empty());
         let entries = store.entries(100, 150, None, GetEntriesContext::empty(true)).expect("entries");
         let got: Vec<i64> = entries.iter().map(|e| BatchHeader::parse(&e.data).expect("a batch").base_offset).collect();
         assert_eq!(got, want);
-        // Read in, the pages are cached: asked again, the entries are read at once.
-        assert!(store.entries(120, 150, None, GetEntriesContext::empty(true)).is_ok());
-        assert!(store.take_warms().is_empty());
     }
 
     /// Found by the `raft_store_open` fuzz target (docs/fuzzing.md): a `raft.state` whose

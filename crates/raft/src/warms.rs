@@ -6,7 +6,7 @@ use std::task::Poll;
 
 use tracing::warn;
 
-use runnel_storage::ReadPlan;
+use runnel_storage::WarmPlan;
 
 use crate::replica::Replica;
 use crate::rounds::SyncFuture;
@@ -29,7 +29,7 @@ impl Warms {
     /// Starts the reads that `rep` (group `g`) asked for with `read` (the host's
     /// `Disk::warm`). True when `rep` has messages to send: appends called back because too
     /// many reads were under way.
-    pub fn start(&mut self, g: u64, rep: &mut Replica, read: impl Fn(ReadPlan) -> SyncFuture) -> bool {
+    pub fn start(&mut self, g: u64, rep: &mut Replica, read: impl Fn(WarmPlan) -> SyncFuture) -> bool {
         let mut called_back = false;
         for w in rep.take_warms() {
             if self.running.len() >= RUNNING_MAX {

@@ -23,7 +23,7 @@ mod tail;
 pub use cleaner::{all_records_keyed, records_of, CleanPlan, CleanStats, Cleaned, RecordRef, Records};
 pub use log::{AppendError, AppendInfo, Log, LogConfig, ReadError, SEGMENT_BYTES_MAX};
 pub use producer::{AbortedTxn, ProducerError, ProducerInfo, ProducerTable};
-pub use read::{FileSlice, ReadPlan, Span, TimestampRead};
+pub use read::{FileSlice, ReadPlan, Span, TimestampRead, WarmPlan};
 pub use tail::{evict_later, in_page_cache, CacheTail, Written};
 
 /// Makes everything written to `files` so far durable: one `syncfs` when `syncfs` is set

@@ -23,7 +23,7 @@ use crate::tail::{Written, PAGE};
 
 mod checkpoint;
 
-use crate::read::{First, ReadPlan, TimestampRead, Want};
+use crate::read::{First, ReadPlan, TimestampRead, Want, WarmPlan};
 
 use checkpoint::read_checkpoint;
 
@@ -439,6 +439,34 @@ impl Log {
     /// the file: a caller that must not wait for the disk asks [`ReadPlan::may_wait`] first.
     pub fn plan_range(&self, from: i64, to: i64, max_bytes: usize) -> Result<ReadPlan, ReadError> {
         self.read_above(self.first_batch_offset(), from, max_bytes, to, true)
+    }
+
+    /// Plans reading the log from `from` toward `to` into the page cache, `max_bytes` at
+    /// most in all: [`Log::plan_range`]'s read, then the next segments' from their start
+    /// while bytes are left and they hold offsets below `to` (a Raft follower catching up is
+    /// sent entries that run on into the next segment). Reads nothing.
+    pub fn plan_warm(&self, from: i64, to: i64, max_bytes: usize) -> Result<WarmPlan, ReadError> {
+        let first = self.plan_range(from, to, max_bytes)?;
+        let Some(start) = first.start() else { return Ok(WarmPlan { plans: vec![first] }) };
+        // The segment plan_range chose (the first one with a batch at or past `from`).
+        let i = self.segments.partition_point(|s| s.base_offset <= from).saturating_sub(1);
+        let Some(at) = self.segments[i..].iter().position(|s| s.size > 0 && s.next_offset > from) else {
+            return Ok(WarmPlan { plans: vec![first] });
+        };
+        let mut left = max_bytes.saturating_sub(self.segments[i + at].size.saturating_sub(start) as usize);
+        let mut plans = vec![first];
+        for seg in &self.segments[i + at + 1..] {
+            if left == 0 || seg.base_offset >= to {
+                break;
+            }
+            if seg.size == 0 {
+                continue;
+            }
+            let want = Want { max_bytes: left, min_one: true, upper: to };
+            plans.push(ReadPlan::seek(seg.file.clone(), 0, seg.size, seg.base_offset, want));
+            left = left.saturating_sub(seg.size as usize);
+        }
+        Ok(WarmPlan { plans })
     }
 
     /// Hands the header of the batch holding `from` and of every later batch to `visit`, in

@@ -154,6 +154,15 @@ impl ReadPlan {
         crate::tail::in_page_cache(file, pos, len) == Some(false)
     }
 
+    /// Where in its segment the plan starts reading, if anywhere.
+    pub(crate) fn start(&self) -> Option<u64> {
+        match &self.at {
+            At::Nothing => None,
+            At::Known(span) => span.file.as_ref().map(|_| span.pos),
+            At::Seek(seek) => Some(seek.from),
+        }
+    }
+
     /// The span to read: the first batch found in the file when the plan did not know it.
     pub fn find(self) -> io::Result<Span> {
         let seek = match self.at {
@@ -186,6 +195,29 @@ impl ReadPlan {
     /// [`Span::locate`] of the span found.
     pub fn locate(self) -> io::Result<Option<FileSlice>> {
         self.find()?.locate()
+    }
+}
+
+/// Reads that bring a range of the log into the page cache, one per segment it reaches
+/// ([`crate::Log::plan_warm`]): planned under the partition's lock, carried out off it.
+pub struct WarmPlan {
+    pub(crate) plans: Vec<ReadPlan>,
+}
+
+impl WarmPlan {
+    /// Whether any of the reads might wait for the disk ([`ReadPlan::may_wait`]).
+    pub fn may_wait(&self) -> bool {
+        self.plans.iter().any(ReadPlan::may_wait)
+    }
+
+    /// Reads every segment's part into the page cache, in order (the bytes are not kept).
+    pub fn warm_up(self) -> io::Result<()> {
+        self.plans.into_iter().try_for_each(ReadPlan::warm_up)
+    }
+
+    /// The segments it reads.
+    pub fn segments(&self) -> usize {
+        self.plans.len()
     }
 }
 

@@ -354,6 +354,47 @@ fn a_read_is_planned_without_reading_the_file_and_finds_its_batch_after() {
     assert_eq!(first(&log.read(11, 1 << 20, end, true).expect("plan").execute().expect("read")).base_offset, 10);
 }
 
+/// A Raft leader's read of a follower's entries into the page cache runs on into the next
+/// segments while its bytes last, and only as far as the entries asked.
+#[test]
+fn a_warm_runs_on_into_the_next_segments_as_far_as_asked() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = LogConfig { segment_bytes: 20_000, ..LogConfig::default() };
+    let mut log = Log::open(dir.path(), config, 0).expect("open");
+    for i in 0..60 {
+        append(&mut log, &batch(10, i * 10, -1, 0)).expect("append");
+    }
+    let (segments, end) = (log.segment_count(), log.log_end_offset());
+    assert!(segments >= 4, "{segments} segments");
+    assert_eq!(log.plan_warm(0, end, 1 << 20).expect("plan").segments(), segments);
+    assert_eq!(log.plan_warm(0, end, 100).expect("plan").segments(), 1, "the bytes ran out");
+    assert_eq!(log.plan_warm(0, 10, 1 << 20).expect("plan").segments(), 1, "asked for the first batch");
+    assert_eq!(log.plan_warm(end - 10, end, 1 << 20).expect("plan").segments(), 1, "the last segment");
+
+    let files: Vec<std::fs::File> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .map(|p| std::fs::File::open(p).expect("open"))
+        .collect();
+    assert_eq!(files.len(), segments);
+    for f in &files {
+        f.sync_all().expect("sync");
+        // SAFETY: posix_fadvise only advises the kernel about the open file's pages.
+        assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+    }
+    let size = |f: &std::fs::File| f.metadata().expect("metadata").len();
+    if files.iter().any(|f| runnel_storage::in_page_cache(f, 0, size(f)).is_none()) {
+        return; // a kernel that cannot tell (before 6.5): nothing more to check
+    }
+    let plan = log.plan_warm(0, end, 1 << 20).expect("plan");
+    assert!(plan.may_wait(), "dropped");
+    plan.warm_up().expect("read in");
+    assert!(files.iter().all(|f| runnel_storage::in_page_cache(f, 0, size(f)) == Some(true)), "every segment read in");
+    assert!(!log.plan_warm(0, end, 1 << 20).expect("plan").may_wait());
+}
+
 #[test]
 fn take_written_hands_out_every_segment_rolled_since_the_last_call() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -8,11 +8,12 @@
 //! the cache.
 //!
 //! What is read ahead is [`WARM_BYTES`] from the entry's mark (entries are found from the
-//! mark at most `offsets::STRIDE` - 1 entries before them): a follower catching up asks for
-//! the entries after those next, so one read serves several of its appends.
+//! mark at most `offsets::STRIDE` - 1 entries before them), on into the next segment when
+//! that one ends first: a follower catching up asks for the entries after those next, so
+//! one read serves several of its appends.
 
 use raft::GetEntriesContext;
-use runnel_storage::ReadPlan;
+use runnel_storage::WarmPlan;
 
 use super::RaftLog;
 
@@ -29,7 +30,7 @@ const WAITERS_MAX: usize = 8;
 /// A read of the log into the page cache, for the entries from `low` on.
 pub struct Warm {
     pub low: u64,
-    pub plan: ReadPlan,
+    pub plan: WarmPlan,
 }
 
 #[derive(Default)]
@@ -69,7 +70,7 @@ impl RaftLog {
         }
         let Some(from) = self.offsets.at_or_before(low) else { return false };
         let to = self.end_offset_in_memory(high - 1).unwrap_or(self.log.log_end_offset());
-        let Ok(plan) = self.log.plan_range(from, to, WARM_BYTES) else { return false };
+        let Ok(plan) = self.log.plan_warm(from, to, WARM_BYTES) else { return false };
         if !plan.may_wait() {
             return false;
         }
