@@ -19,6 +19,7 @@ use runnel_sync::{LockExt, RwLockExt};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -248,6 +249,8 @@ pub struct Driver {
     /// no round in flight, and whenever a round finishes: a sync that never returns stops it
     /// though the loop goes on turning.
     beat: runnel_sync::Beat,
+    /// See [`Driver::activity`].
+    activity: AtomicU64,
 }
 
 impl Driver {
@@ -294,6 +297,7 @@ impl Driver {
             host,
             task: Mutex::new(None),
             beat: runnel_sync::Beat::new(),
+            activity: AtomicU64::new(0),
         });
         let run = tokio::spawn(driver.clone().run(inbound));
         let abort = run.abort_handle();
@@ -327,6 +331,16 @@ impl Driver {
     /// When the driver last made progress (see the field); the broker's watchdog reads it.
     pub fn beat(&self) -> &runnel_sync::Beat {
         &self.beat
+    }
+
+    /// A count that moves at the end of every tick at which a group that may go quiet was
+    /// awake. While it stands still, no such group has changed its role, term, members or
+    /// in-sync replicas: a quiet group's stand still, and a group that wakes (a message, a
+    /// proposal, a peer gone, a new group) is awake at the next tick. Read it before looking
+    /// at the groups: a later read that finds it unchanged means nothing moved since. The
+    /// broker's leader announcements skip their pass over every partition then.
+    pub fn activity(&self) -> u64 {
+        self.activity.load(Ordering::Acquire)
     }
 
     pub fn add_group(&self, group: u64, replica: SharedReplica) {
@@ -462,6 +476,9 @@ impl Driver {
     fn tick(&self, awake: &mut BTreeSet<u64>, liveness: &mut Liveness) {
         let mut ticked = Vec::new();
         let mut quiet = Vec::new();
+        // A group awake that may go quiet (the metadata group never does, so it does not
+        // count): `activity` moves once this tick's changes are made.
+        let mut active = false;
         for g in awake.iter().copied() {
             let Some(r) = self.group(g) else {
                 quiet.push(g);
@@ -469,6 +486,7 @@ impl Driver {
             };
             let mut out = Vec::new();
             let mut rep = lock(&r);
+            active |= rep.may_quiesce();
             if rep.tick() {
                 ticked.push(g);
             }
@@ -481,6 +499,9 @@ impl Driver {
         }
         for g in quiet {
             awake.remove(&g);
+        }
+        if active {
+            self.activity.fetch_add(1, Ordering::Release);
         }
         self.dirty.lock_or_stop().extend(ticked);
         for ping in liveness.pings() {

@@ -789,11 +789,17 @@ impl Sim {
             self.step(Phase::Quiet).await;
         }
         let before = guard(&self.net).raft_sent;
+        let activity =
+            |sim: &Sim| sim.nodes.iter().map(|n| n.driver.as_ref().map(|d| d.activity())).collect::<Vec<_>>();
+        let moved = activity(self);
         for _ in 0..100 {
             self.step(Phase::Quiet).await;
         }
         let sent = guard(&self.net).raft_sent - before;
         assert!(sent == 0, "idle converged groups sent {sent} Raft messages in a second:{}", self.describe());
+        // Nothing woke: the drivers' activity stood still (a broker's leader announcements
+        // skip their rounds on it).
+        assert_eq!(activity(self), moved, "the activity of drivers whose groups are all quiet moved");
         let leader = |sim: &Sim| {
             sim.nodes
                 .iter()
@@ -812,6 +818,9 @@ impl Sim {
         let Some(new) = new else {
             panic!("the quiet followers of a crashed leader elected no leader in 10 s:{}", self.describe())
         };
+        // It campaigned at a tick of its driver, awake.
+        let now = activity(self);
+        assert!(now[new] > moved[new], "the new leader's driver's activity moved: {moved:?} then {now:?}");
         let acked = guard(&self.world).acked.len();
         let value = format!("seed {} after the leader's crash", self.seed).into_bytes();
         let mut b = BatchBuilder::new(1_000);

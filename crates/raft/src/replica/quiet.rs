@@ -46,6 +46,11 @@ impl Replica {
         self.quiet
     }
 
+    /// The replica goes quiet when idle ([`crate::ReplicaConfig::quiesce`]).
+    pub fn may_quiesce(&self) -> bool {
+        self.may_quiesce
+    }
+
     /// The clocks run again from where they stopped.
     pub fn wake(&mut self) {
         self.quiet = false;
