@@ -341,6 +341,29 @@ fn raft_groups_keep_committed_data_under_faults() {
     }
 }
 
+/// Three replicas under `root` with an election timeout of 10 ticks, node 1 elected.
+fn led_by_node_1(root: &std::path::Path) -> Vec<Replica> {
+    let mut nodes: Vec<Replica> = (1..=NODES).map(|id| open(&root.join(format!("n{id}")), id)).collect();
+    for r in nodes.iter_mut() {
+        r.set_election_timeout(10);
+    }
+    for _ in 0..20 {
+        nodes[0].tick();
+        pump(&mut nodes, None);
+    }
+    assert!(nodes[0].is_leader(), "node 1 leads");
+    nodes
+}
+
+/// Proposes one record whose value is `value` at the leader `r`.
+fn propose_value(r: &mut Replica, value: &str) {
+    let mut b = BatchBuilder::new(1_000);
+    b.push(1_000, None, Some(value.as_bytes()));
+    let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
+    let h = BatchHeader::parse(&batch).expect("header");
+    r.propose_batch(batch.into(), &h).expect("propose");
+}
+
 /// Hands out every ready of every replica (collected and persisted at once) and delivers
 /// the messages, except those to or from `cut`, until nothing moves.
 fn pump(nodes: &mut [Replica], cut: Option<u64>) {
@@ -370,22 +393,10 @@ fn pump(nodes: &mut [Replica], cut: Option<u64>) {
 #[test]
 fn a_follower_may_campaign_before_its_snapshot_is_synced() {
     let root = tempfile::tempdir().expect("tempdir");
-    let mut nodes: Vec<Replica> = (1..=NODES).map(|id| open(&root.path().join(format!("n{id}")), id)).collect();
-    for r in nodes.iter_mut() {
-        r.set_election_timeout(10);
-    }
-    for _ in 0..20 {
-        nodes[0].tick();
-        pump(&mut nodes, None);
-    }
-    assert!(nodes[0].is_leader(), "node 1 leads");
+    let mut nodes = led_by_node_1(root.path());
     // Node 3 cut off, the other two commit and then delete what node 3 lacks.
     for i in 0..20 {
-        let mut b = BatchBuilder::new(1_000);
-        b.push(1_000, None, Some(format!("value-{i}").as_bytes()));
-        let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
-        let h = BatchHeader::parse(&batch).expect("header");
-        nodes[0].propose_batch(batch.into(), &h).expect("propose");
+        propose_value(&mut nodes[0], &format!("value-{i}"));
         pump(&mut nodes, Some(3));
     }
     let hw = nodes[0].high_watermark();
@@ -449,15 +460,7 @@ fn a_follower_may_campaign_before_its_snapshot_is_synced() {
 #[test]
 fn only_the_leader_and_the_followers_of_a_gone_broker_wake() {
     let root = tempfile::tempdir().expect("tempdir");
-    let mut nodes: Vec<Replica> = (1..=NODES).map(|id| open(&root.path().join(format!("n{id}")), id)).collect();
-    for r in nodes.iter_mut() {
-        r.set_election_timeout(10);
-    }
-    for _ in 0..20 {
-        nodes[0].tick();
-        pump(&mut nodes, None);
-    }
-    assert!(nodes[0].is_leader(), "node 1 leads");
+    let mut nodes = led_by_node_1(root.path());
     quiesce(&mut nodes, 0);
     assert!(nodes.iter().all(|r| r.is_quiet()), "the group went quiet");
     let term = nodes[1].term();
@@ -508,23 +511,11 @@ fn quiesce(nodes: &mut [Replica], leader: usize) {
 #[test]
 fn a_follower_with_entries_past_its_leaders_log_goes_quiet() {
     let root = tempfile::tempdir().expect("tempdir");
-    let mut nodes: Vec<Replica> = (1..=NODES).map(|id| open(&root.path().join(format!("n{id}")), id)).collect();
-    for r in nodes.iter_mut() {
-        r.set_election_timeout(10);
-    }
-    for _ in 0..20 {
-        nodes[0].tick();
-        pump(&mut nodes, None);
-    }
-    assert!(nodes[0].is_leader(), "node 1 leads");
+    let mut nodes = led_by_node_1(root.path());
     // Cut off, node 1 appends two entries no one else gets; nodes 2 and 3 elect a leader,
     // whose log is all committed.
     for i in 0..2 {
-        let mut b = BatchBuilder::new(1_000);
-        b.push(1_000, None, Some(format!("lost-{i}").as_bytes()));
-        let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
-        let h = BatchHeader::parse(&batch).expect("header");
-        nodes[0].propose_batch(batch.into(), &h).expect("propose");
+        propose_value(&mut nodes[0], &format!("lost-{i}"));
         pump(&mut nodes, Some(1));
     }
     let mut leader = None;
