@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::{error, warn};
 
-use crate::liveness::{ping_incarnation, Liveness, LIVENESS_GROUP};
+use crate::liveness::{ping_incarnation, Heard, Liveness, LIVENESS_GROUP};
 use crate::queue;
 use crate::replica::Replica;
 use crate::rounds::{Round, Rounds, Taken};
@@ -419,10 +419,12 @@ impl Driver {
                         return;
                     }
                     let mut touched = Vec::new();
-                    let mut restarted = Vec::new();
+                    let (mut restarted, mut back) = (Vec::new(), Vec::new());
                     for (g, m) in batch.drain(..) {
-                        if liveness.heard(m.from, ping_incarnation(g, &m)) {
-                            restarted.push(m.from);
+                        match liveness.heard(m.from, ping_incarnation(g, &m)) {
+                            Heard::Restarted => restarted.push(m.from),
+                            Heard::Back => back.push(m.from),
+                            Heard::Same => {}
                         }
                         if g == LIVENESS_GROUP {
                             continue;
@@ -445,6 +447,9 @@ impl Driver {
                     }
                     for peer in restarted {
                         self.peer_gone(peer, &mut awake);
+                    }
+                    for peer in back {
+                        self.peer_back(peer, &mut awake);
                     }
                 }
                 (g, low) = warms.next(), if !warms.is_empty() => {
@@ -517,7 +522,23 @@ impl Driver {
     /// member of wake (and follow it no more, if it led them).
     fn peer_gone(&self, peer: u64, awake: &mut BTreeSet<u64>) {
         for (g, r) in self.groups() {
-            if !awake.contains(&g) && lock(&r).peer_gone(peer) {
+            let mut rep = lock(&r);
+            // Quiet, whether or not it is in the awake set: a group that went quiet at a
+            // tick is put back in it by the round that hands out that tick's ready, until
+            // the next tick, and skipping it there left it quiet for good.
+            if rep.is_quiet() && rep.peer_gone(peer) {
+                awake.insert(g);
+            }
+        }
+    }
+
+    /// The broker of Raft id `peer` is heard from again after a silence: the quiet leaders
+    /// of groups it is a member of wake (they may have gone quiet without it).
+    fn peer_back(&self, peer: u64, awake: &mut BTreeSet<u64>) {
+        for (g, r) in self.groups() {
+            let mut rep = lock(&r);
+            // Quiet, whether or not it is in the awake set (see `peer_gone`).
+            if rep.is_quiet() && rep.peer_back(peer) {
                 awake.insert(g);
             }
         }

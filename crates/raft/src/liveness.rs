@@ -30,6 +30,17 @@ struct Peer {
     live: bool,
 }
 
+/// What a message tells of its sender ([`Liveness::heard`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// Live before, and the same incarnation.
+    Same,
+    /// Silent before (or never heard from), and not known to have restarted.
+    Back,
+    /// A new incarnation: it restarted, and its replicas forgot who leads.
+    Restarted,
+}
+
 pub struct Liveness {
     id: u64,
     incarnation: u64,
@@ -42,29 +53,37 @@ impl Liveness {
         Liveness { id, incarnation, ticks: 0, peers: BTreeMap::new() }
     }
 
-    /// A message came from `peer` (a ping carries its incarnation). Returns true when the
-    /// peer restarted since we last heard from it.
-    pub fn heard(&mut self, peer: u64, incarnation: Option<u64>) -> bool {
+    /// A message came from `peer` (a ping carries its incarnation): whether the peer
+    /// restarted since we last heard from it, or is back after it went silent (or is heard
+    /// from for the first time).
+    pub fn heard(&mut self, peer: u64, incarnation: Option<u64>) -> Heard {
         if peer == self.id || peer == 0 {
-            return false;
+            return Heard::Same;
         }
         let ticks = self.ticks;
         if self.peers.len() >= PEERS_MAX && !self.peers.contains_key(&peer) {
-            return false;
+            return Heard::Same;
         }
-        let p = self.peers.entry(peer).or_insert(Peer { heard: ticks, incarnation: None, live: true });
+        let mut back = false;
+        let p = self.peers.entry(peer).or_insert_with(|| {
+            back = true;
+            Peer { heard: ticks, incarnation: None, live: true }
+        });
         p.heard = ticks;
+        back |= !p.live;
         p.live = true;
         match (incarnation, p.incarnation) {
             (Some(new), Some(old)) if new != old => {
                 p.incarnation = Some(new);
-                true
+                return Heard::Restarted;
             }
-            (Some(new), _) => {
-                p.incarnation = Some(new);
-                false
-            }
-            (None, _) => false,
+            (Some(new), _) => p.incarnation = Some(new),
+            (None, _) => {}
+        }
+        if back {
+            Heard::Back
+        } else {
+            Heard::Same
         }
     }
 
@@ -108,7 +127,8 @@ mod tests {
     fn a_silent_peer_is_gone_once_after_silent_ticks_and_live_again_when_heard() {
         let mut l = Liveness::new(1, 7);
         assert!(!l.is_live(2));
-        l.heard(2, None);
+        assert_eq!(l.heard(2, None), Heard::Back, "heard from the first time");
+        assert_eq!(l.heard(2, None), Heard::Same);
         assert!(l.is_live(2) && l.is_live(1));
         for _ in 0..SILENT_TICKS {
             assert!(l.tick().is_empty());
@@ -117,17 +137,18 @@ mod tests {
         assert!(!l.is_live(2));
         assert!(l.tick().is_empty(), "gone is reported once");
         assert_eq!(l.pings().iter().map(|m| (m.to, m.from, m.index)).collect::<Vec<_>>(), vec![(2, 1, 7)]);
-        l.heard(2, Some(5));
+        assert_eq!(l.heard(2, Some(5)), Heard::Back, "back after it went silent");
         assert!(l.is_live(2));
+        assert_eq!(l.heard(2, Some(5)), Heard::Same);
     }
 
     #[test]
     fn a_new_incarnation_is_a_restart() {
         let mut l = Liveness::new(1, 7);
-        assert!(!l.heard(3, Some(10)));
-        assert!(!l.heard(3, None));
-        assert!(!l.heard(3, Some(10)));
-        assert!(l.heard(3, Some(11)));
-        assert!(!l.heard(1, Some(99)), "ourselves");
+        assert_eq!(l.heard(3, Some(10)), Heard::Back);
+        assert_eq!(l.heard(3, None), Heard::Same);
+        assert_eq!(l.heard(3, Some(10)), Heard::Same);
+        assert_eq!(l.heard(3, Some(11)), Heard::Restarted);
+        assert_eq!(l.heard(1, Some(99)), Heard::Same, "ourselves");
     }
 }

@@ -550,3 +550,49 @@ fn a_follower_with_entries_past_its_leaders_log_goes_quiet() {
     }
     assert!(nodes.iter().all(|r| r.is_quiet() && r.term() == term), "no election in three timeouts");
 }
+
+/// A leader goes quiet without a member whose broker is gone, once that member is out of
+/// the in-sync replicas, and not without a majority; its last heartbeat tells the member
+/// left out to commit only what it is known to share (the simulation found a member that
+/// took entries of its own for committed when told the leader's last index); the member's
+/// return wakes the leader, which catches it up and goes quiet again with it.
+#[test]
+fn a_leader_goes_quiet_without_a_member_whose_broker_is_gone() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut nodes = led_by_node_1(root.path());
+    let without_3 = |id: u64| id != 3;
+    // Node 3 gone: a record it does not get, and a second for node 2's in-sync replicas.
+    propose_value(&mut nodes[0], "while node 3 is away");
+    pump(&mut nodes, Some(3));
+    let mut out = Vec::new();
+    assert!(!nodes[0].quiesce(without_3, &mut out), "node 3 is in sync still");
+    for _ in 0..25 {
+        nodes[0].tick();
+        pump(&mut nodes, Some(3));
+    }
+    assert_eq!(nodes[0].in_sync(u64::MAX), vec![1, 2], "node 3 left the in-sync replicas");
+    assert!(!nodes[0].quiesce(|id| id == 1, &mut out), "no majority");
+    assert!(nodes[0].quiesce(without_3, &mut out), "quiet without node 3");
+    let committed = nodes[0].committed_index();
+    for m in out {
+        if m.to == 3 {
+            assert!(m.commit < committed, "node 3 is told to commit {} of {committed}", m.commit);
+        } else {
+            let _ = nodes[(m.to - 1) as usize].step(m);
+        }
+    }
+    pump(&mut nodes, Some(3));
+    assert!(nodes[0].is_quiet() && nodes[1].is_quiet());
+    assert!(nodes[2].high_watermark() < nodes[0].high_watermark());
+    // Node 3 back: the leader wakes, catches it up, and goes quiet again with it.
+    assert!(!nodes[1].peer_back(3), "a follower does not wake");
+    assert!(nodes[0].peer_back(3) && !nodes[0].is_quiet());
+    for _ in 0..5 {
+        nodes[0].tick();
+        pump(&mut nodes, None);
+    }
+    assert_eq!(nodes[2].high_watermark(), nodes[0].high_watermark(), "node 3 caught up");
+    assert_eq!(nodes[0].in_sync(u64::MAX), vec![1, 2, 3]);
+    quiesce(&mut nodes, 0);
+    assert!(nodes.iter().all(|r| r.is_quiet()));
+}

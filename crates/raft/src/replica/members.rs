@@ -90,9 +90,7 @@ impl Replica {
         }
         let store = self.node.store();
         let me = self.id();
-        let alive = |id: u64| {
-            id == me || self.heard.get(&id).is_some_and(|t| self.ticks.saturating_sub(*t) <= self.silent_after_ticks)
-        };
+        let alive = |id: u64| id == me || self.heard_lately(id);
         raft.prs()
             .iter()
             .filter(|(id, _)| raft.prs().conf().voters().contains(**id) && alive(**id))
@@ -102,6 +100,11 @@ impl Replica {
                 store.end_offset_in_memory(matched).map(|end| (*id, end))
             })
             .collect()
+    }
+
+    /// `id` was heard from within twice the election timeout (in this replica's ticks).
+    pub(super) fn heard_lately(&self, id: u64) -> bool {
+        self.heard.get(&id).is_some_and(|t| self.ticks.saturating_sub(*t) <= self.silent_after_ticks)
     }
 
     /// The group's configuration as applied: (voters, learners, joint).
@@ -134,9 +137,7 @@ impl Replica {
             .ids()
             .iter()
             .filter(|id| {
-                *id == me
-                    || (within(self.heard.get(id), self.silent_after_ticks)
-                        && within(self.catch_up.get(id).map(|(at, _)| at), lag_ticks))
+                *id == me || (self.heard_lately(*id) && within(self.catch_up.get(id).map(|(at, _)| at), lag_ticks))
             })
             .collect();
         ids.sort_unstable();

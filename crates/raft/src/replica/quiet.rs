@@ -3,9 +3,12 @@
 //! thousand partitions the brokers spend most of a core on groups with nothing to do.
 //!
 //! A leader goes quiet when its whole log is committed, on its own disk and acknowledged by
-//! every member (voters and learners), nothing is pending here (a proposal, a waiter, a
-//! configuration change, a leadership transfer, a read), and every member's broker is live
-//! (the driver's [`Liveness`](crate::liveness::Liveness) says so). It then sends each
+//! every member (voters and learners) whose broker is live (the driver's
+//! [`Liveness`](crate::liveness::Liveness) says so) and by a majority of the voters, nothing
+//! is pending here (a proposal, a waiter, a configuration change, a leadership transfer, a
+//! read), and every member whose broker is gone is out of the in-sync replicas already
+//! (CockroachDB's ranges quiesce with dead replicas the same way). A member whose broker
+//! comes back wakes the leader. It then sends each
 //! member one last heartbeat whose context is [`QUIESCE`], and its clocks stop. A follower
 //! that steps that heartbeat from its leader, having then committed all the leader's log,
 //! stops its clocks too. Raft echoes the context in the answer, which leaves the leader quiet.
@@ -16,7 +19,7 @@
 //! TiKV keep quiet ranges the same way): a follower whose leader's broker went silent
 //! campaigns as if the leader's heartbeats had stopped an election timeout ago, and a
 //! leader whose follower's broker went silent ticks again, so that its in-sync replicas
-//! shrink and check-quorum still works. A follower stays quiet when another follower's
+//! shrink and check-quorum still works, and goes quiet again without it. A follower stays quiet when another follower's
 //! broker goes: its leader still stands, and sends nothing to wake its clock back up. The
 //! metadata group never goes quiet.
 
@@ -77,6 +80,18 @@ impl Replica {
         true
     }
 
+    /// The broker of `peer` is heard from again after it went silent, without a restart
+    /// (a network partition healed, a paused process resumed). A quiet leader with `peer`
+    /// among its members wakes: it may have gone quiet without it, which may now be behind
+    /// and is out of the in-sync replicas. Returns whether the replica woke.
+    pub fn peer_back(&mut self, peer: u64) -> bool {
+        if !self.is_leader() || !self.has_member(peer) {
+            return false;
+        }
+        self.wake();
+        true
+    }
+
     /// `peer` is a voter or a learner of the group as this replica knows it.
     pub fn has_member(&self, peer: u64) -> bool {
         let conf = self.node.raft.prs().conf();
@@ -89,20 +104,39 @@ impl Replica {
         self.node.raft.prs().iter().map(|(id, _)| *id).filter(|id| *id != me).collect()
     }
 
-    /// Leader: when the group is idle and every member's broker is `live`, goes quiet and
-    /// puts its last heartbeat to each member into `out`. Returns whether it went quiet.
+    /// Leader: when the group is idle, goes quiet and puts its last heartbeat to each member
+    /// into `out`. Returns whether it went quiet.
+    ///
+    /// Idle: every member whose broker is `live` has the whole log, and so does a majority
+    /// of the voters. A member whose broker is gone is left out once it is out of the
+    /// in-sync replicas (not heard from for twice the election timeout), so the in-sync set
+    /// the quiet group keeps is right; it wakes the leader when it is back
+    /// ([`Replica::peer_back`], or [`Replica::peer_gone`] after a restart).
     pub fn quiesce(&mut self, live: impl Fn(u64) -> bool, out: &mut Vec<Message>) -> bool {
         if !self.may_quiesce || self.quiet || !self.idle_leader() {
             return false;
         }
         let raft = &self.node.raft;
         let (me, last) = (self.id(), raft.raft_log.last_index());
-        if !raft.prs().iter().all(|(id, p)| *id == me || (p.matched == last && live(*id))) {
+        let voters = raft.prs().conf().voters().ids();
+        let mut caught_up_voters = 0;
+        for (id, p) in raft.prs().iter() {
+            if *id == me || (p.matched == last && live(*id)) {
+                caught_up_voters += usize::from(voters.contains(*id));
+            } else if live(*id) || self.heard_lately(*id) {
+                return false;
+            }
+        }
+        if caught_up_voters <= voters.len() / 2 {
             return false;
         }
         let term = raft.term;
-        for id in self.peers() {
-            let mut m = Message { to: id, from: me, term, commit: last, ..Default::default() };
+        for (id, p) in raft.prs().iter().filter(|(id, _)| **id != me) {
+            // What the member is known to share with this log, as Raft's own heartbeats
+            // carry: a member left out while gone may hold other entries past it, which a
+            // commit index of `last` would have it take for committed.
+            let commit = p.matched.min(last);
+            let mut m = Message { to: *id, from: me, term, commit, ..Default::default() };
             m.set_msg_type(MessageType::MsgHeartbeat);
             m.context = QUIESCE.to_vec().into();
             out.push(m);
