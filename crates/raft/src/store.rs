@@ -798,25 +798,16 @@ mod tests {
     }
 
     fn entries_read_in_off_the_caller(config: LogConfig) {
-        use std::os::fd::AsRawFd;
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = RaftLog::open(dir.path(), config, &[1, 2, 3], 0).expect("open");
         fill(&mut store, 400, 1);
         store.applied_to(400);
-        let files: Vec<std::fs::File> = std::fs::read_dir(dir.path())
-            .expect("dir")
-            .map(|e| e.expect("entry").path())
-            .filter(|p| p.extension().is_some_and(|x| x == "log"))
-            .map(|p| std::fs::File::open(p).expect("open"))
-            .collect();
+        let files = runnel_storage::fault::drop_segment_pages(dir.path()).expect("drop pages");
         let drop_pages = || {
             for f in &files {
-                f.sync_data().expect("sync");
-                // SAFETY: posix_fadvise only advises the kernel about the open file's pages.
-                assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+                runnel_storage::fault::drop_pages(f).expect("drop pages");
             }
         };
-        drop_pages();
         let cached = |f: &std::fs::File| runnel_storage::in_page_cache(f, 0, f.metadata().expect("metadata").len());
         match files.iter().map(cached).collect::<Option<Vec<bool>>>() {
             None => return, // a kernel that cannot tell (before 6.5): nothing to check

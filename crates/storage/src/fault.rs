@@ -52,3 +52,30 @@ pub(crate) fn before_write() -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Syncs `file` and drops its pages from the page cache, as memory pressure would: the next
+/// reads of it go to the disk. For tests of reads that may wait for the disk.
+pub fn drop_pages(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    file.sync_data()?;
+    // SAFETY: posix_fadvise only reads the descriptor, which `file` keeps open.
+    match unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) } {
+        0 => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// Opens every segment (`.log` file) in a log's directory and drops its pages
+/// ([`drop_pages`]). Returns the files, in no set order.
+pub fn drop_segment_pages(dir: &std::path::Path) -> std::io::Result<Vec<std::fs::File>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|x| x == "log") {
+            let file = std::fs::File::open(path)?;
+            drop_pages(&file)?;
+            files.push(file);
+        }
+    }
+    Ok(files)
+}

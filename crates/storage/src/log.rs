@@ -448,14 +448,11 @@ impl Log {
     pub fn plan_warm(&self, from: i64, to: i64, max_bytes: usize) -> Result<WarmPlan, ReadError> {
         let first = self.plan_range(from, to, max_bytes)?;
         let Some(start) = first.start() else { return Ok(WarmPlan { plans: vec![first] }) };
-        // The segment plan_range chose (the first one with a batch at or past `from`).
-        let i = self.segments.partition_point(|s| s.base_offset <= from).saturating_sub(1);
-        let Some(at) = self.segments[i..].iter().position(|s| s.size > 0 && s.next_offset > from) else {
-            return Ok(WarmPlan { plans: vec![first] });
-        };
-        let mut left = max_bytes.saturating_sub(self.segments[i + at].size.saturating_sub(start) as usize);
+        // The segment plan_range chose.
+        let Some(i) = self.segment_reaching(from) else { return Ok(WarmPlan { plans: vec![first] }) };
+        let mut left = max_bytes.saturating_sub(self.segments[i].size.saturating_sub(start) as usize);
         let mut plans = vec![first];
-        for seg in &self.segments[i + at + 1..] {
+        for seg in &self.segments[i + 1..] {
             if left == 0 || seg.base_offset >= to {
                 break;
             }
@@ -564,10 +561,7 @@ impl Log {
         if offset >= upper {
             return Ok(ReadPlan::nothing(want));
         }
-        // The segment holding `offset`, or the first batch after it: the last segment based
-        // at or below it, unless nothing there reaches it (a gap compaction left).
-        let first = self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
-        let Some(seg) = self.segments[first..].iter().find(|s| s.size > 0 && s.next_offset > offset) else {
+        let Some(seg) = self.segment_reaching(offset).map(|i| &self.segments[i]) else {
             return Ok(ReadPlan::nothing(want));
         };
         // A fetch at the tail finds its batch among the segment's last; any other reads
@@ -582,6 +576,14 @@ impl Log {
                 ReadPlan::seek(seg.file.clone(), from, seg.size, offset, want)
             }
         })
+    }
+
+    /// The index of the segment holding `offset`, or of the first batch after it: the last
+    /// segment based at or below it, unless nothing there reaches it (a gap compaction left).
+    fn segment_reaching(&self, offset: i64) -> Option<usize> {
+        let first = self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
+        let at = self.segments[first..].iter().position(|s| s.size > 0 && s.next_offset > offset)?;
+        Some(first + at)
     }
 
     /// The read of the first batch holding a record with timestamp >= `ts` in a segment

@@ -358,7 +358,6 @@ fn a_read_is_planned_without_reading_the_file_and_finds_its_batch_after() {
 /// segments while its bytes last, and only as far as the entries asked.
 #[test]
 fn a_warm_runs_on_into_the_next_segments_as_far_as_asked() {
-    use std::os::fd::AsRawFd;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = LogConfig { segment_bytes: 20_000, ..LogConfig::default() };
     let mut log = Log::open(dir.path(), config, 0).expect("open");
@@ -372,18 +371,8 @@ fn a_warm_runs_on_into_the_next_segments_as_far_as_asked() {
     assert_eq!(log.plan_warm(0, 10, 1 << 20).expect("plan").segments(), 1, "asked for the first batch");
     assert_eq!(log.plan_warm(end - 10, end, 1 << 20).expect("plan").segments(), 1, "the last segment");
 
-    let files: Vec<std::fs::File> = std::fs::read_dir(dir.path())
-        .expect("dir")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .map(|p| std::fs::File::open(p).expect("open"))
-        .collect();
+    let files = runnel_storage::fault::drop_segment_pages(dir.path()).expect("drop pages");
     assert_eq!(files.len(), segments);
-    for f in &files {
-        f.sync_all().expect("sync");
-        // SAFETY: posix_fadvise only advises the kernel about the open file's pages.
-        assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
-    }
     let size = |f: &std::fs::File| f.metadata().expect("metadata").len();
     if files.iter().any(|f| runnel_storage::in_page_cache(f, 0, size(f)).is_none()) {
         return; // a kernel that cannot tell (before 6.5): nothing more to check

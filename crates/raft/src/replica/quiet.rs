@@ -8,10 +8,10 @@
 //! is pending here (a proposal, a waiter, a configuration change, a leadership transfer, a
 //! read), and every member whose broker is gone is out of the in-sync replicas already
 //! (CockroachDB's ranges quiesce with dead replicas the same way). A member whose broker
-//! comes back wakes the leader. It then sends each
-//! member one last heartbeat whose context is [`QUIESCE`], and its clocks stop. A follower
-//! that steps that heartbeat from its leader, having then committed all the leader's log,
-//! stops its clocks too. Raft echoes the context in the answer, which leaves the leader quiet.
+//! comes back wakes the leader. It then sends each member one last heartbeat whose context
+//! is [`QUIESCE`], and its clocks stop. A follower that steps that heartbeat from its
+//! leader, having then committed all the leader's log, stops its clocks too. Raft echoes the
+//! context in the answer, which leaves the leader quiet.
 //!
 //! Anything else wakes a replica: any other message, a proposal, a campaign, a
 //! configuration change, a leadership transfer. A quiet group whose peer broker dies is
@@ -19,9 +19,9 @@
 //! TiKV keep quiet ranges the same way): a follower whose leader's broker went silent
 //! campaigns as if the leader's heartbeats had stopped an election timeout ago, and a
 //! leader whose follower's broker went silent ticks again, so that its in-sync replicas
-//! shrink and check-quorum still works, and goes quiet again without it. A follower stays quiet when another follower's
-//! broker goes: its leader still stands, and sends nothing to wake its clock back up. The
-//! metadata group never goes quiet.
+//! shrink and check-quorum still works, and goes quiet again without it. A follower stays
+//! quiet when another follower's broker goes: its leader still stands, and sends nothing to
+//! wake its clock back up. The metadata group never goes quiet.
 
 use raft::eraftpb::{Message, MessageType};
 use raft::StateRole;
@@ -96,12 +96,6 @@ impl Replica {
     pub fn has_member(&self, peer: u64) -> bool {
         let conf = self.node.raft.prs().conf();
         conf.voters().contains(peer) || conf.learners().contains(&peer)
-    }
-
-    /// The other members of the group (voters and learners).
-    pub fn peers(&self) -> Vec<u64> {
-        let me = self.id();
-        self.node.raft.prs().iter().map(|(id, _)| *id).filter(|id| *id != me).collect()
     }
 
     /// Leader: when the group is idle, goes quiet and puts its last heartbeat to each member
