@@ -32,7 +32,10 @@
 //!   passes with no Raft message at all (only the drivers' liveness pings); and when the
 //!   leader of group 1 then crashes for good, its quiet followers notice (the pings stop),
 //!   elect a leader within 10 s and acknowledge a write; once the node is back, everything
-//!   converges again.
+//!   converges again;
+//! - and with one direction of a link from a follower to group 1's leader lost, the leader
+//!   acknowledges a write, and group 1 goes quiet without that follower; when the link
+//!   heals, the follower is caught up and back in sync, and the group quiet again.
 //!
 //! `RUNNEL_SIM_SEEDS=n` sets how many seeds run (default 24); `RUNNEL_SIM_SEED=s` runs one.
 //! A failure names its seed, and so does any panic, on the process's own stderr: a panic
@@ -112,7 +115,15 @@ struct Net {
     sent: u64,
     /// Raft messages sent (not liveness pings).
     raft_sent: u64,
+    /// Raft messages sent, by group.
+    raft_sent_by_group: BTreeMap<u64, u64>,
     dropped: u64,
+}
+
+impl Net {
+    fn raft_sent_in(&self, group: u64) -> u64 {
+        self.raft_sent_by_group.get(&group).copied().unwrap_or(0)
+    }
 }
 
 struct SimTransport {
@@ -123,7 +134,10 @@ impl Transport for SimTransport {
     fn send(&self, group: u64, msg: Message) {
         let mut net = guard(&self.net);
         net.sent += 1;
-        net.raft_sent += u64::from(group != runnel_raft::liveness::LIVENESS_GROUP);
+        if group != runnel_raft::liveness::LIVENESS_GROUP {
+            net.raft_sent += 1;
+            *net.raft_sent_by_group.entry(group).or_default() += 1;
+        }
         let copies = if !net.faulty {
             1
         } else if net.rng.gen_bool(0.03) {
@@ -443,6 +457,7 @@ impl Sim {
             cut: BTreeSet::new(),
             sent: 0,
             raft_sent: 0,
+            raft_sent_by_group: BTreeMap::new(),
             dropped: 0,
         };
         let nodes = (1..=NODES)
@@ -800,17 +815,12 @@ impl Sim {
         // Nothing woke: the drivers' activity stood still (a broker's leader announcements
         // skip their rounds on it).
         assert_eq!(activity(self), moved, "the activity of drivers whose groups are all quiet moved");
-        let leader = |sim: &Sim| {
-            sim.nodes
-                .iter()
-                .position(|n| n.driver.as_ref().and_then(|d| d.group(1)).is_some_and(|r| lock(&r).is_leader()))
-        };
-        let old = leader(self).expect("a converged group has a leader");
+        let old = self.leader_of(1).expect("a converged group has a leader");
         self.crash(old, Duration::from_secs(3600), false).await;
         let mut new = None;
         for _ in 0..1_000 {
             self.step(Phase::Quiet).await;
-            new = leader(self);
+            new = self.leader_of(1);
             if new.is_some() {
                 break;
             }
@@ -821,28 +831,97 @@ impl Sim {
         // It campaigned at a tick of its driver, awake.
         let now = activity(self);
         assert!(now[new] > moved[new], "the new leader's driver's activity moved: {moved:?} then {now:?}");
-        let acked = guard(&self.world).acked.len();
-        let value = format!("seed {} after the leader's crash", self.seed).into_bytes();
-        let mut b = BatchBuilder::new(1_000);
-        b.push(1_000, None, Some(&value));
-        let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
-        let driver = self.running(new).expect("the new leader runs");
-        let r = driver.group(1).expect("group 1");
-        let waiting = propose(&mut lock(&r), 1, &batch).expect("the new leader takes a write");
-        guard(&self.world).waiting.push(waiting);
-        driver.kick(1);
+        self.write_acknowledged(new, 1, "after the leader's crash").await;
+        self.nodes[old].down_until = Some(Instant::now());
+    }
+
+    /// A one-way fault: group 1's leader stops hearing one of its followers, which still
+    /// hears it (the follower's pings and answers are lost). The leader's driver takes the
+    /// follower's broker for gone. A write is acknowledged by the other two, and group 1
+    /// goes quiet without the follower once it has left the in-sync replicas; the leader's
+    /// last heartbeat puts the follower to rest too. When the link heals, the follower's
+    /// pings wake the leader, which catches it up, and the group goes quiet again with the
+    /// follower in sync. (Groups that the follower leads may not go quiet while the fault
+    /// lasts: the leader of group 1 takes their leader for gone and asks for votes, in vain,
+    /// every election timeout, as a Raft follower cut off from its leader does.)
+    async fn quiet_through_a_one_way_fault(&mut self) {
+        for _ in 0..50 {
+            self.step(Phase::Quiet).await;
+        }
+        let l = self.leader_of(1).expect("a converged group has a leader");
+        let (leader, follower) = (self.nodes[l].id, self.nodes[(l + 1) % self.nodes.len()].id);
+        guard(&self.net).cut.insert((follower, leader));
+        let group_1 = |sim: &Sim| -> Vec<Arc<Mutex<Replica>>> {
+            sim.nodes.iter().filter_map(|n| n.driver.as_ref()?.group(1)).collect()
+        };
+        let in_sync = |sim: &Sim| lock(&group_1(sim)[l]).in_sync(1_000);
+        for _ in 0..1_000 {
+            self.step(Phase::Quiet).await;
+            if !in_sync(self).contains(&follower) {
+                break;
+            }
+        }
+        assert!(!in_sync(self).contains(&follower), "{follower} stayed in sync, unheard, for 10 s:{}", self.describe());
+        self.write_acknowledged(l, 1, "with a one-way fault").await;
+        let quiet = |sim: &Sim| group_1(sim).iter().all(|r| lock(r).is_quiet());
         for _ in 0..500 {
             self.step(Phase::Quiet).await;
-            if guard(&self.world).acked.len() > acked {
+            if quiet(self) {
+                break;
+            }
+        }
+        assert!(quiet(self), "group 1 did not go quiet in 5 s without {follower}:{}", self.describe());
+        let before = guard(&self.net).raft_sent_in(1);
+        for _ in 0..100 {
+            self.step(Phase::Quiet).await;
+        }
+        let sent = guard(&self.net).raft_sent_in(1) - before;
+        assert!(sent == 0, "group 1, quiet without {follower}, sent {sent} messages in a second:{}", self.describe());
+        assert_eq!(self.leader_of(1), Some(l), "group 1's leader changed");
+
+        guard(&self.net).cut.clear();
+        let healed = |sim: &Sim| in_sync(sim).contains(&follower) && quiet(sim);
+        for _ in 0..500 {
+            self.step(Phase::Quiet).await;
+            if healed(self) {
                 break;
             }
         }
         assert!(
-            guard(&self.world).acked.len() > acked,
-            "the new leader acknowledged no write in 5 s:{}",
+            healed(self),
+            "{follower} was not back in sync with group 1 quiet 5 s after the heal:{}",
             self.describe()
         );
-        self.nodes[old].down_until = Some(Instant::now());
+        let replicas = group_1(self);
+        assert!(lock(&replicas[l]).has_everything(follower, 0), "{follower} has group 1's whole log");
+    }
+
+    /// The node at `i` in `self.nodes` that leads `group`, if one does.
+    fn leader_of(&self, group: u64) -> Option<usize> {
+        let leads = |n: &Node| n.driver.as_ref().and_then(|d| d.group(group)).is_some_and(|r| lock(&r).is_leader());
+        self.nodes.iter().position(leads)
+    }
+
+    /// Proposes a write to `group` at node `i`, its leader, and waits up to 5 s for it to be
+    /// acknowledged.
+    async fn write_acknowledged(&mut self, i: usize, group: u64, when: &str) {
+        let acked = guard(&self.world).acked.len();
+        let value = format!("seed {} {when}", self.seed).into_bytes();
+        let mut b = BatchBuilder::new(1_000);
+        b.push(1_000, None, Some(&value));
+        let batch = b.finish(CODEC_NONE, ProducerFields::NONE).expect("batch");
+        let driver = self.running(i).expect("the leader runs");
+        let r = driver.group(group).expect("the group");
+        let waiting = propose(&mut lock(&r), group, &batch).expect("the leader takes a write");
+        guard(&self.world).waiting.push(waiting);
+        driver.kick(group);
+        for _ in 0..500 {
+            self.step(Phase::Quiet).await;
+            if guard(&self.world).acked.len() > acked {
+                return;
+            }
+        }
+        panic!("the leader of group {group} acknowledged no write {when} in 5 s:{}", self.describe());
     }
 
     fn describe(&self) -> String {
@@ -948,6 +1027,8 @@ async fn run_seed(seed: u64) {
     sim.settle("once the faults stopped").await;
     sim.quiesce_then_lose_a_leader().await;
     sim.settle("once the crashed leader was back").await;
+    sim.quiet_through_a_one_way_fault().await;
+    sim.settle("once the one-way fault healed").await;
     let world = guard(&sim.world);
     assert!(!world.acked.is_empty(), "nothing was acknowledged in {} proposals", sim.stats.proposals);
     for (group, offset, body) in &world.acked {
@@ -1088,6 +1169,7 @@ fn transports_keep_the_contract() {
             cut: BTreeSet::new(),
             sent: 0,
             raft_sent: 0,
+            raft_sent_by_group: BTreeMap::new(),
             dropped: 0,
         };
         let net = Arc::new(Mutex::new(net));
