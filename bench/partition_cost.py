@@ -6,9 +6,9 @@ Runs `runnel dev --brokers 3`, then a 3-node Apache Kafka from ../shared/peers/k
 (combined broker+controller nodes, 1 GiB heap each), one after the other.
 
 usage: .cache/venv/bin/python bench/partition_cost.py [COUNT ...]    (default 1000 10000)
-env:   SYSTEMS (default "runnel kafka"), IDLE_S (seconds of CPU sampled, default 20),
-       PORT / KAFKA_PORT (default 32000 / 39592), OUT (default /tmp/runnel-partition-cost),
-       PEERS_KAFKA (default ../shared/peers/kafka)
+env:   RUNNEL_BIN (default target/release/runnel), SYSTEMS (default "runnel kafka"),
+       IDLE_S (seconds of CPU sampled, default 20), PORT / KAFKA_PORT (default 32000 / 39592),
+       OUT (default /tmp/runnel-partition-cost), PEERS_KAFKA (default ../shared/peers/kafka)
 """
 
 import os
@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from harness import DevCluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNNEL = os.path.join(ROOT, "target", "release", "runnel")
+RUNNEL = os.environ.get("RUNNEL_BIN", os.path.join(ROOT, "target", "release", "runnel"))
 PORT = int(os.environ.get("PORT", "32000"))
 KAFKA_PORT = int(os.environ.get("KAFKA_PORT", "39592"))
 PEERS = os.environ.get("PEERS_KAFKA", os.path.join(ROOT, "..", "shared", "peers", "kafka"))

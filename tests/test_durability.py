@@ -6,12 +6,14 @@ never an external broker. The restarted broker reuses the same data dir and port
 
 import os
 import random
+import re
 import time
+import urllib.request
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 import kafka_wire
-from conftest import create_topic, unique_topic
+from conftest import Broker, admin_client, create_topic, free_port, unique_topic, wait_for_topic
 
 PARTITIONS = 3
 
@@ -278,3 +280,44 @@ def test_torn_tail_is_truncated_on_restart(runnel_broker):
     torn_tail_cycle(b, topic, acks, batch)
     log, _ = read_log(b.bootstrap, topic, 1)
     assert b"never-acked" not in log[0].values()
+
+
+def flushes(admin_port):
+    """The broker's count of log syncs (`runnel_log_flush_seconds_count`): one per Raft
+    round that had something to make durable."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(r"^runnel_log_flush_seconds_count (\S+)$", text, re.M)
+    assert m, "no runnel_log_flush_seconds_count"
+    return float(m.group(1))
+
+
+def test_partitions_created_together_share_their_syncs_and_survive_a_crash(tmp_path):
+    """A topic's new partitions are claimed, given their first Raft state and elected
+    together (docs/cluster.md, "Many partitions"): 200 partitions on one broker cost a few
+    sync rounds, where each partition used to have a round of its own (and four more syncs
+    besides). Killed with kill -9 right after, the broker starts again with every partition
+    led and holding what was acknowledged."""
+    admin_port = free_port()
+    b = Broker(tmp_path / "data", settings={"admin.listeners": f"http://127.0.0.1:{admin_port}"}).start()
+    try:
+        topic = unique_topic("together")
+        before = flushes(admin_port)
+        create_topic(b.bootstrap, topic, 200)
+        rounds = flushes(admin_port) - before
+        assert rounds < 40, f"{rounds} sync rounds for 200 new partitions"
+
+        producer = make_producer(b.bootstrap)
+        acks = Acks()
+        for p in range(200):
+            producer.produce(topic, value=b"p-%03d" % p, partition=p, on_delivery=acks.callback)
+        assert producer.flush(60) == 0 and len(acks.acked) == 200, acks.failed
+        del producer
+        b.kill9()
+        b.start()
+        wait_for_topic(admin_client(b.bootstrap), topic, 200)
+        log, high = read_log(b.bootstrap, topic, 200)
+        assert all(high[p] == 1 for p in range(200)), high
+        assert_acked_present(acks, log)
+    finally:
+        b.kill9()

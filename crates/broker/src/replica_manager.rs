@@ -397,7 +397,11 @@ impl ReplicaManager {
     }
 
     /// This broker's view of partitions `first..` of a topic: a replica (its Raft group
-    /// added to the driver) where it holds one, else a remote partition.
+    /// added to the driver) where it holds one, else a remote partition. The directories
+    /// are claimed first and their claims made durable together (one `syncfs` for a
+    /// topic's partitions where the broker syncs whole filesystems), before any replica in
+    /// them takes part in Raft. The groups go to the driver together, so that their first
+    /// rounds (a new replica's first state, the preferred leader's election) share syncs.
     fn open_partitions(
         &self,
         topic: &Arc<str>,
@@ -408,23 +412,41 @@ impl ReplicaManager {
         configs: &BTreeMap<String, String>,
     ) -> Result<Vec<Arc<Partition>>> {
         let log_config = topic_config::log_config(configs, &self.catalog.settings());
-        let mut parts = Vec::with_capacity(replicas.len());
+        // The directory of each partition hosted here (None: a remote one).
+        let mut dirs = Vec::with_capacity(replicas.len());
+        let mut claimed = false;
         for (i, reps) in replicas.iter().enumerate() {
             let p = first + i as i32;
             if !reps.contains(&self.node_id) {
-                parts.push(Arc::new(Partition::remote(topic.clone(), p, reps.clone())));
+                dirs.push(None);
                 continue;
             }
             let dir = partition_dir(&self.data_dir, topic, p);
-            if !claim_dir(&dir, id).with_context(|| format!("claiming {}", dir.display()))? {
+            match self.claim_dir(&dir, id).with_context(|| format!("claiming {}", dir.display()))? {
                 // Replaying the log after a restart: the directory holds a later topic of
                 // the same name, and this one is deleted further on. Leave it alone.
+                Claim::Other => dirs.push(None),
+                claim => {
+                    claimed |= claim == Claim::New;
+                    dirs.push(Some(dir));
+                }
+            }
+        }
+        if claimed {
+            self.sync_claims().with_context(|| format!("syncing the claims of {topic}'s partitions"))?;
+        }
+        let mut parts = Vec::with_capacity(replicas.len());
+        let mut groups = Vec::new();
+        for ((i, reps), dir) in replicas.iter().enumerate().zip(dirs) {
+            let p = first + i as i32;
+            let Some(dir) = dir else {
                 parts.push(Arc::new(Partition::remote(topic.clone(), p, reps.clone())));
                 continue;
-            }
+            };
             let group = raft_group(seq, p);
             // The preferred leader stands at once instead of after an election timeout.
-            let replica = self.open_replica(&dir, log_config, reps, group, reps.first() == Some(&self.node_id))?;
+            let replica = self.open_replica(&dir, log_config, reps, reps.first() == Some(&self.node_id))?;
+            groups.push((group, replica.clone()));
             parts.push(Arc::new(Partition::hosted(
                 topic.clone(),
                 p,
@@ -434,17 +456,53 @@ impl ReplicaManager {
                 self.driver.clone(),
             )));
         }
+        self.driver.add_groups(groups);
         Ok(parts)
     }
 
+    /// Marks a partition directory as holding the replica of topic `id` (the file
+    /// `topic.id`), or tells whether it does. Directories are named by topic name, so after
+    /// a topic was deleted and created again, replaying the metadata log would otherwise
+    /// open (and then delete) the new topic's data as the old one's. A new marker must be
+    /// durable before the replica takes part in Raft. When the broker syncs whole
+    /// filesystems, it is left for [`ReplicaManager::sync_claims`] (one `syncfs` for many);
+    /// otherwise it is synced here, with its directory and the data directory's entry for
+    /// it. A marker lost before its sync is written again by the next start's replay.
+    fn claim_dir(&self, dir: &Path, id: Uuid) -> std::io::Result<Claim> {
+        let marker = dir.join("topic.id");
+        match std::fs::read_to_string(&marker) {
+            Ok(owner) if owner.trim() == id.to_string() => Ok(Claim::Held),
+            Ok(_) => Ok(Claim::Other),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir)?;
+                let mut f = std::fs::File::create(&marker)?;
+                std::io::Write::write_all(&mut f, id.to_string().as_bytes())?;
+                if self.driver.sync_policy() == SyncPolicy::File {
+                    f.sync_all()?;
+                    std::fs::File::open(dir)?.sync_all()?;
+                    std::fs::File::open(&self.data_dir)?.sync_all()?;
+                }
+                Ok(Claim::New)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes the claims [`ReplicaManager::claim_dir`] left unsynced durable: one `syncfs`.
+    fn sync_claims(&self) -> std::io::Result<()> {
+        if self.driver.sync_policy() != SyncPolicy::Filesystem {
+            return Ok(());
+        }
+        runnel_storage::sync_filesystem(&std::fs::File::open(&self.data_dir)?)
+    }
+
     /// Opens this broker's replica of a partition in `dir` (a new one starts with `voters`
-    /// as its group's configuration) and hands its Raft group to the driver.
+    /// as its group's configuration), for the caller to hand its Raft group to the driver.
     fn open_replica(
         &self,
         dir: &Path,
         log_config: runnel_storage::LogConfig,
         voters: &[i32],
-        group: RaftGroupId,
         campaign: bool,
     ) -> Result<SharedReplica> {
         let mut cfg = ReplicaConfig::new(raft_id(self.node_id), voters.iter().map(|b| raft_id(*b)).collect());
@@ -459,9 +517,7 @@ impl ReplicaManager {
             // A new group: leave the first election to the replica that campaigns at once.
             replica.hold_elections(2 * cfg.election_tick);
         }
-        let replica = Arc::new(Mutex::new(replica));
-        self.driver.add_group(group, replica.clone());
-        Ok(replica)
+        Ok(Arc::new(Mutex::new(replica)))
     }
 
     fn create_topic(
@@ -521,8 +577,11 @@ impl ReplicaManager {
             (None, true) => {
                 let dir = partition_dir(&self.data_dir, name, p);
                 let log_config = topic_config::log_config(&topic.configs, &self.catalog.settings());
-                claim_dir(&dir, id).with_context(|| format!("claiming {}", dir.display()))?;
-                let replica = self.open_replica(&dir, log_config, initial, group, false)?;
+                if self.claim_dir(&dir, id).with_context(|| format!("claiming {}", dir.display()))? == Claim::New {
+                    self.sync_claims().with_context(|| format!("syncing the claim of {}", dir.display()))?;
+                }
+                let replica = self.open_replica(&dir, log_config, initial, false)?;
+                self.driver.add_group(group, replica.clone());
                 info!(topic = name, partition = p, "replica added here; catching up from the leader");
                 Partition::hosted(topic.name.clone(), p, listed, replica, group, self.driver.clone())
             }
@@ -633,23 +692,15 @@ impl Host for ReplicaManager {
     }
 }
 
-/// Marks a partition directory as holding the replica of topic `id` (the file `topic.id`),
-/// or tells whether it does. Directories are named by topic name, so after a topic was
-/// deleted and created again, replaying the metadata log would otherwise open (and then
-/// delete) the new topic's data as the old one's.
-fn claim_dir(dir: &Path, id: Uuid) -> Result<bool> {
-    let marker = dir.join("topic.id");
-    match std::fs::read_to_string(&marker) {
-        Ok(owner) => Ok(owner.trim() == id.to_string()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir)?;
-            let mut f = std::fs::File::create(&marker)?;
-            std::io::Write::write_all(&mut f, id.to_string().as_bytes())?;
-            f.sync_all()?;
-            Ok(true)
-        }
-        Err(e) => Err(e.into()),
-    }
+/// Whose replica a partition directory holds ([`ReplicaManager::claim_dir`]).
+#[derive(PartialEq)]
+enum Claim {
+    /// The topic's, from before.
+    Held,
+    /// The topic's, claimed just now.
+    New,
+    /// Another topic's of the same name.
+    Other,
 }
 
 /// Handles what peers send about partitions, one message at a time.

@@ -343,9 +343,22 @@ impl Driver {
         self.activity.load(Ordering::Acquire)
     }
 
+    /// How this driver makes its writes durable.
+    pub fn sync_policy(&self) -> SyncPolicy {
+        self.sync
+    }
+
     pub fn add_group(&self, group: u64, replica: SharedReplica) {
-        self.groups.write_or_stop().insert(group, replica);
-        self.kick(group);
+        self.add_groups(vec![(group, replica)]);
+    }
+
+    /// Adds groups together: their first readies (a new group's first state, the preferred
+    /// leader's election) then share the next rounds and their syncs.
+    pub fn add_groups(&self, groups: Vec<(u64, SharedReplica)>) {
+        let ids: Vec<u64> = groups.iter().map(|(g, _)| *g).collect();
+        self.groups.write_or_stop().extend(groups);
+        self.dirty.lock_or_stop().extend(ids);
+        self.wake.notify_one();
     }
 
     pub fn remove_group(&self, group: u64) -> Option<SharedReplica> {

@@ -179,7 +179,10 @@ impl RaftLog {
                 store.conf.voters = voters.to_vec();
                 store.snap_conf = store.conf.clone();
                 store.first_offset = store.log.first_batch_offset();
-                store.write_state()?;
+                // Staged, for the driver's first round of the group to sync and put in place
+                // with every other group's (many created at once share a sync). Until then
+                // nothing depends on it: a start that finds no state file writes this one.
+                store.stage_state()?;
             }
         }
         if let Some(start) = store.log_start.filter(|s| *s > store.log.log_start_offset()) {
@@ -897,11 +900,13 @@ mod tests {
     fn staged_terms_and_closes_reach_the_state_file_only_once_committed() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = RaftLog::open(dir.path(), LogConfig::default(), &[1], 0).expect("open");
+        let none_on_disk = || read_state(dir.path()).expect("read").is_none();
+        assert!(store.staged_state().is_some() && none_on_disk(), "a new store's state is staged");
         fill(&mut store, 3, 1);
         store.set_hard_state(HardState { term: 4, vote: 1, commit: 0, ..Default::default() }).expect("stage");
         assert!(store.staged_state().is_some());
+        assert!(none_on_disk(), "staged, not yet in place");
         let on_disk = || read_state(dir.path()).expect("read").expect("state").hard;
-        assert_eq!(on_disk().term, 0, "staged, not yet in place");
         assert_eq!(store.commit_staged_state().expect("commit"), Some(dir.path().to_path_buf()));
         assert_eq!((on_disk().term, on_disk().vote), (4, 1));
         assert_eq!(store.commit_staged_state().expect("nothing staged"), None);
@@ -928,6 +933,23 @@ mod tests {
         drop(store);
         let store = RaftLog::open(dir.path(), LogConfig::default(), &[1], 0).expect("reopen");
         assert_eq!(store.hard_state().term, 5);
+    }
+
+    /// A new store's first state is staged, not synced: a crash before the driver's first
+    /// round put it in place leaves no state file, and the next open starts the store anew
+    /// from the voters it is given, staging its state again.
+    #[test]
+    fn a_new_store_whose_first_state_was_never_put_in_place_opens_anew() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = RaftLog::open(dir.path(), LogConfig::default(), &[1, 2, 3], 0).expect("open");
+        assert!(store.staged_state().is_some());
+        drop(store);
+        assert!(read_state(dir.path()).expect("read").is_none(), "nothing put in place");
+        let mut store = RaftLog::open(dir.path(), LogConfig::default(), &[1, 2, 3], 0).expect("reopen");
+        assert_eq!((store.hard_state().term, store.last(), store.conf_state().voters.clone()), (0, 0, vec![1, 2, 3]));
+        assert_eq!(store.commit_staged_state().expect("commit"), Some(dir.path().to_path_buf()));
+        let saved = read_state(dir.path()).expect("read").expect("in place");
+        assert_eq!(saved.conf.voters, vec![1, 2, 3]);
     }
 
     /// Entries of one keyed record each, keys k0..k3 in turn.

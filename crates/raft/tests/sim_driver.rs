@@ -1003,9 +1003,13 @@ fn cut_power(dir: &Path, durable: &HashMap<FileId, u64>, rng: &mut StdRng) -> io
     std::fs::OpenOptions::new().write(true).open(dir.join(format!("{base:020}.log")))?.set_len(saved)
 }
 
-/// Where the Raft log starts, from `raft.state` (`v1 term vote commit index term offset`).
+/// Where the Raft log starts, from `raft.state` (`v1 term vote commit index term offset`);
+/// 0 for a new log whose first state was never put in place.
 fn snapshot_point(dir: &Path) -> io::Result<i64> {
-    let state = std::fs::read_to_string(dir.join("raft.state"))?;
+    let state = match std::fs::read_to_string(dir.join("raft.state")) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        read => read?,
+    };
     let field = state.split_whitespace().nth(6);
     field.and_then(|f| f.parse().ok()).ok_or_else(|| io::Error::other(format!("raft.state: {state:?}")))
 }

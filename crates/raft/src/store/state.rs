@@ -32,10 +32,17 @@ impl RaftLog {
         let durable = hs.term != self.hard.term || hs.vote != self.hard.vote;
         self.hard = hs;
         if durable {
-            let mut f = File::create(self.dir.join(STAGED_STATE_FILE))?;
-            f.write_all(self.state_text().as_bytes())?;
-            self.staged = Some(Arc::new(f));
+            self.stage_state()?;
         }
+        Ok(())
+    }
+
+    /// Writes the whole state beside the state file, unsynced, to be synced and put in
+    /// place as [`RaftLog::set_hard_state`]'s is.
+    pub(super) fn stage_state(&mut self) -> io::Result<()> {
+        let mut f = File::create(self.dir.join(STAGED_STATE_FILE))?;
+        f.write_all(self.state_text().as_bytes())?;
+        self.staged = Some(Arc::new(f));
         Ok(())
     }
 
