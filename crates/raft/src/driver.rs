@@ -534,24 +534,23 @@ impl Driver {
     /// The broker of Raft id `peer` went silent or restarted: the quiet groups it is a
     /// member of wake (and follow it no more, if it led them).
     fn peer_gone(&self, peer: u64, awake: &mut BTreeSet<u64>) {
-        for (g, r) in self.groups() {
-            let mut rep = lock(&r);
-            // Quiet, whether or not it is in the awake set: a group that went quiet at a
-            // tick is put back in it by the round that hands out that tick's ready, until
-            // the next tick, and skipping it there left it quiet for good.
-            if rep.is_quiet() && rep.peer_gone(peer) {
-                awake.insert(g);
-            }
-        }
+        self.wake_quiet(awake, |rep| rep.peer_gone(peer));
     }
 
     /// The broker of Raft id `peer` is heard from again after a silence: the quiet leaders
     /// of groups it is a member of wake (they may have gone quiet without it).
     fn peer_back(&self, peer: u64, awake: &mut BTreeSet<u64>) {
+        self.wake_quiet(awake, |rep| rep.peer_back(peer));
+    }
+
+    /// Puts in `awake` every quiet group that `wakes` woke. Quiet, whether or not it is in
+    /// the awake set already: a group that went quiet at a tick is put back in it by the
+    /// round that hands out that tick's ready, until the next tick, and skipping it there
+    /// left it quiet for good.
+    fn wake_quiet(&self, awake: &mut BTreeSet<u64>, wakes: impl Fn(&mut Replica) -> bool) {
         for (g, r) in self.groups() {
             let mut rep = lock(&r);
-            // Quiet, whether or not it is in the awake set (see `peer_gone`).
-            if rep.is_quiet() && rep.peer_back(peer) {
+            if rep.is_quiet() && wakes(&mut rep) {
                 awake.insert(g);
             }
         }
