@@ -7,7 +7,7 @@ Each partition holds a few records before the stop. "Ready" is measured from the
 broker process is launched until, in order: its client port accepts a connection, Metadata
 names a leader for every partition, and a producer with acks=all has one record
 acknowledged by every partition. The stop itself (SIGTERM until the process exits) is timed
-too.
+too: once after a write to every partition, and once after a start with nothing written.
 
 usage: .cache/venv/bin/python bench/cold_start.py [COUNT]      (default 10000)
 env:   RUNNEL_BIN (default target/release/runnel), SYSTEMS (default "runnel kafka"),
@@ -180,31 +180,31 @@ def row(label, t):
     print(f"| {label} | {t[0]:.2f} | {t[1]:.2f} | {t[2]:.2f} |", flush=True)
 
 
+def wait_led(system, launch, count):
+    """Seconds from launch until every partition is led."""
+    wait_port(system.port, launch + 120)
+    admin = AdminClient({"bootstrap.servers": system.bootstrap})
+    while not all_led(admin, count):
+        if time.monotonic() > launch + 600:
+            raise TimeoutError("not every partition led within 600 s")
+        time.sleep(0.05)
+    return time.monotonic() - launch
+
+
 def sync_counts(system, count):
     """The sync calls of a start until every partition is led: after a kill -9 that followed
     a write to every partition (the last row's: every log's tail is past its checkpoint),
     and after a clean stop. The broker runs under perf stat only for the counted starts."""
-    admin = AdminClient({"bootstrap.servers": system.bootstrap})
     print("\n| start (counted until every partition is led) | all led s | sync calls |\n|---|---|---|")
     for label in ("after kill -9", "after a clean stop"):
         if label == "after kill -9":
             system.kill9()
         else:
             system.stop()
-        launch = system.launch(counted=True)
-        wait_port(system.port, launch + 120)
-        while not all_led(admin, count):
-            if time.monotonic() > launch + 600:
-                raise TimeoutError("not every partition led within 600 s")
-            time.sleep(0.05)
-        led = time.monotonic() - launch
+        led = wait_led(system, system.launch(counted=True), count)
         system.kill9()
         print(f"| {label} | {led:.2f} | {system.syncs()} |", flush=True)
-        system.launch()
-        wait_port(system.port, time.monotonic() + 120)
-        admin = AdminClient({"bootstrap.servers": system.bootstrap})
-        while not all_led(admin, count):
-            time.sleep(0.05)
+        wait_led(system, system.launch(), count)
 
 
 def run(system, count):
@@ -223,6 +223,11 @@ def run(system, count):
         row("after a clean stop", ready_after(system.launch(), system.bootstrap, system.port, count))
         system.kill9()
         row("after kill -9", ready_after(system.launch(), system.bootstrap, system.port, count))
+        print(f"| clean stop, every partition written since the start: {system.stop():.2f} s | | | |", flush=True)
+        led = wait_led(system, system.launch(), count)
+        print(f"| start until all led: {led:.2f} s; clean stop, nothing written since the start: "
+              f"{system.stop():.2f} s | | | |", flush=True)
+        ready_after(system.launch(), system.bootstrap, system.port, count)
         if SYNCS and isinstance(system, Runnel):
             sync_counts(system, count)
     finally:

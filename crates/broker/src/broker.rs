@@ -273,18 +273,29 @@ impl Broker {
             .collect();
         // A few syncs per chunk instead of five per partition; each staged partition holds
         // files open until its chunk is synced.
-        let mut all_closed = true;
+        let started = std::time::Instant::now();
+        let (mut all_closed, mut written) = (true, 0);
         for chunk in partitions.chunks(CLOSE_CHUNK) {
-            if let Err(e) = close_together(chunk, syncfs) {
-                tracing::warn!(error = %e, "closing logs together; closing them one by one");
-                for (topic, p) in chunk {
-                    if let Err(e) = p.close() {
-                        all_closed = false;
-                        tracing::warn!(%topic, partition = p.index, error = %e, "closing log");
+            match close_together(chunk, syncfs) {
+                Ok(n) => written += n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "closing logs together; closing them one by one");
+                    for (topic, p) in chunk {
+                        if let Err(e) = p.close() {
+                            all_closed = false;
+                            tracing::warn!(%topic, partition = p.index, error = %e, "closing log");
+                        }
                     }
+                    written += chunk.len();
                 }
             }
         }
+        tracing::info!(
+            partitions = partitions.len(),
+            written,
+            ms = started.elapsed().as_millis() as u64,
+            "logs closed"
+        );
         if all_closed {
             crate::replica_manager::mark_clean_shutdown(&self.config.data_dir);
         }
@@ -296,8 +307,9 @@ const CLOSE_CHUNK: usize = 256;
 
 /// Closes partitions in two steps around shared syncs: every checkpoint and state staged,
 /// one sync (or an fdatasync per file), everything put in place, one sync of the
-/// directories.
-fn close_together(partitions: &[(Arc<str>, Arc<Partition>)], syncfs: bool) -> std::io::Result<()> {
+/// directories. Partitions whose files already say what the close would write (idle since
+/// the start or the last write of them) stage nothing. Returns how many wrote a file.
+fn close_together(partitions: &[(Arc<str>, Arc<Partition>)], syncfs: bool) -> std::io::Result<usize> {
     let mut files = Vec::new();
     for (_, p) in partitions {
         files.extend(p.close_stage()?);
@@ -310,7 +322,8 @@ fn close_together(partitions: &[(Arc<str>, Arc<Partition>)], syncfs: bool) -> st
             dirs.push(Arc::new(std::fs::File::open(dir)?));
         }
     }
-    runnel_storage::sync_files(&dirs, syncfs)
+    runnel_storage::sync_files(&dirs, syncfs)?;
+    Ok(dirs.len())
 }
 
 /// The first admin listener as peers reach it: `http://host:port`, the listener's host, or

@@ -445,10 +445,10 @@ impl Partition {
         }
     }
 
-    /// The directory to sync last, for a hosted partition.
+    /// The directory to sync last, for a hosted partition whose close put a file in place.
     pub fn close_commit(&self) -> std::io::Result<Option<std::path::PathBuf>> {
         match self.lock() {
-            Some(mut r) => r.close_commit().map(Some),
+            Some(mut r) => r.close_commit(),
             None => Ok(None),
         }
     }

@@ -783,8 +783,8 @@ impl Replica {
         self.node.mut_store().close_stage()
     }
 
-    /// Returns the directory to sync last.
-    pub fn close_commit(&mut self) -> io::Result<PathBuf> {
+    /// Returns the directory to sync last, if a file was put in place there.
+    pub fn close_commit(&mut self) -> io::Result<Option<PathBuf>> {
         self.node.mut_store().close_commit()
     }
 }

@@ -80,10 +80,15 @@ pub struct RaftLog {
     /// Entries up to this index are on disk and fsynced.
     synced_index: u64,
     /// A state written to [`STAGED_STATE_FILE`] and not yet renamed over the state file.
-    staged: Option<Arc<File>>,
-    /// States put in place so far, and their count when a close was staged.
-    state_writes: u64,
-    closing: Option<u64>,
+    staged: Option<(Arc<File>, u64)>,
+    /// A staged close: the hash of the state it wrote beside the state file (None: the
+    /// state file already said it).
+    closing: Option<Option<u64>>,
+    /// The hash ([`state::text_hash`]) of the state file's text as this store last read or
+    /// wrote it, once durable: a close that would write the same text writes nothing.
+    state_on_disk: Option<u64>,
+    /// The hash of a staged state put in place whose directory is not yet known synced.
+    state_put: Option<u64>,
     /// The last entries appended and not yet applied, as `append` was given them (a
     /// leader's batches unstamped, slices of the request they came in): Raft asks for them
     /// again as soon as they commit, to apply them, and to send them to a follower that
@@ -158,8 +163,9 @@ impl RaftLog {
             conf_history: Vec::new(),
             synced_index: 0,
             staged: None,
-            state_writes: 0,
             closing: None,
+            state_on_disk: saved.as_ref().map(|s| s.text_hash),
+            state_put: None,
             recent: VecDeque::new(),
             recent_bytes: 0,
             warming: Default::default(),
@@ -933,6 +939,61 @@ mod tests {
         drop(store);
         let store = RaftLog::open(dir.path(), LogConfig::default(), &[1], 0).expect("reopen");
         assert_eq!(store.hard_state().term, 5);
+    }
+
+    /// An idle store closes without writing: neither the state nor the checkpoint is written
+    /// again when the files in place already say what the close would; a new commit index
+    /// or a term staged and not yet put in place is written.
+    #[test]
+    fn an_idle_store_closes_without_writing() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let inode = |name: &str| std::fs::metadata(dir.path().join(name)).map(|m| m.ino()).ok();
+        let close = |store: &mut RaftLog| {
+            let files = store.close_stage().expect("close stage");
+            runnel_storage::sync_files(&files, false).expect("sync");
+            (files.len(), store.close_commit().expect("close commit"))
+        };
+        let mut store = RaftLog::open(dir.path(), LogConfig::default(), &[1], 0).expect("open");
+        fill(&mut store, 3, 1);
+        store.set_hard_state(HardState { term: 1, vote: 1, commit: 0, ..Default::default() }).expect("stage");
+        store.commit_staged_state().expect("commit");
+        store.set_commit(3);
+        assert_eq!(close(&mut store), (3, Some(dir.path().to_path_buf())));
+        drop(store);
+        let (state, checkpoint) = (inode(STATE_FILE), inode("checkpoint"));
+        let mut store = RaftLog::open(dir.path(), LogConfig::default(), &[1], 0).expect("reopen");
+        assert_eq!(close(&mut store), (0, None), "nothing changed since the open");
+        assert_eq!((inode(STATE_FILE), inode("checkpoint")), (state, checkpoint));
+        // A new term a round put in place is written again while its directory is not known
+        // synced, and not once it is (the round calls commit_staged_state_now then).
+        store.set_hard_state(HardState { term: 2, vote: 1, commit: 3, ..Default::default() }).expect("stage");
+        store.commit_staged_state().expect("commit");
+        assert_eq!(close(&mut store), (1, Some(dir.path().to_path_buf())));
+        store.set_hard_state(HardState { term: 3, vote: 1, commit: 3, ..Default::default() }).expect("stage");
+        store.commit_staged_state().expect("commit");
+        store.commit_staged_state_now().expect("directory synced");
+        let state = inode(STATE_FILE);
+        assert_eq!(close(&mut store), (0, None));
+        assert_eq!(inode(STATE_FILE), state);
+        // A term staged and not yet put in place is written by the close.
+        store.set_hard_state(HardState { term: 4, vote: 1, commit: 3, ..Default::default() }).expect("stage");
+        assert_eq!(close(&mut store).0, 1, "the state");
+        assert_eq!(read_state(dir.path()).expect("read").expect("state").hard.term, 4);
+        // So is a new commit index, and an append with it.
+        fill(&mut store, 1, 4);
+        store.set_commit(4);
+        assert_eq!(close(&mut store), (3, Some(dir.path().to_path_buf())));
+        // A round that puts a new term in place between the close's steps: the close's
+        // state is no longer the replica's, so the state is written whole.
+        let _ = store.close_stage().expect("close stage");
+        store.set_hard_state(HardState { term: 5, vote: 1, commit: 4, ..Default::default() }).expect("stage");
+        store.commit_staged_state().expect("commit");
+        assert_eq!(store.close_commit().expect("close commit"), None, "written whole, synced");
+        drop(store);
+        let store = RaftLog::open(dir.path(), LogConfig::default(), &[1], 0).expect("reopen");
+        assert!(store.log().synced_to_end());
+        assert_eq!((store.hard_state().term, store.hard_state().commit, store.last()), (5, 4, 4));
     }
 
     /// A new store's first state is staged, not synced: a crash before the driver's first

@@ -25,7 +25,7 @@ mod checkpoint;
 
 use crate::read::{First, ReadPlan, TimestampRead, Want, WarmPlan};
 
-use checkpoint::read_checkpoint;
+use checkpoint::{read_checkpoint, Closing};
 
 /// Rolled segments' unsynced rests a log holds for [`Log::take_written`] at most; a log
 /// whose writes no one takes (no page-cache tail) holds no more than this.
@@ -70,8 +70,11 @@ pub struct Log {
     /// Checkpoints written so far; a staged close ([`Log::close_stage`]) is only committed
     /// if no other was written (or the log truncated) in between.
     checkpoints: u64,
-    /// The log end and checkpoint count when a close was staged.
-    closing: Option<(i64, u64)>,
+    /// What a staged close wrote, or that it left the checkpoint as it was.
+    closing: Option<Closing>,
+    /// The checkpoint's values in the file, as this log last read or wrote them: a close
+    /// that would write the same, with nothing appended since, writes nothing.
+    checkpoint_on_disk: Option<(i64, i64, i64)>,
     /// How far [`Log::take_written`] has handed out the writes to a segment file: the file
     /// (held weakly: it is only compared) and a page-aligned position in it.
     written_mark: (Weak<File>, u64),
@@ -98,7 +101,8 @@ impl Log {
     ) -> io::Result<Log> {
         fs::create_dir_all(dir)?;
         cleaner::recover_swaps(dir)?;
-        let (recovery_point, mut log_start_offset, cleaner_point) = read_checkpoint(dir)?;
+        let checkpoint_on_disk = read_checkpoint(dir)?;
+        let (recovery_point, mut log_start_offset, cleaner_point) = checkpoint_on_disk.unwrap_or((0, 0, 0));
         let mut bases: Vec<i64> = fs::read_dir(dir)?
             .filter_map(|e| e.ok())
             .filter_map(|e| {
@@ -155,6 +159,7 @@ impl Log {
             leader_epoch: 0,
             checkpoints: 0,
             closing: None,
+            checkpoint_on_disk,
             written_mark: (Weak::new(), 0),
             rolled: Vec::new(),
         };

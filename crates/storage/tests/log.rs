@@ -265,6 +265,50 @@ fn a_close_in_steps_leaves_a_clean_checkpoint() {
     assert_eq!(log.log_end_offset(), 75);
 }
 
+/// A log whose checkpoint already records a clean shutdown, with nothing appended since it
+/// was read or written, closes without writing a file; one that moved writes it again.
+#[test]
+fn an_unchanged_log_closes_without_writing() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let checkpoint = || std::fs::metadata(dir.path().join("checkpoint")).map(|m| m.ino()).ok();
+    let mut log = Log::open(dir.path(), small_segments(), 0).expect("open");
+    assert_eq!(log.close_stage().expect("stage").len(), 2, "a new log has no checkpoint");
+    assert!(log.close_commit().expect("commit"), "put in place");
+    let first = checkpoint().expect("written");
+    assert!(log.close_stage().expect("stage").is_empty(), "the checkpoint says it all");
+    assert!(!log.close_commit().expect("commit"));
+    drop(log);
+    let mut log = Log::open(dir.path(), small_segments(), 0).expect("reopen");
+    assert!(log.close_stage().expect("stage").is_empty(), "nothing appended since the open");
+    assert!(!log.close_commit().expect("commit"));
+    assert_eq!(checkpoint(), Some(first), "the file was left in place");
+    append(&mut log, &batch(3, 0, -1, 0)).expect("append");
+    let files = log.close_stage().expect("stage");
+    assert_eq!(files.len(), 2, "an append since");
+    runnel_storage::sync_files(&files, false).expect("sync");
+    assert!(log.close_commit().expect("commit"));
+    assert_ne!(checkpoint(), Some(first));
+    // A deletion writes the checkpoint a close would write next.
+    append(&mut log, &batch(3, 1, -1, 0)).expect("append");
+    log.close().expect("close");
+    log.delete_records_before(3).expect("delete");
+    assert!(log.close_stage().expect("stage").is_empty());
+    assert!(!log.close_commit().expect("commit"));
+    drop(log);
+    let log = Log::open(dir.path(), small_segments(), 0).expect("reopen");
+    assert!(log.synced_to_end());
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (3, 6));
+    // A checkpoint that says less than the log holds (a crash after appends) is rewritten.
+    drop(log);
+    std::fs::write(dir.path().join("checkpoint"), "v2 3 3 0\n").expect("write");
+    let mut log = Log::open(dir.path(), small_segments(), 0).expect("reopen");
+    assert_eq!(log.close_stage().expect("stage").len(), 2, "the recovery point is behind the end");
+    assert!(log.close_commit().expect("commit"));
+    drop(log);
+    assert_eq!(std::fs::read_to_string(dir.path().join("checkpoint")).expect("read"), "v2 6 3 0\n");
+}
+
 #[test]
 fn a_located_slice_holds_exactly_the_batches_a_read_returns() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -40,35 +40,40 @@ impl RaftLog {
     /// Writes the whole state beside the state file, unsynced, to be synced and put in
     /// place as [`RaftLog::set_hard_state`]'s is.
     pub(super) fn stage_state(&mut self) -> io::Result<()> {
+        let text = self.state_text();
         let mut f = File::create(self.dir.join(STAGED_STATE_FILE))?;
-        f.write_all(self.state_text().as_bytes())?;
-        self.staged = Some(Arc::new(f));
+        f.write_all(text.as_bytes())?;
+        self.staged = Some((Arc::new(f), text_hash(&text)));
         Ok(())
     }
 
     /// The staged state file, to be synced before [`RaftLog::commit_staged_state`].
     pub fn staged_state(&self) -> Option<Arc<File>> {
-        self.staged.clone()
+        self.staged.as_ref().map(|(f, _)| f.clone())
     }
 
     /// Syncs a staged state that is still waiting, puts it in place and syncs the
-    /// directory: for a caller that did not ([`RaftLog::commit_staged_state`]).
+    /// directory: for a caller that did not ([`RaftLog::commit_staged_state`]). Call it once
+    /// the directory of a state the caller did put in place is synced.
     pub fn commit_staged_state_now(&mut self) -> io::Result<()> {
-        let Some(f) = self.staged.clone() else { return Ok(()) };
-        f.sync_data()?;
-        self.commit_staged_state()?;
-        File::open(&self.dir)?.sync_all()
+        if let Some(f) = self.staged_state() {
+            f.sync_data()?;
+            self.commit_staged_state()?;
+            File::open(&self.dir)?.sync_all()?;
+        }
+        if let Some(hash) = self.state_put.take() {
+            self.state_on_disk = Some(hash);
+        }
+        Ok(())
     }
 
     /// Renames the staged state (synced by the caller) over the state file; returns the
     /// directory, whose sync makes the rename durable. None when nothing was staged, or a
     /// full write of the state (which syncs itself) has since replaced it.
     pub fn commit_staged_state(&mut self) -> io::Result<Option<PathBuf>> {
-        if self.staged.take().is_none() {
-            return Ok(None);
-        }
+        let Some((_, hash)) = self.staged.take() else { return Ok(None) };
         fs::rename(self.dir.join(STAGED_STATE_FILE), self.dir.join(STATE_FILE))?;
-        self.state_writes += 1;
+        self.state_put = Some(hash);
         Ok(Some(self.dir.clone()))
     }
 
@@ -80,29 +85,48 @@ impl RaftLog {
 
     /// [`RaftLog::close`] in steps, for many replicas at once: the log's checkpoint and the
     /// state with the commit index are staged; the caller syncs the returned files, calls
-    /// [`RaftLog::close_commit`], and syncs the directory it returns.
+    /// [`RaftLog::close_commit`], and syncs the directory it returns. What the files in
+    /// place already say, durably (an idle replica's), is not written again.
     pub fn close_stage(&mut self) -> io::Result<Vec<Arc<File>>> {
-        let mut files = self.log.close_stage()?.to_vec();
+        let mut files = self.log.close_stage()?;
+        let text = self.state_text();
+        let hash = text_hash(&text);
+        if self.state_durable(hash) {
+            self.closing = Some(None);
+            return Ok(files);
+        }
         let mut f = File::create(self.dir.join(CLOSING_STATE_FILE))?;
-        f.write_all(self.state_text().as_bytes())?;
-        self.closing = Some(self.state_writes);
+        f.write_all(text.as_bytes())?;
+        self.closing = Some(Some(hash));
         files.push(Arc::new(f));
         Ok(files)
     }
 
     /// Second step of [`RaftLog::close_stage`], after the sync; returns the directory to
-    /// sync. A state written since the stage (a driver round's new term) is newer: the
-    /// state is then written whole, synced.
-    pub fn close_commit(&mut self) -> io::Result<PathBuf> {
-        self.log.close_commit()?;
+    /// sync, if a file was put in place there. The staged close's state goes in place if it
+    /// is still the replica's state (a driver round may have put a new term in place
+    /// meanwhile); a state that moved on since is written whole, synced, unless the state
+    /// file already holds it.
+    pub fn close_commit(&mut self) -> io::Result<Option<PathBuf>> {
+        let mut renamed = self.log.close_commit()?;
+        let now = text_hash(&self.state_text());
         match self.closing.take() {
-            Some(writes) if writes == self.state_writes && self.staged.is_none() => {
+            Some(Some(hash)) if hash == now && self.staged.is_none() => {
                 fs::rename(self.dir.join(CLOSING_STATE_FILE), self.dir.join(STATE_FILE))?;
-                self.state_writes += 1;
+                // Durable once the caller syncs the directory, as a put state is.
+                self.state_on_disk = Some(hash);
+                self.state_put = None;
+                renamed = true;
             }
+            _ if self.state_durable(now) => {}
             _ => self.write_state()?,
         }
-        Ok(self.dir.clone())
+        Ok(renamed.then(|| self.dir.clone()))
+    }
+
+    /// Whether the state file durably holds the state whose text hashes to `hash`.
+    fn state_durable(&self, hash: u64) -> bool {
+        self.staged.is_none() && self.state_put.is_none() && self.state_on_disk == Some(hash)
     }
 
     /// Writes the whole state to the state file and syncs it (and its directory); a state
@@ -114,8 +138,9 @@ impl RaftLog {
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
         fs::rename(&tmp, self.dir.join(STATE_FILE))?;
-        self.state_writes += 1;
         File::open(&self.dir)?.sync_all()?;
+        self.state_on_disk = Some(text_hash(&text));
+        self.state_put = None;
         if self.staged.take().is_some() {
             let _ = fs::remove_file(self.dir.join(STAGED_STATE_FILE));
         }
@@ -136,6 +161,14 @@ impl RaftLog {
         }
         text
     }
+}
+
+/// What [`RaftLog`] keeps of a state file's text to tell whether a close would change it.
+pub(super) fn text_hash(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
 }
 
 /// A configuration as `raft.state` lines, each key prefixed.
@@ -160,6 +193,8 @@ pub(super) struct Saved {
     pub(super) snap_term: u64,
     pub(super) first_offset: i64,
     pub(super) log_start: Option<i64>,
+    /// [`text_hash`] of the file's text.
+    pub(super) text_hash: u64,
 }
 
 pub(super) fn read_state(dir: &Path) -> io::Result<Option<Saved>> {
@@ -213,6 +248,7 @@ pub(super) fn read_state(dir: &Path) -> io::Result<Option<Saved>> {
         snap_term: num(snap_term)?,
         first_offset: first_offset.parse::<i64>().map_err(|_| bad())?,
         log_start,
+        text_hash: text_hash(&text),
     };
     // Every entry takes at least one offset: a Raft index past the largest offset is not one
     // this store wrote (and would overflow the index arithmetic).

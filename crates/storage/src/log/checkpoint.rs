@@ -31,26 +31,36 @@ impl Log {
     /// writes the checkpoint of a clean shutdown beside the current one, unsynced, and
     /// returns the files to sync (the active segment and that checkpoint). Once they are
     /// synced, [`Log::close_commit`] puts the checkpoint in place; then sync the directory.
-    pub fn close_stage(&mut self) -> io::Result<[Arc<File>; 2]> {
+    /// A log whose checkpoint already says so (nothing appended since it was read or
+    /// written, all of it synced) returns no file, and its close writes nothing.
+    pub fn close_stage(&mut self) -> io::Result<Vec<Arc<File>>> {
         self.active_mut().trim()?;
         let end = self.log_end_offset();
+        let values = (end, self.log_start_offset, self.cleaner_point);
+        if self.recovery_point == end && self.checkpoint_on_disk == Some(values) {
+            self.closing = Some(Closing { values: None, checkpoints: self.checkpoints });
+            return Ok(Vec::new());
+        }
         let mut f = File::create(self.dir.join(STAGED_CHECKPOINT_FILE))?;
-        writeln!(f, "{CHECKPOINT_VERSION} {end} {} {}", self.log_start_offset, self.cleaner_point)?;
-        self.closing = Some((end, self.checkpoints));
-        Ok([self.sync_handle(), Arc::new(f)])
+        writeln!(f, "{CHECKPOINT_VERSION} {end} {} {}", values.1, values.2)?;
+        self.closing = Some(Closing { values: Some(values), checkpoints: self.checkpoints });
+        Ok(vec![self.sync_handle(), Arc::new(f)])
     }
 
-    /// Second step of [`Log::close_stage`], after the sync. A log that wrote a checkpoint or
+    /// Second step of [`Log::close_stage`], after the sync; true when it renamed the staged
+    /// checkpoint into place (sync the directory then). A log that wrote a checkpoint or
     /// was truncated since closes the one-step way instead.
-    pub fn close_commit(&mut self) -> io::Result<()> {
+    pub fn close_commit(&mut self) -> io::Result<bool> {
         match self.closing.take() {
-            Some((end, checkpoints)) if checkpoints == self.checkpoints => {
+            Some(Closing { values, checkpoints }) if checkpoints == self.checkpoints => {
+                let Some(values) = values else { return Ok(false) };
                 fs::rename(self.dir.join(STAGED_CHECKPOINT_FILE), self.dir.join(CHECKPOINT_FILE))?;
-                self.recovery_point = end;
+                self.recovery_point = values.0;
+                self.checkpoint_on_disk = Some(values);
                 self.checkpoints += 1;
-                Ok(())
+                Ok(true)
             }
-            _ => self.close(),
+            _ => self.close().map(|()| false),
         }
     }
 
@@ -61,16 +71,26 @@ impl Log {
         f.sync_all()?;
         fs::rename(&tmp, self.dir.join(CHECKPOINT_FILE))?;
         self.checkpoints += 1;
-        File::open(&self.dir)?.sync_all()
+        File::open(&self.dir)?.sync_all()?;
+        self.checkpoint_on_disk = Some((self.recovery_point, self.log_start_offset, self.cleaner_point));
+        Ok(())
     }
 }
 
-/// (recovery point, log start offset, cleaner point); a missing or unreadable checkpoint
-/// means "check everything", "start at the first segment" and "all of it is dirty".
-pub(super) fn read_checkpoint(dir: &Path) -> io::Result<(i64, i64, i64)> {
+/// A staged close ([`Log::close_stage`]): the checkpoint it staged (None: the one in place
+/// already says it), and the count of checkpoints written by then.
+pub(super) struct Closing {
+    values: Option<(i64, i64, i64)>,
+    checkpoints: u64,
+}
+
+/// (recovery point, log start offset, cleaner point), or None for a missing or unreadable
+/// checkpoint, which means "check everything", "start at the first segment" and "all of it
+/// is dirty".
+pub(super) fn read_checkpoint(dir: &Path) -> io::Result<Option<(i64, i64, i64)>> {
     let text = match fs::read_to_string(dir.join(CHECKPOINT_FILE)) {
         Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, 0, 0)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
     let parts: Vec<&str> = text.split_whitespace().collect();
@@ -81,13 +101,13 @@ pub(super) fn read_checkpoint(dir: &Path) -> io::Result<(i64, i64, i64)> {
     };
     let Some((rp, ls, cp)) = fields else {
         warn!(dir = %dir.display(), "unknown checkpoint format; recovering the whole log");
-        return Ok((0, 0, 0));
+        return Ok(None);
     };
     match (rp.parse::<i64>(), ls.parse::<i64>(), cp.parse::<i64>()) {
-        (Ok(rp), Ok(ls), Ok(cp)) if rp >= 0 && ls >= 0 && cp >= 0 => Ok((rp, ls, cp)),
+        (Ok(rp), Ok(ls), Ok(cp)) if rp >= 0 && ls >= 0 && cp >= 0 => Ok(Some((rp, ls, cp))),
         _ => {
             warn!(dir = %dir.display(), "unreadable checkpoint; recovering the whole log");
-            Ok((0, 0, 0))
+            Ok(None)
         }
     }
 }
