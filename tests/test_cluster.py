@@ -350,6 +350,55 @@ def test_controller_killed_topic_creation_resumes(cluster):
     assert time.monotonic() - started < 30
 
 
+def test_a_topic_created_as_the_cluster_starts(tmp_path):
+    """A client that creates a topic the moment `runnel dev --brokers 3` listens, before every
+    broker has registered, gets it: every Metadata response names as controller a broker it
+    lists (a broker whose image does not list the metadata leader yet names itself, and takes
+    the request to the controller). librdkafka waited for a controller missing from the
+    broker list until its request timed out. The window lasts a second or so after the
+    start, so the cluster is started three times."""
+    for attempt in range(3):
+        created_as_the_cluster_starts(tmp_path / f"start-{attempt}")
+
+
+def created_as_the_cluster_starts(tmp_path):
+    tmp_path.mkdir()
+    port = cluster_port(BROKERS)
+    log = open(tmp_path / "cluster.log", "w")
+    proc = subprocess.Popen([RUNNEL_BIN, "dev", "--brokers", str(BROKERS), "--port", str(port), "--data-dir",
+                             str(tmp_path / "cluster")], stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        for i in range(BROKERS):
+            wait_for_port(port + i, proc=proc)
+        bootstrap = ",".join(f"127.0.0.1:{port + i}" for i in range(BROKERS))
+        topic = unique_topic("early")
+        admin = admin_client(bootstrap)
+        # Replication factor 1: three would rightly be refused while a broker is unregistered.
+        created = admin.create_topics([NewTopic(topic, 3, 1)], operation_timeout=30, request_timeout=30)[topic]
+        # Until every broker lists all three, each response's controller is one it lists.
+        seen = set()
+        deadline = time.monotonic() + 30
+        while len(seen) < BROKERS:
+            assert time.monotonic() < deadline, f"brokers listing all {BROKERS}: {sorted(seen)}"
+            for i in range(BROKERS):
+                with kw.Conn(f"127.0.0.1:{port + i}") as conn:
+                    md = kw.decode_metadata_v1(conn.request(kw.metadata_v1_request([], conn.next_correlation_id())))
+                listed = sorted(b["node_id"] for b in md["brokers"])
+                assert md["controller_id"] in listed, f"broker {i} names {md['controller_id']}, lists {listed}"
+                if len(listed) == BROKERS:
+                    seen.add(i)
+        created.result(timeout=40)
+        wait_for_topic(admin, topic, 3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
 def test_create_topics_sent_to_any_broker_is_decided_by_the_controller(cluster):
     """CreateTopics sent straight to a broker that is not the controller (as `runnel bench`
     and older tools do) is forwarded; the controller's answer, success or refusal, comes

@@ -11,24 +11,14 @@ use crate::ctx::{now, Ctx, Reply};
 
 pub fn handle(b: &Arc<Broker>, _r: DescribeClusterRequest, v: i16, ctx: &Ctx) -> Reply {
     let cl = b.controller();
+    let brokers = super::live_brokers_as(b, &ctx.listener, |id, host, port, rack| {
+        DescribeClusterBroker::default().with_broker_id(BrokerId(id)).with_host(host).with_port(port).with_rack(rack)
+    });
+    let listed: Vec<i32> = brokers.iter().map(|x| x.broker_id.0).collect();
     let mut resp = DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(&cl.cluster_id))
-        .with_controller_id(BrokerId(cl.controller().unwrap_or(-1)))
-        .with_brokers(
-            cl.live_brokers()
-                .into_iter()
-                .filter_map(|info| {
-                    let (host, port) = info.endpoint(&ctx.listener)?;
-                    Some(
-                        DescribeClusterBroker::default()
-                            .with_broker_id(BrokerId(info.id))
-                            .with_host(str_bytes(host))
-                            .with_port(port as i32)
-                            .with_rack(info.rack().map(|r| str_bytes(&r))),
-                    )
-                })
-                .collect(),
-        );
+        .with_controller_id(BrokerId(super::controller_among(cl.controller(), b.config.node_id, &listed)))
+        .with_brokers(brokers);
     if v >= 1 {
         resp.endpoint_type = 1; // brokers
     }

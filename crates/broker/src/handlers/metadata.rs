@@ -113,20 +113,9 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16, ctx: &Ctx) -> Reply {
     let c = &b.config;
     let cl = b.controller();
     // Each broker at the address of the listener this client came through.
-    let mut brokers: Vec<MetadataResponseBroker> = cl
-        .live_brokers()
-        .into_iter()
-        .filter_map(|info| {
-            let (host, port) = info.endpoint(&ctx.listener)?;
-            Some(
-                MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(info.id))
-                    .with_host(str_bytes(host))
-                    .with_port(port as i32)
-                    .with_rack(info.rack().map(|r| str_bytes(&r))),
-            )
-        })
-        .collect();
+    let mut brokers = super::live_brokers_as(b, &ctx.listener, |id, host, port, rack| {
+        MetadataResponseBroker::default().with_node_id(BrokerId(id)).with_host(host).with_port(port).with_rack(rack)
+    });
     if !brokers.iter().any(|x| x.node_id.0 == c.node_id) {
         if let Some(l) = c.listeners.iter().find(|l| *l.name == *ctx.listener) {
             brokers.push(
@@ -137,7 +126,9 @@ pub fn handle(b: &Arc<Broker>, r: MetadataRequest, v: i16, ctx: &Ctx) -> Reply {
             );
         }
     }
-    let (controller, cluster_id) = (cl.controller().unwrap_or(-1), cl.cluster_id.clone());
+    let listed: Vec<i32> = brokers.iter().map(|x| x.node_id.0).collect();
+    let (controller, cluster_id) =
+        (super::controller_among(cl.controller(), c.node_id, &listed), cl.cluster_id.clone());
     let mut resp = MetadataResponse::default().with_brokers(brokers).with_topics(topics);
     if v >= 1 {
         resp.controller_id = BrokerId(controller);

@@ -84,3 +84,49 @@ pub(crate) fn by_named_topic(
         })
         .collect()
 }
+
+/// The live brokers at the addresses of the listener a client came through (one without
+/// that listener is left out), each made into a response's entry by `entry` from its id,
+/// host, port and rack: what Metadata and DescribeCluster list.
+pub(crate) fn live_brokers_as<T>(
+    b: &crate::broker::Broker,
+    listener: &str,
+    entry: impl Fn(i32, StrBytes, i32, Option<StrBytes>) -> T,
+) -> Vec<T> {
+    let brokers = b.controller().live_brokers();
+    brokers
+        .iter()
+        .filter_map(|info| {
+            let (host, port) = info.endpoint(listener)?;
+            Some(entry(info.id, str_bytes(host), port as i32, info.rack().map(|r| str_bytes(&r))))
+        })
+        .collect()
+}
+
+/// The controller id a Metadata or DescribeCluster response names: the metadata leader
+/// when the response lists it, else this broker, else the first broker listed, else -1.
+/// Clients send admin requests to the broker of that id among those listed, and any broker
+/// takes them to the controller (KIP-590), so naming one the response leaves out (the
+/// leader, before its registration reached this broker's image) only strands the client:
+/// librdkafka waits for it until the request times out.
+pub(crate) fn controller_among(leader: Option<i32>, me: i32, listed: &[i32]) -> i32 {
+    leader
+        .filter(|id| listed.contains(id))
+        .or_else(|| listed.contains(&me).then_some(me))
+        .or_else(|| listed.first().copied())
+        .unwrap_or(-1)
+}
+
+#[cfg(test)]
+mod controller_among_tests {
+    use super::controller_among;
+
+    #[test]
+    fn names_a_listed_broker_or_none() {
+        assert_eq!(controller_among(Some(0), 1, &[1, 2, 0]), 0, "the leader, listed");
+        assert_eq!(controller_among(Some(0), 1, &[1, 2]), 1, "not listed: this broker");
+        assert_eq!(controller_among(None, 1, &[1, 2]), 1, "no leader known");
+        assert_eq!(controller_among(Some(0), 5, &[2, 1]), 2, "this broker not listed either");
+        assert_eq!(controller_among(Some(0), 5, &[]), -1);
+    }
+}
