@@ -10,6 +10,7 @@ import re
 import time
 import urllib.request
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 import kafka_wire
@@ -224,14 +225,15 @@ def close_files(data_dir, topic, partitions):
             for p in range(partitions) for name in ("raft.state", "checkpoint")}
 
 
-def test_a_clean_stop_writes_only_what_changed(tmp_path):
+@pytest.mark.parametrize("scope", ["filesystem", "file"])
+def test_a_clean_stop_writes_only_what_changed(tmp_path, scope):
     """A clean stop writes a partition's checkpoint and Raft state only when they would say
     something new (docs/cluster.md, "The Raft log is the Kafka log"): after a restart, with 5 of
     40 partitions written to, the stop replaces the files of those 5 and leaves the other
     35 as they were, and the next start has every partition led with every acknowledged
-    record, the 5 continuing at their next offsets."""
+    record. With either `log.fsync.scope` (one syncfs per step, or an fdatasync per file)."""
     partitions, written = 40, [3, 11, 19, 27, 35]
-    b = Broker(tmp_path / "data").start()
+    b = Broker(tmp_path / "data", settings={"log.fsync.scope": scope}).start()
     try:
         topic = unique_topic("idle-stop")
         create_topic(b.bootstrap, topic, partitions)

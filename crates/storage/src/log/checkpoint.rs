@@ -42,7 +42,7 @@ impl Log {
             return Ok(Vec::new());
         }
         let mut f = File::create(self.dir.join(STAGED_CHECKPOINT_FILE))?;
-        writeln!(f, "{CHECKPOINT_VERSION} {end} {} {}", values.1, values.2)?;
+        f.write_all(checkpoint_text(values).as_bytes())?;
         self.closing = Some(Closing { values: Some(values), checkpoints: self.checkpoints });
         Ok(vec![self.sync_handle(), Arc::new(f)])
     }
@@ -67,14 +67,21 @@ impl Log {
     pub(super) fn write_checkpoint(&mut self) -> io::Result<()> {
         let tmp = self.dir.join(format!("{CHECKPOINT_FILE}.tmp"));
         let mut f = File::create(&tmp)?;
-        writeln!(f, "{CHECKPOINT_VERSION} {} {} {}", self.recovery_point, self.log_start_offset, self.cleaner_point)?;
+        let values = (self.recovery_point, self.log_start_offset, self.cleaner_point);
+        f.write_all(checkpoint_text(values).as_bytes())?;
         f.sync_all()?;
         fs::rename(&tmp, self.dir.join(CHECKPOINT_FILE))?;
         self.checkpoints += 1;
         File::open(&self.dir)?.sync_all()?;
-        self.checkpoint_on_disk = Some((self.recovery_point, self.log_start_offset, self.cleaner_point));
+        self.checkpoint_on_disk = Some(values);
         Ok(())
     }
+}
+
+/// The checkpoint file's text, written in one piece (`writeln!` on a file writes each
+/// formatted piece with a call of its own).
+fn checkpoint_text((recovery_point, log_start, cleaner_point): (i64, i64, i64)) -> String {
+    format!("{CHECKPOINT_VERSION} {recovery_point} {log_start} {cleaner_point}\n")
 }
 
 /// A staged close ([`Log::close_stage`]): the checkpoint it staged (None: the one in place
