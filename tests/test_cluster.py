@@ -29,7 +29,7 @@ class DevCluster:
     """`runnel dev --brokers 3`; follows its stdout for each broker's current pid (dev starts
     a broker that died again and prints the new pid)."""
 
-    def __init__(self, tmp_path, settings=(), brokers=BROKERS, args=(), port=None):
+    def __init__(self, tmp_path, settings=(), brokers=BROKERS, args=(), port=None, registered=True):
         self.brokers = brokers
         self.port = port or cluster_port(brokers)
         self.data_dir = tmp_path / "cluster"
@@ -45,7 +45,8 @@ class DevCluster:
             wait_for_port(self.port + i, proc=self.proc)
         self.bootstrap = ",".join(f"127.0.0.1:{self.port + i}" for i in range(brokers))
         self.admin = admin_client(self.bootstrap)
-        wait_for(lambda: self.registered() == brokers, f"{brokers} registered brokers", 30, self.diagnostics)
+        if registered:
+            wait_for(lambda: self.registered() == brokers, f"{brokers} registered brokers", 30, self.diagnostics)
 
     def registered(self):
         try:
@@ -363,40 +364,27 @@ def test_a_topic_created_as_the_cluster_starts(tmp_path):
 
 def created_as_the_cluster_starts(tmp_path):
     tmp_path.mkdir()
-    port = cluster_port(BROKERS)
-    log = open(tmp_path / "cluster.log", "w")
-    proc = subprocess.Popen([RUNNEL_BIN, "dev", "--brokers", str(BROKERS), "--port", str(port), "--data-dir",
-                             str(tmp_path / "cluster")], stdout=subprocess.DEVNULL, stderr=log)
+    c = DevCluster(tmp_path, registered=False)
     try:
-        for i in range(BROKERS):
-            wait_for_port(port + i, proc=proc)
-        bootstrap = ",".join(f"127.0.0.1:{port + i}" for i in range(BROKERS))
         topic = unique_topic("early")
-        admin = admin_client(bootstrap)
         # Replication factor 1: three would rightly be refused while a broker is unregistered.
-        created = admin.create_topics([NewTopic(topic, 3, 1)], operation_timeout=30, request_timeout=30)[topic]
+        created = c.admin.create_topics([NewTopic(topic, 3, 1)], operation_timeout=30, request_timeout=30)[topic]
         # Until every broker lists all three, each response's controller is one it lists.
         seen = set()
         deadline = time.monotonic() + 30
         while len(seen) < BROKERS:
             assert time.monotonic() < deadline, f"brokers listing all {BROKERS}: {sorted(seen)}"
             for i in range(BROKERS):
-                with kw.Conn(f"127.0.0.1:{port + i}") as conn:
+                with kw.Conn(f"127.0.0.1:{c.port + i}") as conn:
                     md = kw.decode_metadata_v1(conn.request(kw.metadata_v1_request([], conn.next_correlation_id())))
                 listed = sorted(b["node_id"] for b in md["brokers"])
                 assert md["controller_id"] in listed, f"broker {i} names {md['controller_id']}, lists {listed}"
                 if len(listed) == BROKERS:
                     seen.add(i)
         created.result(timeout=40)
-        wait_for_topic(admin, topic, 3)
+        wait_for_topic(c.admin, topic, 3)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        c.close()
 
 
 def test_create_topics_sent_to_any_broker_is_decided_by_the_controller(cluster):

@@ -81,9 +81,9 @@ pub struct RaftLog {
     synced_index: u64,
     /// A state written to [`STAGED_STATE_FILE`] and not yet renamed over the state file.
     staged: Option<(Arc<File>, u64)>,
-    /// A staged close: the hash of the state it wrote beside the state file (None: the
-    /// state file already said it).
-    closing: Option<Option<u64>>,
+    /// The hash of the state a staged close wrote beside the state file (None when it
+    /// wrote none: the state file already said it).
+    closing: Option<u64>,
     /// The hash ([`state::text_hash`]) of the state file's text as this store last read or
     /// wrote it, once durable: a close that would write the same text writes nothing.
     state_on_disk: Option<u64>,

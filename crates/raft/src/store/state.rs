@@ -92,12 +92,12 @@ impl RaftLog {
         let text = self.state_text();
         let hash = text_hash(&text);
         if self.state_durable(hash) {
-            self.closing = Some(None);
+            self.closing = None;
             return Ok(files);
         }
         let mut f = File::create(self.dir.join(CLOSING_STATE_FILE))?;
         f.write_all(text.as_bytes())?;
-        self.closing = Some(Some(hash));
+        self.closing = Some(hash);
         files.push(Arc::new(f));
         Ok(files)
     }
@@ -111,7 +111,7 @@ impl RaftLog {
         let mut renamed = self.log.close_commit()?;
         let now = text_hash(&self.state_text());
         match self.closing.take() {
-            Some(Some(hash)) if hash == now && self.staged.is_none() => {
+            Some(hash) if hash == now && self.staged.is_none() => {
                 fs::rename(self.dir.join(CLOSING_STATE_FILE), self.dir.join(STATE_FILE))?;
                 // Durable once the caller syncs the directory, as a put state is.
                 self.state_on_disk = Some(hash);
