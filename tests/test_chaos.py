@@ -1,6 +1,6 @@
 """`runnel chaos` on a 3-broker cluster that it starts itself: the verify workload
 (idempotent acks=all producers, assigned consumers and a consumer group) runs while
-leaders and followers are killed (-9) and paused, their disks fill up, their clocks jump, then, in network namespaces, a leader
+leaders and followers are killed (-9), stopped cleanly and paused, their disks fill up, their clocks jump, then, in network namespaces, a leader
 and a whole region are cut off, also while other faults are in force. Every acknowledged value must be read back once, where it
 was acknowledged; the availability chart must show each fault. The checker must fail
 loudly on a history with a planted loss or a group that skipped records. `runnel dev
@@ -147,6 +147,31 @@ def test_full_disks_and_clock_jumps_lose_nothing(tmp_path):
     assert logs.count("raft entries could not be written; stopping") >= 2, "both full disks stopped their broker"
 
 
+def test_clean_stops_of_leaders_and_followers_lose_nothing(tmp_path):
+    """Rolling restarts: a leader, a follower, then a leader again are stopped with SIGTERM
+    while the workload writes, and started again once each fault ends. Each stop is clean
+    (exit 0 within --stop-within-ms, its logs closed, writing only what changed since the
+    start), and nothing acknowledged is lost across the restarts."""
+    schedule = "5:stop-leader:3,14:stop-follower:3,23:stop-leader:3"
+    out, report, history, chart = chaos(
+        tmp_path, "--duration", 32, "--partitions", 6, "--rate", 60, "--schedule", schedule,
+        "--stop-within-ms", 30000)
+    assert report["counts"] == {} and report["sends_failed"] == 0, report
+    faults = [f["fault"] for f in history["faults"]]
+    assert [f.split(" ")[0] for f in faults] == ["stop-leader", "stop-follower", "stop-leader"], out
+    assert all(re.search(r"stopped in \d+\.\d+s$", f) for f in faults), faults
+    assert "failed stop" not in out and "unexpected exit" not in out, out
+    for f in faults:
+        assert f in chart, f
+    # Each stopped broker moved its leaderships off and closed its logs: once per stop, and
+    # once more at the run's end.
+    stopped = [int(re.search(r"\(broker (\d+)\)", f).group(1)) for f in faults]
+    for b in set(stopped):
+        log = (tmp_path / "logs" / f"broker-{b}.log").read_text()
+        for line in ("controlled shutdown: leaderships moved", "logs closed"):
+            assert log.count(line) >= stopped.count(b) + 1, (b, line, log[-2000:])
+
+
 def test_isolated_leader_and_region_in_network_namespaces_lose_nothing(tmp_path):
     """Each broker in its own network namespace, one per region; the links of a leader,
     then of a whole region, are taken down and brought back, while a follower's clock is
@@ -273,7 +298,7 @@ def test_dev_regions_have_real_latency_between_them(tmp_path):
 
 def test_attached_to_a_dev_cluster(tmp_path):
     """`runnel chaos --attach` breaks a cluster that `runnel dev --brokers 3` runs: it finds
-    each broker's process by its port, and dev starts a killed broker again."""
+    each broker's process by its port, and dev starts a killed or stopped broker again."""
     port = cluster_port(3)
     log = open(tmp_path / "dev.log", "w")
     dev = subprocess.Popen([RUNNEL_BIN, "dev", "--brokers", "3", "--port", str(port), "--data-dir",
@@ -283,16 +308,17 @@ def test_attached_to_a_dev_cluster(tmp_path):
             wait_for_port(port + i, proc=dev)
         report = tmp_path / "report.json"
         p = subprocess.run([RUNNEL_BIN, "chaos", "--attach", "--bootstrap", f"127.0.0.1:{port}", "--duration", "20",
-                            "--schedule", "4:kill-leader:2,11:pause-follower:3", "--json", str(report)],
+                            "--schedule", "4:kill-leader:2,11:pause-follower:3,16:stop-leader:2", "--json", str(report)],
                            capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
         log.flush()
         assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{(tmp_path / 'dev.log').read_text()[-3000:]}"
-        assert "no anomalies" in p.stdout and "faults injected: 2 (0 skipped)" in p.stdout, p.stdout
+        assert "no anomalies" in p.stdout and "faults injected: 3 (0 skipped)" in p.stdout, p.stdout
         r = json.loads(report.read_text())
         assert r["counts"] == {} and r["sends_failed"] == 0, r
-        assert [f["fault"].split(" ")[0] for f in r["faults"]] == ["kill-leader", "pause-follower"], r["faults"]
-        # dev started the killed broker again: four brokers started in all.
-        assert len(re.findall(r"broker \d pid \d+", (tmp_path / "dev.log").read_text())) == 4
+        faults = [f["fault"].split(" ")[0] for f in r["faults"]]
+        assert faults == ["kill-leader", "pause-follower", "stop-leader"], r["faults"]
+        # dev started the killed and the stopped broker again: five brokers started in all.
+        assert len(re.findall(r"broker \d pid \d+", (tmp_path / "dev.log").read_text())) == 5
     finally:
         dev.terminate()
         dev.wait(timeout=30)
@@ -366,8 +392,9 @@ class ApacheKafka:
 
 def test_attached_to_apache_kafka_the_same_workload_and_faults(tmp_path, java_build):
     """The workload, the checker and the process faults are not Runnel's alone: `runnel chaos
-    --attach` kills a leader and pauses a follower of a 3-node Apache Kafka cluster, starts
-    the killed JVM again from its /proc command line (nobody supervises it), finds no
+    --attach` kills a leader, stops a follower (SIGTERM: Kafka's controlled shutdown) and
+    pauses one of a 3-node Apache Kafka cluster, starts the killed and the stopped JVM again
+    from their /proc command lines (nobody supervises them), finds no
     anomaly, and skips the disk fault (Kafka has no fault hooks) instead of pretending."""
     kafka = ApacheKafka(java_build / "lib", tmp_path)
     try:
@@ -375,16 +402,18 @@ def test_attached_to_apache_kafka_the_same_workload_and_faults(tmp_path, java_bu
         report = tmp_path / "report.json"
         p = subprocess.run([RUNNEL_BIN, "chaos", "--attach", "--bootstrap", kafka.bootstrap, "--duration", "30",
                             "--partitions", "3", "--replication-factor", "3", "--rate", "60", "--json", str(report),
-                            "--schedule", "4:kill-leader:3,20:pause-follower:3,26:slow-disk-follower:2"],
+                            "--schedule", "4:kill-leader:3,11:stop-follower:3,20:pause-follower:3,26:slow-disk-follower:2"],
                            capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
         assert p.returncode == 0, f"{p.stdout}\n{p.stderr}\n{kafka.tail()}"
-        assert "no anomalies" in p.stdout and "faults injected: 2 (1 skipped)" in p.stdout, p.stdout
+        assert "no anomalies" in p.stdout and "faults injected: 3 (1 skipped)" in p.stdout, p.stdout
         assert re.search(r"slow-disk-follower skipped: broker \d has no fault.disk.sync.delay.ms", p.stdout), p.stdout
-        assert re.search(r"broker \d pid \d+ started again", p.stdout), p.stdout
+        assert len(re.findall(r"broker \d pid \d+ started again", p.stdout)) == 2, p.stdout
+        assert "failed stop" not in p.stdout, p.stdout
         r = json.loads(report.read_text())
         assert r["counts"] == {} and r["sends_failed"] == 0 and r["sends_ok"] > 0, r
-        assert [f["fault"].split(" ")[0] for f in r["faults"]] == ["kill-leader", "pause-follower"], r["faults"]
-        assert len(kafka.pids()) == 3, "the killed node runs again"
+        faults = [f["fault"].split(" ")[0] for f in r["faults"]]
+        assert faults == ["kill-leader", "stop-follower", "pause-follower"], r["faults"]
+        assert len(kafka.pids()) == 3, "the killed and the stopped node run again"
     finally:
         kafka.stop()
 

@@ -17,13 +17,14 @@ use anyhow::{bail, Context, Result};
 
 use crate::local::{send_signal, Brokers, Namespaces};
 
-/// How long a killed broker's own supervisor gets to start it again before we do.
+/// How long a killed or stopped broker's own supervisor gets to start it again before we do.
 const SUPERVISOR_GRACE: Duration = Duration::from_secs(3);
 
 pub struct Attached {
     /// broker id → client address
     brokers: BTreeMap<u16, String>,
-    /// Each killed broker, until it runs again: how it was started, and when it was killed.
+    /// Each killed or stopped broker, until it runs again: how it was started, and when it
+    /// was killed (or stopped).
     killed: HashMap<u16, (Launch, Instant)>,
     /// Brokers we started again: they outlive this process, as the ones we found do.
     started: Vec<Child>,
@@ -68,6 +69,26 @@ impl Brokers for Attached {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(())
+    }
+
+    /// SIGTERM; its exit status is its parent's to see.
+    async fn terminate(&mut self, id: u16, within: Duration) -> Result<Option<String>> {
+        let pid = self.pid(id).with_context(|| format!("broker {id} is not running"))?;
+        let launch = Launch::of(pid).with_context(|| format!("reading how broker {id} (pid {pid}) was started"))?;
+        send_signal(pid, libc::SIGTERM)?;
+        let until = Instant::now() + within;
+        let mut problem = None;
+        while alive(pid) {
+            if Instant::now() >= until {
+                send_signal(pid, libc::SIGKILL)?;
+                problem = Some(format!("broker {id} (pid {pid}) still ran {within:?} after SIGTERM; killed"));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Its supervisor's grace counts from the exit.
+        self.killed.insert(id, (launch, Instant::now()));
+        Ok(problem)
     }
 
     fn pid(&self, id: u16) -> Option<u32> {

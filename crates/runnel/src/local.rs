@@ -303,7 +303,12 @@ pub(crate) trait Brokers {
     /// kill -9; returns once the process is gone.
     async fn kill(&mut self, id: u16) -> Result<()>;
 
-    /// Starts broker `id` again, after a kill or an exit.
+    /// SIGTERM, a clean stop; returns once the process is gone. `Some` says what went
+    /// wrong: it was still running `within` after the signal (then it is killed), or it
+    /// exited with a failure.
+    async fn terminate(&mut self, id: u16, within: Duration) -> Result<Option<String>>;
+
+    /// Starts broker `id` again, after a kill, a stop or an exit.
     async fn start(&mut self, id: u16) -> Result<()>;
 
     fn running(&self, id: u16) -> bool;
@@ -373,6 +378,22 @@ impl Brokers for LocalCluster {
             let _ = c.wait().await;
         }
         Ok(())
+    }
+
+    /// SIGTERM, and reaps it.
+    async fn terminate(&mut self, i: u16, within: Duration) -> Result<Option<String>> {
+        self.signal(i, libc::SIGTERM)?;
+        let Some(mut child) = self.children[i as usize].take() else { return Ok(None) };
+        match tokio::time::timeout(within, child.wait()).await {
+            Ok(status) => {
+                let status = status.context("waiting for a broker to stop")?;
+                Ok((!status.success()).then(|| format!("broker {i} stopped with {status} after SIGTERM")))
+            }
+            Err(_) => {
+                let _ = child.kill().await;
+                Ok(Some(format!("broker {i} still ran {within:?} after SIGTERM; killed")))
+            }
+        }
     }
 
     fn pid(&self, i: u16) -> Option<u32> {

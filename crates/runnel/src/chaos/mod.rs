@@ -45,6 +45,11 @@ pub enum Fault {
     KillLeader,
     /// kill -9 a follower of a partition; started again when the fault ends.
     KillFollower,
+    /// SIGTERM a partition leader: a clean stop, which must end within --stop-within-ms
+    /// with exit status 0; started again when the fault ends.
+    StopLeader,
+    /// The same for a follower of a partition.
+    StopFollower,
     /// SIGSTOP a partition leader; SIGCONT when the fault ends.
     PauseLeader,
     PauseFollower,
@@ -163,6 +168,10 @@ pub struct ChaosArgs {
     /// of --inter-region-latency).
     #[arg(long, default_value_t = 50)]
     latency_ms: u64,
+    /// How long a stop-* fault's broker may take to exit after SIGTERM, in milliseconds;
+    /// past that it is killed and the run fails.
+    #[arg(long, default_value_t = 60_000)]
+    stop_within_ms: u64,
     /// Override a broker setting for every broker: --set log.segment.bytes=1048576
     #[arg(long = "set", value_name = "KEY=VALUE")]
     settings: Vec<String>,
@@ -278,6 +287,10 @@ struct Chaos<C: Brokers> {
     may_exit: Vec<u16>,
     /// Brokers that exited on their own, outside any fault that explains it.
     unexpected_exits: Vec<String>,
+    /// Clean stops that failed: a broker still running --stop-within-ms after SIGTERM, or
+    /// one that exited with a failure.
+    failed_stops: Vec<String>,
+    stop_within: Duration,
     /// Set by SIGINT or SIGTERM: heal the fault in force and stop.
     interrupt: Arc<AtomicBool>,
     /// (FindCoordinator key type, key) of the coordinators the *-coordinator faults hit,
@@ -335,6 +348,7 @@ impl<C: Brokers> Chaos<C> {
                 broker
             }
             Fault::KillLeader
+            | Fault::StopLeader
             | Fault::PauseLeader
             | Fault::SlowDiskLeader
             | Fault::DiskFullLeader
@@ -353,6 +367,15 @@ impl<C: Brokers> Chaos<C> {
             Fault::KillLeader | Fault::KillFollower | Fault::KillCoordinator => {
                 self.cluster.kill(target).await?;
                 Applied::Killed(vec![target])
+            }
+            Fault::StopLeader | Fault::StopFollower => {
+                let signalled = Instant::now();
+                if let Some(failed) = self.cluster.terminate(target, self.stop_within).await? {
+                    eprintln!("runnel chaos: {failed}");
+                    self.failed_stops.push(failed);
+                }
+                let took = signalled.elapsed().as_secs_f64();
+                return Ok((format!("{what}, stopped in {took:.2}s"), Applied::Killed(vec![target])));
             }
             Fault::PauseLeader | Fault::PauseFollower | Fault::PauseCoordinator => {
                 if !self.paused.contains_key(&target) {

@@ -105,6 +105,8 @@ pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Pla
         paused: HashMap::new(),
         may_exit: Vec::new(),
         unexpected_exits: Vec::new(),
+        failed_stops: Vec::new(),
+        stop_within: Duration::from_millis(a.stop_within_ms),
         interrupt,
         coordinator_keys,
         coordinator_faults: 0,
@@ -232,12 +234,19 @@ pub(super) async fn run<C: Brokers>(cluster: C, a: &ChaosArgs, schedule: Vec<Pla
         }
         crate::verify::judge(&report)
     });
-    if !chaos.unexpected_exits.is_empty() {
-        for e in &chaos.unexpected_exits {
-            println!("unexpected exit: {e}");
-        }
+    for e in &chaos.unexpected_exits {
+        println!("unexpected exit: {e}");
+    }
+    for e in &chaos.failed_stops {
+        println!("failed stop: {e}");
+    }
+    if !chaos.unexpected_exits.is_empty() || !chaos.failed_stops.is_empty() {
         checked?;
-        bail!("{} broker(s) exited on their own", chaos.unexpected_exits.len());
+        bail!(
+            "{} broker(s) exited on their own, {} stop(s) were not clean",
+            chaos.unexpected_exits.len(),
+            chaos.failed_stops.len()
+        );
     }
     checked
 }
