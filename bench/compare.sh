@@ -13,6 +13,8 @@
 #        RUNNEL_BIN (default target/release/runnel, built first), PEERS_KAFKA,
 #        PIN=1 (brokers and load generator on separate CPUs: bench/pin.sh),
 #        RUNNEL_SET ("key=value ..." broker settings for Runnel, e.g. log.cache.tail.bytes=0),
+#        KAFKA_SET (the same for Kafka, e.g. log.flush.interval.messages=1: Kafka fsyncs each
+#        append before it answers, as Runnel does),
 #        BALLAST_GB (fill this much memory in /dev/shm for the run, so that the machine's memory
 #        is as full as a long-running broker's: new page cache then comes from reclaim, not
 #        from free memory; docs/bench.md)
@@ -50,7 +52,9 @@ if [[ "${BALLAST_GB:-0}" -gt 0 ]]; then
   echo "memory filled: $BALLAST_GB GB in /dev/shm; $(awk '/MemAvailable/{print int($2/1048576)}' /proc/meminfo) GB available" | tee -a "$OUT/summary.txt"
 fi
 
-EXTRA_BROKER_PROPS="log.segment.delete.delay.ms=0" "$PEERS/start-cluster.sh" 1 "$KPORT" >/dev/null
+KAFKA_PROPS="log.segment.delete.delay.ms=0"
+for kv in ${KAFKA_SET:-}; do KAFKA_PROPS+=$'\n'"$kv"; done
+EXTRA_BROKER_PROPS="$KAFKA_PROPS" "$PEERS/start-cluster.sh" 1 "$KPORT" >/dev/null
 rm -rf "$OUT/runnel-data"
 "$RUNNEL" dev --port "$RPORT" --data-dir "$OUT/runnel-data" "${RUNNEL_SETS[@]}" >/dev/null 2>"$OUT/runnel.log" &
 RPID=$!

@@ -124,7 +124,8 @@ pub struct ChaosArgs {
     net: RegionArgs,
     /// Faults to draw from, in random order from the seed.
     #[arg(long, value_enum, value_delimiter = ',',
-          default_values_t = [Fault::KillLeader, Fault::KillFollower, Fault::PauseLeader, Fault::PauseFollower])]
+          default_values_t = [Fault::KillLeader, Fault::KillFollower, Fault::StopLeader, Fault::StopFollower,
+                              Fault::PauseLeader, Fault::PauseFollower])]
     faults: Vec<Fault>,
     /// Instead of drawing: `START:FAULT:SECONDS,...`, e.g. `10:kill-leader:3,25:pause-follower:5`.
     /// START counts from when the workload runs (topic created, partitions led); faults may
