@@ -370,6 +370,10 @@ impl<C: Brokers> Chaos<C> {
                 Applied::Killed(vec![target])
             }
             Fault::StopLeader | Fault::StopFollower => {
+                if self.paused.contains_key(&target) {
+                    // It would take SIGTERM only once another fault's SIGCONT came.
+                    bail!("broker {target} is paused: it cannot stop until it resumes");
+                }
                 let signalled = Instant::now();
                 if let Some(failed) = self.cluster.terminate(target, self.stop_within).await? {
                     eprintln!("runnel chaos: {failed}");
