@@ -387,7 +387,7 @@ impl Brokers for LocalCluster {
         match tokio::time::timeout(within, child.wait()).await {
             Ok(status) => {
                 let status = status.context("waiting for a broker to stop")?;
-                Ok((!status.success()).then(|| format!("broker {i} stopped with {status} after SIGTERM")))
+                Ok((!stopped_cleanly(status)).then(|| format!("broker {i} stopped with {status} after SIGTERM")))
             }
             Err(_) => {
                 let _ = child.kill().await;
@@ -443,6 +443,13 @@ impl Brokers for LocalCluster {
     }
 }
 
+/// Whether a broker's exit after SIGTERM was a clean stop: status 0, or 143 (128 + SIGTERM),
+/// which is how a JVM exits once its shutdown hooks ran (Apache Kafka's clean stop, under
+/// `runnel chaos --broker-command`). Killed by the signal itself is not clean.
+fn stopped_cleanly(status: std::process::ExitStatus) -> bool {
+    status.success() || status.code() == Some(128 + libc::SIGTERM)
+}
+
 /// Sends `sig` to process `pid`.
 pub(crate) fn send_signal(pid: u32, sig: i32) -> Result<()> {
     // SAFETY: kill only sends a signal.
@@ -488,5 +495,18 @@ mod tests {
             super::admin_listeners_of("http://127.0.0.1:9644, http://[::1]:9700/", 2),
             "http://127.0.0.1:9646,http://[::1]:9702"
         );
+    }
+
+    #[test]
+    fn a_clean_stop_exits_zero_or_as_a_jvm_does_after_its_shutdown_hooks() {
+        use std::os::unix::process::ExitStatusExt;
+        use std::process::ExitStatus;
+        // Wait statuses: an exit code sits in the second byte, a killing signal in the first.
+        assert!(super::stopped_cleanly(ExitStatus::from_raw(0)));
+        assert!(super::stopped_cleanly(ExitStatus::from_raw(143 << 8)));
+        assert!(!super::stopped_cleanly(ExitStatus::from_raw(1 << 8)));
+        assert!(!super::stopped_cleanly(ExitStatus::from_raw(70 << 8)));
+        assert!(!super::stopped_cleanly(ExitStatus::from_raw(libc::SIGTERM)));
+        assert!(!super::stopped_cleanly(ExitStatus::from_raw(libc::SIGKILL)));
     }
 }

@@ -46,7 +46,7 @@ pub enum Fault {
     /// kill -9 a follower of a partition; started again when the fault ends.
     KillFollower,
     /// SIGTERM a partition leader: a clean stop, which must end within --stop-within-ms
-    /// with exit status 0; started again when the fault ends.
+    /// with exit status 0 (143 from a JVM); started again when the fault ends.
     StopLeader,
     /// The same for a follower of a partition.
     StopFollower,
