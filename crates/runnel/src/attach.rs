@@ -24,7 +24,7 @@ pub struct Attached {
     /// broker id → client address
     brokers: BTreeMap<u16, String>,
     /// Each killed or stopped broker, until it runs again: how it was started, and when it
-    /// was killed (or stopped).
+    /// went.
     killed: HashMap<u16, (Launch, Instant)>,
     /// Brokers we started again: they outlive this process, as the ones we found do.
     started: Vec<Child>,
@@ -46,6 +46,23 @@ impl Attached {
     }
 }
 
+impl Attached {
+    /// Sends `sig` to broker `id`'s process, having read how it was started (to start it
+    /// again: `killed`), and waits up to `within` for it to go. Its supervisor's grace
+    /// counts from then. Returns the pid, and whether the process is gone.
+    async fn signal_and_wait(&mut self, id: u16, sig: i32, within: Duration) -> Result<(u32, bool)> {
+        let pid = self.pid(id).with_context(|| format!("broker {id} is not running"))?;
+        let launch = Launch::of(pid).with_context(|| format!("reading how broker {id} (pid {pid}) was started"))?;
+        send_signal(pid, sig)?;
+        let until = Instant::now() + within;
+        while alive(pid) && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.killed.insert(id, (launch, Instant::now()));
+        Ok((pid, !alive(pid)))
+    }
+}
+
 impl Brokers for Attached {
     fn ids(&self) -> Vec<u16> {
         self.brokers.keys().copied().collect()
@@ -60,35 +77,18 @@ impl Brokers for Attached {
     }
 
     async fn kill(&mut self, id: u16) -> Result<()> {
-        let pid = self.pid(id).with_context(|| format!("broker {id} is not running"))?;
-        let launch = Launch::of(pid).with_context(|| format!("reading how broker {id} (pid {pid}) was started"))?;
-        send_signal(pid, libc::SIGKILL)?;
-        self.killed.insert(id, (launch, Instant::now()));
-        let until = Instant::now() + Duration::from_secs(5);
-        while alive(pid) && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.signal_and_wait(id, libc::SIGKILL, Duration::from_secs(5)).await?;
         Ok(())
     }
 
     /// SIGTERM; its exit status is its parent's to see.
     async fn terminate(&mut self, id: u16, within: Duration) -> Result<Option<String>> {
-        let pid = self.pid(id).with_context(|| format!("broker {id} is not running"))?;
-        let launch = Launch::of(pid).with_context(|| format!("reading how broker {id} (pid {pid}) was started"))?;
-        send_signal(pid, libc::SIGTERM)?;
-        let until = Instant::now() + within;
-        let mut problem = None;
-        while alive(pid) {
-            if Instant::now() >= until {
-                send_signal(pid, libc::SIGKILL)?;
-                problem = Some(format!("broker {id} (pid {pid}) still ran {within:?} after SIGTERM; killed"));
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let (pid, gone) = self.signal_and_wait(id, libc::SIGTERM, within).await?;
+        if gone {
+            return Ok(None);
         }
-        // Its supervisor's grace counts from the exit.
-        self.killed.insert(id, (launch, Instant::now()));
-        Ok(problem)
+        send_signal(pid, libc::SIGKILL)?;
+        Ok(Some(format!("broker {id} (pid {pid}) still ran {within:?} after SIGTERM; killed")))
     }
 
     fn pid(&self, id: u16) -> Option<u32> {
